@@ -1,0 +1,1 @@
+"""Lambda entrypoints: thin. Parse the event, build dependencies once per container, call the core."""

@@ -1,0 +1,70 @@
+"""Operations worker: SQS FIFO (group = site id) -> one operation per record -> fenced commit."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import dependencies
+from sitedispatch.aws.sqs import SqsVisibility
+from sitedispatch.model import QueueMessage
+from sitedispatch.observability import count, logger, metrics, tracer
+from sitedispatch.worker import OperationsWorker, Result
+
+# skip_group_on_error: a failing site never fails another site's messages in the same batch.
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+
+
+class NotDone(Exception):
+    """The record is reported as a batch item failure: it stays in the queue with the visibility the core set."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(f"{result.outcome.value}: {result.reason} (back in {result.delay_s:.1f}s)")
+
+
+@lru_cache(maxsize=1)
+def worker() -> OperationsWorker:
+    return dependencies().worker()
+
+
+def warm() -> None:
+    """Build clients and the worker ahead of the first event (what provisioned concurrency does on AWS)."""
+    dependencies().warm()
+    worker()
+
+
+def parse_message(body: str) -> QueueMessage | None:
+    try:
+        data = json.loads(body)
+        return QueueMessage(operation_id=str(data["operation_id"]), site_id=str(data["site_id"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    message = parse_message(record.body)
+    if message is None:
+        # Nothing durable to link it to: acknowledge loudly rather than let it poison its group.
+        count("MalformedMessage")
+        logger.error("malformed operations message dropped", extra={"message_id": record.message_id,
+                                                                   "body_prefix": record.body[:200]})
+        return {"outcome": "malformed"}
+    deps = dependencies()
+    visibility = SqsVisibility(deps.sqs, deps.settings.operations_queue_url, record.receipt_handle)
+    result = worker().process(message, visibility)
+    if not result.outcome.delete_message:
+        raise NotDone(result)
+    return {"outcome": result.outcome.value, "reason": result.reason}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,21 @@
+"""Reconciler: invoked by EventBridge Scheduler with {"schedule": NAME}; dispatches by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import dependencies
+from sitedispatch.observability import logger, metrics, tracer
+from sitedispatch.reconciler import Reconciler
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    deps = dependencies()
+    schedule = str(event.get("schedule", ""))
+    sweep = Reconciler(deps.operations, deps.queue, deps.clock).run(schedule)
+    return {"schedule": schedule, "skipped": sweep is None, "repaired": sweep.repaired if sweep else {}}

@@ -1,0 +1,3 @@
+from sitedispatch.cli.main import app
+
+app(prog_name="sitedispatch")

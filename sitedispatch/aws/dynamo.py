@@ -1,0 +1,278 @@
+"""DynamoDB implementations of the operation, site (lease) and commit stores.
+
+Every guard is a condition expression evaluated by DynamoDB; ConditionalCheckFailed is mapped to a typed domain error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
+
+from ..errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotRunnable, StaleFence
+from ..model import RUNNABLE, Commit, ErrorInfo, Kind, Lease, Operation, Site, Status
+from ..ports import PreparedCommit
+from .tables import Models
+
+CONDITION_FAILED = "ConditionalCheckFailedException"
+RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
+
+
+def _condition_failed(exc: PutError | UpdateError) -> bool:
+    return exc.cause_response_code == CONDITION_FAILED
+
+
+def _error_dict(error: ErrorInfo) -> dict[str, Any]:
+    return {"error_class": error.error_class, "code": error.code, "message": error.message,
+            "retryable": error.retryable}
+
+
+def _to_operation(item: Any) -> Operation:
+    error = item.error
+    return Operation(
+        operation_id=item.operation_id, site_id=item.site_id, principal=item.principal, kind=Kind(item.kind),
+        status=Status(item.status), input_key=item.input_key, input_digest=item.input_digest,
+        idempotency_key=item.idempotency_key, created_at=float(item.created_at), updated_at=float(item.updated_at),
+        attempt=int(item.attempt or 0), attempt_budget=int(item.attempt_budget or 0), epoch=int(item.epoch or 0),
+        fence=None if item.fence is None else int(item.fence), queued_at=item.queued_at,
+        started_at=item.started_at, finished_at=item.finished_at, not_before=item.not_before,
+        error=ErrorInfo(error["error_class"], error["code"], error["message"], error["retryable"]) if error else None,
+        result=item.result or {},
+    )
+
+
+def _to_site(item: Any) -> Site:
+    return Site(
+        site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
+        head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
+        lease_owner=item.lease_owner, lease_expires_at=item.lease_expires_at, paused=bool(item.paused),
+    )
+
+
+def _to_commit(item: Any) -> Commit:
+    return Commit(
+        operation_id=item.operation_id, site_id=item.site_id, kind=Kind(item.kind), version=int(item.version),
+        revision_id=item.revision_id, parent_revision=item.parent_revision, fence=int(item.fence),
+        committed_at=float(item.committed_at), summary=item.summary or {},
+    )
+
+
+class DynamoOperationStore:
+    def __init__(self, models: Models) -> None:
+        self.M: type[Model] = models.Operation
+
+    def create(self, op: Operation) -> None:
+        M = self.M
+        item = M(op.operation_id, site_id=op.site_id, principal=op.principal, kind=op.kind.value,
+                 status=op.status.value, input_key=op.input_key, input_digest=op.input_digest,
+                 idempotency_key=op.idempotency_key, created_at=op.created_at, updated_at=op.updated_at,
+                 attempt=op.attempt, attempt_budget=op.attempt_budget, epoch=op.epoch)
+        try:
+            item.save(condition=M.operation_id.does_not_exist())
+        except PutError as exc:
+            if _condition_failed(exc):
+                raise AlreadyExists(op.operation_id) from exc
+            raise
+
+    def get(self, operation_id: str) -> Operation | None:
+        try:
+            return _to_operation(self.M.get(operation_id, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def mark_queued(self, operation_id: str, now: float) -> bool:
+        M = self.M
+        try:
+            M(operation_id).update(
+                actions=[M.status.set(Status.QUEUED.value), M.queued_at.set(now), M.updated_at.set(now)],
+                condition=M.status == Status.ACCEPTED.value,
+            )
+            return True
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                return False
+            raise
+
+    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
+        M = self.M
+        item = M(operation_id)
+        try:
+            item.update(
+                actions=[M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence),
+                         M.started_at.set(now), M.updated_at.set(now), M.not_before.remove()],
+                condition=M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget),
+            )
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                raise NotRunnable(operation_id) from exc
+            raise
+        return _to_operation(item)
+
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
+        M = self.M
+        try:
+            M(operation_id).update(
+                actions=[M.status.set(Status.QUEUED.value), M.error.set(_error_dict(error)),
+                         M.not_before.set(not_before), M.updated_at.set(now)],
+                condition=(M.status == Status.RUNNING.value) & (M.fence == fence),
+            )
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                raise StaleFence(operation_id) from exc
+            raise
+
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
+        M = self.M
+        condition = M.status.is_in(*RUNNABLE_VALUES)
+        if fence is not None:
+            condition &= M.fence == fence
+        try:
+            M(operation_id).update(
+                actions=[M.status.set(Status.DEAD.value), M.error.set(_error_dict(error)),
+                         M.finished_at.set(now), M.updated_at.set(now)],
+                condition=condition,
+            )
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                raise NotRunnable(operation_id) from exc
+            raise
+
+    def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
+        M = self.M
+        if site_id is not None:
+            condition = M.status == status.value if status else None
+            items = M.by_site.query(site_id, filter_condition=condition, scan_index_forward=False)
+        elif status is not None:
+            items = M.by_status.query(status.value, scan_index_forward=False)
+        else:
+            items = M.scan()
+        out = []
+        for item in items:
+            out.append(_to_operation(item))
+            if len(out) >= limit:
+                break
+        if site_id is None and status is None:
+            out.sort(key=lambda op: op.created_at, reverse=True)
+        return out
+
+
+class DynamoSiteStore:
+    def __init__(self, models: Models) -> None:
+        self.M: type[Model] = models.Site
+
+    def get(self, site_id: str) -> Site | None:
+        try:
+            return _to_site(self.M.get(site_id, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def register(self, site_id: str, principal: str, now: float) -> Site:
+        M = self.M
+        try:
+            M(site_id, principal=principal, created_at=now).save(condition=M.site_id.does_not_exist())
+        except PutError as exc:
+            if not _condition_failed(exc):
+                raise
+        site = self.get(site_id)
+        assert site is not None
+        if site.principal != principal:
+            raise Conflict(f"site {site_id} belongs to another principal")
+        return site
+
+    def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
+        M = self.M
+        item = M(site_id)
+        try:
+            item.update(
+                actions=[M.fence.add(1), M.lease_owner.set(operation_id), M.lease_expires_at.set(now + duration)],
+                condition=M.site_id.exists() & (
+                    M.lease_owner.does_not_exist() | (M.lease_owner == operation_id) | (M.lease_expires_at <= now)
+                ),
+            )
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                current = self.get(site_id)
+                raise LeaseHeld(site_id, current.lease_owner if current else None,
+                                float(current.lease_expires_at or now) if current else now) from exc
+            raise
+        return Lease(site_id, operation_id, int(item.fence), float(item.lease_expires_at))
+
+    def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
+        M = self.M
+        try:
+            M(lease.site_id).update(
+                actions=[M.lease_expires_at.set(now + duration)],
+                condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner),
+            )
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                raise StaleFence(f"site {lease.site_id}: fence {lease.fence} is no longer current") from exc
+            raise
+        return Lease(lease.site_id, lease.owner, lease.fence, now + duration)
+
+    def release_lease(self, lease: Lease) -> bool:
+        M = self.M
+        try:
+            M(lease.site_id).update(actions=[M.lease_owner.remove(), M.lease_expires_at.remove()],
+                                    condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner))
+            return True
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                return False
+            raise
+
+    def list(self, limit: int = 100) -> list[Site]:
+        sites = [_to_site(item) for item in self.M.scan(limit=limit)]
+        return sorted(sites, key=lambda s: s.site_id)
+
+
+class DynamoCommitStore:
+    """The commit transaction spans the three tables: record, head (fenced) + release, operation status."""
+
+    def __init__(self, models: Models) -> None:
+        self.models = models
+
+    def commit(self, prepared: PreparedCommit, now: float) -> None:
+        C, S, O = self.models.Commit, self.models.Site, self.models.Operation
+        c, lease = prepared.commit, prepared.lease
+        record = C(c.operation_id, site_id=c.site_id, kind=c.kind.value, version=c.version,
+                   revision_id=c.revision_id, parent_revision=c.parent_revision, fence=c.fence,
+                   committed_at=c.committed_at, summary=c.summary)
+        connection = C._get_connection().connection
+        try:
+            with TransactWrite(connection=connection) as tx:
+                tx.save(record, condition=C.operation_id.does_not_exist())
+                tx.update(
+                    S(c.site_id),
+                    actions=[S.head_version.set(c.version), S.head_revision.set(c.revision_id),
+                             S.lease_owner.remove(), S.lease_expires_at.remove()],
+                    condition=(S.fence == lease.fence) & (S.lease_owner == lease.owner)
+                    & (S.head_version == prepared.expected_version),
+                )
+                tx.update(
+                    O(c.operation_id),
+                    actions=[O.status.set(Status.SUCCEEDED.value), O.result.set(prepared.result),
+                             O.finished_at.set(now), O.updated_at.set(now), O.error.remove()],
+                    condition=(O.status == Status.RUNNING.value) & (O.fence == lease.fence),
+                )
+        except TransactWriteError as exc:
+            reasons = [r.code if r else None for r in exc.cancellation_reasons]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise AlreadyCommitted(c.operation_id) from exc
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current") from exc
+            if len(reasons) > 2 and reasons[2] == "ConditionalCheckFailed":
+                raise NotRunnable(c.operation_id) from exc
+            raise
+
+    def get(self, operation_id: str) -> Commit | None:
+        try:
+            return _to_commit(self.models.Commit.get(operation_id, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def history(self, site_id: str, limit: int = 100) -> list[Commit]:
+        items = self.models.Commit.by_site.query(site_id, scan_index_forward=False, limit=limit)
+        return [_to_commit(item) for item in items]

@@ -1,0 +1,53 @@
+"""SQS FIFO adapters: the operations queue (group = site id), its DLQ, and a received message's visibility."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..model import QueueMessage
+
+MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
+
+
+class SqsOperationQueue:
+    def __init__(self, client: Any, queue_url: str, dlq_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+        self.dlq_url = dlq_url
+
+    def send(self, message: QueueMessage, dedup_id: str) -> str:
+        response = self.client.send_message(
+            QueueUrl=self.queue_url, MessageBody=message.to_body(),
+            MessageGroupId=message.site_id, MessageDeduplicationId=dedup_id,
+        )
+        return str(response["MessageId"])
+
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str:
+        response = self.client.send_message(
+            QueueUrl=self.dlq_url, MessageBody=message.to_body(), MessageGroupId=message.site_id,
+            MessageDeduplicationId=f"{dedup_id}-dead-a{attributes.get('attempt', '0')}",
+            MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items() if v},
+        )
+        return str(response["MessageId"])
+
+
+class SqsVisibility:
+    """ChangeMessageVisibility for one received message."""
+
+    def __init__(self, client: Any, queue_url: str, receipt_handle: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+        self.receipt_handle = receipt_handle
+
+    def change(self, seconds: float) -> None:
+        self.client.change_message_visibility(
+            QueueUrl=self.queue_url, ReceiptHandle=self.receipt_handle,
+            VisibilityTimeout=max(0, min(MAX_VISIBILITY_S, math.ceil(seconds))),
+        )
+
+
+def queue_arn_from_url(url: str, region: str) -> str:
+    """arn:aws:sqs:REGION:ACCOUNT:NAME from https://sqs.REGION.amazonaws.com/ACCOUNT/NAME (or a local endpoint)."""
+    account, name = url.rstrip("/").split("/")[-2:]
+    return f"arn:aws:sqs:{region}:{account}:{name}"

@@ -1,0 +1,156 @@
+"""The DynamoDB tables as pynamodb models: the single definition of keys and indexes.
+
+Models are built per deployment by `build_models()` (table names and region come from Settings), so nothing is
+bound at import. The local runtime creates tables from these models and the CDK stack reads `table_specs()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+
+@dataclass(frozen=True)
+class TableNames:
+    operations: str
+    sites: str
+    commits: str
+
+
+@dataclass(frozen=True)
+class Models:
+    Operation: type[Model]
+    Site: type[Model]
+    Commit: type[Model]
+
+    def all(self) -> tuple[type[Model], ...]:
+        return (self.Operation, self.Site, self.Commit)
+
+
+def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
+    """Model classes bound to these table names. `host=None` lets botocore read AWS_ENDPOINT_URL itself."""
+
+    def meta(table: str) -> type:
+        return type("Meta", (), {"table_name": table, "region": region, "host": host,
+                                 "billing_mode": "PAY_PER_REQUEST", "max_retry_attempts": 3})
+
+    def index_meta(name: str) -> type:
+        return type("Meta", (), {"index_name": name, "projection": AllProjection(),
+                                 "billing_mode": "PAY_PER_REQUEST"})
+
+    class OperationsBySite(GlobalSecondaryIndex):
+        Meta = index_meta("by-site")
+        site_id = UnicodeAttribute(hash_key=True)
+        created_at = NumberAttribute(range_key=True)
+
+    class OperationsByStatus(GlobalSecondaryIndex):
+        Meta = index_meta("by-status")
+        status = UnicodeAttribute(hash_key=True)
+        updated_at = NumberAttribute(range_key=True)
+
+    class OperationItem(Model):
+        Meta = meta(names.operations)
+        operation_id = UnicodeAttribute(hash_key=True)
+        site_id = UnicodeAttribute()
+        principal = UnicodeAttribute()
+        kind = UnicodeAttribute()
+        status = UnicodeAttribute()
+        input_key = UnicodeAttribute()
+        input_digest = UnicodeAttribute()
+        idempotency_key = UnicodeAttribute()
+        created_at = NumberAttribute()
+        updated_at = NumberAttribute()
+        attempt = NumberAttribute(default=0)
+        attempt_budget = NumberAttribute(default=5)
+        epoch = NumberAttribute(default=0)
+        fence = NumberAttribute(null=True)
+        queued_at = NumberAttribute(null=True)
+        started_at = NumberAttribute(null=True)
+        finished_at = NumberAttribute(null=True)
+        not_before = NumberAttribute(null=True)
+        error = JSONAttribute(null=True)
+        result = JSONAttribute(null=True)
+        by_site = OperationsBySite()
+        by_status = OperationsByStatus()
+
+    class SiteItem(Model):
+        Meta = meta(names.sites)
+        site_id = UnicodeAttribute(hash_key=True)
+        principal = UnicodeAttribute()
+        created_at = NumberAttribute()
+        head_version = NumberAttribute(default=0)
+        head_revision = UnicodeAttribute(null=True)
+        fence = NumberAttribute(default=0)
+        lease_owner = UnicodeAttribute(null=True)
+        lease_expires_at = NumberAttribute(null=True)
+        paused = BooleanAttribute(default=False)
+
+    class CommitsBySite(GlobalSecondaryIndex):
+        Meta = index_meta("by-site")
+        site_id = UnicodeAttribute(hash_key=True)
+        version = NumberAttribute(range_key=True)
+
+    class CommitItem(Model):
+        Meta = meta(names.commits)
+        operation_id = UnicodeAttribute(hash_key=True)
+        site_id = UnicodeAttribute()
+        kind = UnicodeAttribute()
+        version = NumberAttribute()
+        revision_id = UnicodeAttribute()
+        parent_revision = UnicodeAttribute(null=True)
+        fence = NumberAttribute()
+        committed_at = NumberAttribute()
+        summary = JSONAttribute(null=True)
+        by_site = CommitsBySite()
+
+    return Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem)
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    name: str
+    type: str  # "S" | "N" | "B"
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    name: str
+    partition: KeySpec
+    sort: KeySpec | None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What infrastructure needs to know about a table: its keys and global secondary indexes."""
+
+    logical_id: str
+    partition: KeySpec
+    sort: KeySpec | None
+    indexes: tuple[IndexSpec, ...]
+
+
+TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable"}
+
+
+def table_specs() -> dict[str, TableSpec]:
+    """Key and index definitions of every table, read off the models (the stack builds tables from these)."""
+    models = build_models(TableNames("operations", "sites", "commits"), "us-east-1")
+    specs = {}
+    for role, model in zip(("operations", "sites", "commits"), models.all(), strict=True):
+        schema: dict[str, Any] = model._get_schema()
+        types = {d["AttributeName"]: d["AttributeType"] for d in schema["attribute_definitions"]}
+
+        def keys(key_schema: list[dict[str, str]], types: dict[str, str] = types) -> tuple[KeySpec, KeySpec | None]:
+            hash_key = next(k["AttributeName"] for k in key_schema if k["KeyType"] == "HASH")
+            range_key = next((k["AttributeName"] for k in key_schema if k["KeyType"] == "RANGE"), None)
+            return KeySpec(hash_key, types[hash_key]), (KeySpec(range_key, types[range_key]) if range_key else None)
+
+        partition, sort = keys(schema["key_schema"])
+        indexes = tuple(IndexSpec(index["index_name"], *keys(index["key_schema"]))
+                        for index in schema["global_secondary_indexes"])
+        specs[role] = TableSpec(TABLE_LOGICAL_IDS[role], partition, sort, indexes)
+    return specs

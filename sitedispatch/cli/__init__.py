@@ -1,0 +1,1 @@
+"""The `sitedispatch` command line (typer + rich)."""

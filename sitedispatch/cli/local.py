@@ -1,0 +1,94 @@
+"""`sitedispatch local cloud|worker|scheduler|up`: the embedded local runtime."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
+from ..resources import QUEUES
+from .context import DEFAULT_LOCAL_ENV
+from .output import console
+
+app = typer.Typer(help="Run the whole system on this machine (moto server + event source mapping emulation).",
+                  no_args_is_help=True)
+
+
+def _policy(pairs: list[str]) -> dict[str, str]:
+    policy = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set takes FIELD=VALUE, got {pair!r}")
+        policy[key] = value
+    return policy
+
+
+@app.command("cloud")
+def cloud(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 4566,
+          env_file: Annotated[Path, typer.Option(help="where to write the environment for other processes")]
+          = DEFAULT_LOCAL_ENV,
+          function_timeout: Annotated[int, typer.Option(help="function timeout in seconds; queue visibility is "
+                                                             "6x this, the lease 1x")] = DEFAULT_FUNCTION_TIMEOUT_S,
+          set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
+          ) -> None:
+    """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
+    import logging
+
+    from ..local.cloud import serve
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    serve(port, env_file, function_timeout, _policy(set_ or []))
+
+
+@app.command("worker")
+def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}")] = "operations",
+           concurrency: Annotated[int, typer.Option(min=1, max=64, help="execution environments")] = 1,
+           timeout: Annotated[int | None, typer.Option(help="override the function timeout (s)")] = None) -> None:
+    """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
+    from ..local.esm import run_worker
+
+    if queue not in QUEUES or queue != "operations":
+        raise typer.BadParameter(f"queue {queue!r} has no consumer in this release (operations only)")
+    raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout))
+
+
+@app.command("scheduler")
+def scheduler(rate_scale: Annotated[float, typer.Option(help="multiply every schedule's rate")] = 1.0,
+              once: Annotated[bool, typer.Option(help="fire every schedule once and exit")] = False) -> None:
+    """Fire the schedules (EventBridge Scheduler's part) at their rates."""
+    from ..local.scheduler import run_scheduler
+    from ..settings import Settings
+
+    raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))  # type: ignore[call-arg]
+
+
+@app.command("up")
+def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566,
+       workers: Annotated[int, typer.Option(min=1, help="worker processes")] = 2,
+       concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
+       workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent) -> None:
+    """Cloud, workers and scheduler as child processes. Ctrl-C stops them all."""
+    from ..local.supervisor import LocalRuntime
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with LocalRuntime(workdir) as runtime:
+        env = runtime.start_cloud(port)
+        for _ in range(workers):
+            runtime.start_worker("operations", concurrency)
+        runtime.start_scheduler()
+        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}, {workers} workers x "
+                      f"{concurrency} environments, scheduler; logs in {workdir}/")
+        console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
+        while not stop.wait(1.0):
+            dead = [c.name for c in runtime.children if not c.alive()]
+            if dead:
+                console.print(f"[red]exited:[/] {', '.join(dead)}; stopping")
+                break
+    console.print("stopped")

@@ -1,0 +1,82 @@
+"""`sitedispatch ops get|list|wait`."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from ..errors import InvalidInput, NotFound
+from ..model import Operation, Status
+from .context import deps
+from .output import STATUS_STYLE, console, emit_json, reported, table, when
+
+app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _get(operation_id: str) -> Operation:
+    op = deps().operations.get(operation_id)
+    if op is None:
+        raise NotFound(f"operation {operation_id} not found")
+    return op
+
+
+def render(op: Operation) -> None:
+    rows = [
+        ["operation", op.operation_id], ["site", op.site_id], ["kind", op.kind.value], ["principal", op.principal],
+        ["status", f"[{STATUS_STYLE.get(op.status.value, '')}]{op.status.value}[/]"],
+        ["attempt", f"{op.attempt}/{op.attempt_budget} (epoch {op.epoch})"], ["fence", op.fence or "-"],
+        ["input digest", op.input_digest], ["created", when(op.created_at)], ["queued", when(op.queued_at)],
+        ["started", when(op.started_at)], ["finished", when(op.finished_at)],
+    ]
+    if op.result:
+        rows.append(["result", ", ".join(f"{k}={v}" for k, v in op.result.items())])
+    if op.error:
+        rows.append(["error", f"{op.error.error_class} [{op.error.code}] {op.error.message}"])
+    table("operation", ["field", "value"], rows)
+
+
+@app.command("get")
+def get(operation_id: str, json: JsonOpt = False) -> None:
+    """Show one operation."""
+    with reported(json):
+        op = _get(operation_id)
+        emit_json(op) if json else render(op)
+
+
+@app.command("list")
+def list_(site: Annotated[str | None, typer.Option(help="only this site")] = None,
+          status: Annotated[str | None, typer.Option(help="only this status")] = None,
+          limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50, json: JsonOpt = False) -> None:
+    """List operations, newest first."""
+    with reported(json):
+        try:
+            wanted = Status(status) if status else None
+        except ValueError:
+            raise InvalidInput(f"unknown status {status!r}", field="status") from None
+        ops = deps().operations.list(site_id=site, status=wanted, limit=limit)
+        if json:
+            emit_json(ops)
+            return
+        table(f"operations ({len(ops)})", ["operation", "site", "kind", "status", "attempt", "created"],
+              [[op.operation_id, op.site_id, op.kind.value, op.status.value, op.attempt, when(op.created_at)]
+               for op in ops], styler=lambda row: STATUS_STYLE.get(row[3], ""))
+
+
+@app.command("wait")
+def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds")] = 120.0,
+         json: JsonOpt = False) -> None:
+    """Wait until the operation is terminal. Exit 0 if it succeeded, 1 if it ended otherwise or timed out."""
+    with reported(json):
+        deadline = time.monotonic() + timeout
+        op = _get(operation_id)
+        while not op.status.terminal and time.monotonic() < deadline:
+            time.sleep(0.2)
+            op = _get(operation_id)
+        emit_json(op) if json else render(op)
+        if not op.status.terminal:
+            console.print(f"[yellow]still {op.status.value} after {timeout:g}s[/]")
+        if op.status != Status.SUCCEEDED:
+            raise typer.Exit(1)

@@ -1,0 +1,110 @@
+"""Exit codes, error reporting and the table/JSON rendering every command shares."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import Backpressure, Conflict, InvalidInput, NotFound, SiteDispatchError
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+EXIT_NOT_FOUND = 3
+EXIT_CONFLICT = 4
+EXIT_BACKPRESSURE = 75
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def exit_code_for(exc: SiteDispatchError) -> int:
+    if isinstance(exc, InvalidInput):
+        return EXIT_INVALID
+    if isinstance(exc, NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, Backpressure):
+        return EXIT_BACKPRESSURE
+    if isinstance(exc, Conflict):
+        return EXIT_CONFLICT
+    return 1
+
+
+def error_document(exc: SiteDispatchError) -> dict[str, Any]:
+    doc: dict[str, Any] = {"error": exc.code, "message": str(exc)}
+    if isinstance(exc, InvalidInput) and exc.field:
+        doc["field"] = exc.field
+    if isinstance(exc, Backpressure):
+        doc.update(limit=exc.limit, value=exc.value, maximum=exc.maximum, retry_after_s=exc.retry_after_s,
+                   estimated_delay_s=exc.estimated_delay_s)
+    return doc
+
+
+@contextmanager
+def reported(as_json: bool) -> Iterator[None]:
+    """Turn domain errors into the documented exit codes, with one human line or a JSON error document."""
+    try:
+        yield
+    except SiteDispatchError as exc:
+        if as_json:
+            print(json.dumps(error_document(exc)))
+        else:
+            err_console.print(f"[bold red]error[/] ({exc.code}): {exc}")
+        raise typer.Exit(exit_code_for(exc)) from None
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses, enums and tuples as JSON-ready values."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(plain(value), indent=2, sort_keys=True, default=str) + "\n")
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]], styler: Callable[[list[Any]], str] | None = None
+          ) -> None:
+    t = Table(title=title, show_lines=False)
+    for column in columns:
+        t.add_column(column)
+    for row in rows:
+        t.add_row(*(str(cell) for cell in row), style=styler(row) if styler else None)
+    console.print(t)
+
+
+STATUS_STYLE = {"succeeded": "green", "dead": "red", "running": "yellow", "queued": "cyan", "accepted": "cyan",
+                "cancelled": "magenta", "superseded": "dim"}
+
+
+def render_status(report: Any) -> None:
+    table("queues", ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth"],
+          [[q.queue, q.visible, q.in_flight, "-" if q.oldest_age_s is None else f"{q.oldest_age_s:.1f}",
+            q.dlq_depth] for q in report.queues],
+          styler=lambda row: "red" if row[4] not in (0, "0") else "")
+    table("operation backlog", ["status", "operations"], [[k, v] for k, v in report.backlog_by_status.items()])
+    if report.backlog_by_principal:
+        table("backlog per principal", ["principal", "operations"],
+              [[k, v] for k, v in sorted(report.backlog_by_principal.items())])

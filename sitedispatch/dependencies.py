@@ -1,0 +1,95 @@
+"""The one factory that turns Settings into wired ports. Clients are built here, lazily, never at import."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from .settings import Settings
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass
+class Dependencies:
+    settings: Settings
+    clock: SystemClock = field(default_factory=SystemClock)
+
+    @cached_property
+    def session(self) -> Any:
+        import boto3
+
+        return boto3.session.Session(region_name=self.settings.region)
+
+    @cached_property
+    def sqs(self) -> Any:
+        return self.session.client("sqs")
+
+    @cached_property
+    def s3(self) -> Any:
+        return self.session.client("s3")
+
+    @cached_property
+    def models(self) -> Any:
+        from .aws.tables import TableNames, build_models
+
+        s = self.settings
+        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table), s.region)
+
+    @cached_property
+    def operations(self) -> Any:
+        from .aws.dynamo import DynamoOperationStore
+
+        return DynamoOperationStore(self.models)
+
+    @cached_property
+    def sites(self) -> Any:
+        from .aws.dynamo import DynamoSiteStore
+
+        return DynamoSiteStore(self.models)
+
+    @cached_property
+    def commits(self) -> Any:
+        from .aws.dynamo import DynamoCommitStore
+
+        return DynamoCommitStore(self.models)
+
+    @cached_property
+    def blobs(self) -> Any:
+        from .aws.s3 import S3BlobStore
+
+        return S3BlobStore(self.s3, self.settings.bucket)
+
+    @cached_property
+    def queue(self) -> Any:
+        from .aws.sqs import SqsOperationQueue
+
+        return SqsOperationQueue(self.sqs, self.settings.operations_queue_url, self.settings.operations_dlq_url)
+
+    def warm(self) -> Dependencies:
+        """Build every client now (an init phase), so the first request pays no client construction."""
+        for model in self.models.all():
+            _ = model._get_connection().connection.client
+        _ = self.sqs, self.s3, self.operations, self.sites, self.commits, self.blobs, self.queue
+        return self
+
+    def submitter(self) -> Any:
+        from .submission import SubmitDeps, Submitter
+
+        return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock))
+
+    def worker(self) -> Any:
+        from .handlers import handler_map
+        from .worker import OperationsWorker, WorkerDeps
+
+        return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
+                                           self.queue, self.clock, handler_map(), random.Random()))

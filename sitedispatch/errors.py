@@ -1,0 +1,107 @@
+"""Typed domain errors. AWS error codes are mapped to these in `sitedispatch.aws`, never leaked upward."""
+
+from __future__ import annotations
+
+
+class SiteDispatchError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    code = "error"
+
+
+class InvalidInput(SiteDispatchError):
+    """Refused before anything is written; names the offending field."""
+
+    code = "invalid_input"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(SiteDispatchError):
+    code = "not_found"
+
+
+class Conflict(SiteDispatchError):
+    code = "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    """Same idempotency key, different input."""
+
+    code = "idempotency_conflict"
+
+
+class AlreadyExists(Conflict):
+    """A conditional create found the item (DynamoDB attribute_not_exists, S3 If-None-Match 412)."""
+
+    code = "already_exists"
+
+
+class LeaseHeld(Conflict):
+    """Another operation holds the site's unexpired mutation lease."""
+
+    code = "lease_held"
+
+    def __init__(self, site_id: str, holder: str | None, expires_at: float) -> None:
+        super().__init__(f"site {site_id} lease held by {holder} until {expires_at:.3f}")
+        self.site_id = site_id
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class StaleFence(Conflict):
+    """A write carried a fencing token that is no longer the site's current one."""
+
+    code = "stale_fence"
+
+
+class AlreadyCommitted(Conflict):
+    """The operation's commit record exists: the effect already happened."""
+
+    code = "already_committed"
+
+
+class NotRunnable(Conflict):
+    """The operation is not in a state this step may move it from (terminal, cancelled, budget spent)."""
+
+    code = "not_runnable"
+
+
+class Backpressure(SiteDispatchError):
+    """A flow-control limit was hit: nothing was accepted; retry after `retry_after_s`."""
+
+    code = "backpressure"
+
+    def __init__(self, message: str, *, limit: str, value: int, maximum: int,
+                 retry_after_s: float, estimated_delay_s: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.maximum = maximum
+        self.retry_after_s = retry_after_s
+        self.estimated_delay_s = estimated_delay_s
+
+
+class OperationFailure(SiteDispatchError):
+    """Raised by handlers. Subclasses decide between retry and dead."""
+
+    code = "operation_failure"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+class PermanentError(OperationFailure):
+    """Invalid data, a business rule, revoked access: dead at once, no retries."""
+
+    code = "permanent"
+
+
+class TransientError(OperationFailure):
+    """A dependency hiccup: retried with backoff while attempts remain."""
+
+    code = "transient"

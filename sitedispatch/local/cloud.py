@@ -1,0 +1,129 @@
+"""`sitedispatch local cloud`: a moto server holding the stack's resources, created from the shared definitions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..aws.tables import TableNames, build_models
+from ..resources import QUEUES, REDRIVE_BACKSTOP_RECEIVES, RETENTION_S, TABLE_FIELDS, visibility_timeout_s
+from ..settings import Settings
+
+LOCAL_PREFIX = "sitedispatch"
+LOCAL_REGION = "us-east-1"
+# moto accepts any credentials; these make sure nothing ever reaches for real ones (or for instance metadata).
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": LOCAL_REGION,
+    "AWS_REGION": LOCAL_REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+DEFAULT_FUNCTION_TIMEOUT_S = 30
+
+
+def patch_moto_long_poll() -> None:
+    """moto's long poll spins at 100% CPU while visible messages exist whose FIFO groups are all in flight
+    (its wait returns at once whenever the queue is non-empty). Sleep briefly in that case instead."""
+    from moto.sqs.models import Queue
+
+    def wait_for_messages(self: Any, timeout: int) -> None:
+        with self._messages_lock:
+            had_messages = self._messages_lock.wait_for(lambda: self.messages, timeout=timeout)
+        if had_messages:
+            time.sleep(0.02)
+
+    Queue.wait_for_messages = wait_for_messages
+
+
+def local_environment(settings: Settings, endpoint: str) -> dict[str, str]:
+    """Everything a local process needs: the settings, the endpoint, fake credentials, Powertools switches."""
+    return {
+        **FAKE_AWS,
+        "AWS_ENDPOINT_URL": endpoint,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_SERVICE_NAME": "sitedispatch",
+        "POWERTOOLS_METRICS_NAMESPACE": "SiteDispatch",
+        **settings.to_environment(),
+    }
+
+
+def create_resources(endpoint: str, *, prefix: str = LOCAL_PREFIX, region: str = LOCAL_REGION,
+                     function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S, **policy: Any) -> Settings:
+    """Create the queues, tables and bucket in the emulator; return the Settings that point at them."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
+    sqs = session.client("sqs", endpoint_url=endpoint)
+    fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
+    for spec in QUEUES.values():
+        dlq_url = sqs.create_queue(QueueName=spec.local_dlq_name(prefix), Attributes={
+            "FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_S)})["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = sqs.create_queue(QueueName=spec.local_name(prefix), Attributes={
+            "FifoQueue": "true",
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+            "VisibilityTimeout": str(visibility_timeout_s(function_timeout_s)),
+            "MessageRetentionPeriod": str(RETENTION_S),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
+                                         "maxReceiveCount": REDRIVE_BACKSTOP_RECEIVES}),
+        })["QueueUrl"]
+        fields[spec.url_field] = url
+        fields[spec.dlq_url_field] = dlq_url
+    for role, field in TABLE_FIELDS.items():
+        fields[field] = f"{prefix}-{role}"
+    names = TableNames(fields["operations_table"], fields["sites_table"], fields["commits_table"])
+    for model in build_models(names, region, host=endpoint).all():
+        if not model.exists():
+            model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+    fields["bucket"] = f"{prefix}-local"
+    s3 = session.client("s3", endpoint_url=endpoint)
+    s3.create_bucket(Bucket=fields["bucket"])
+    return Settings(**fields)
+
+
+def write_env_file(path: Path, env: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    tmp.replace(path)
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    env = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key] = value
+    return env
+
+
+def serve(port: int, env_file: Path | None, function_timeout_s: int, policy: dict[str, Any]) -> None:
+    """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ.update(FAKE_AWS)
+    patch_moto_long_poll()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    endpoint = f"http://{host}:{bound}"
+    settings = create_resources(endpoint, function_timeout_s=function_timeout_s, **policy)
+    env = local_environment(settings, endpoint)
+    if env_file:
+        write_env_file(env_file, env)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(json.dumps({"ready": True, "endpoint": endpoint, "env": env}), flush=True)
+    stop.wait()
+    server.stop()
+    sys.stdout.flush()

@@ -1,0 +1,145 @@
+"""Start, watch and stop the local runtime's processes (cloud, workers, scheduler) for `local up`, the demo and tests.
+
+Each child is its own process group (so a test can SIGKILL or SIGSTOP a worker with all its environments), logs to a
+file under the work directory, and announces readiness with one JSON line containing "ready".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class LocalRuntime:
+    """A set of local processes sharing one emulated cloud. Use as a context manager: every child is stopped."""
+
+    def __init__(self, workdir: Path, python: str = sys.executable) -> None:
+        self.workdir = workdir
+        self.python = python
+        self.children: list[Child] = []
+        self.env: dict[str, str] = {}
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    def __enter__(self) -> LocalRuntime:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop_all()
+
+    @property
+    def env_file(self) -> Path:
+        return self.workdir / "local.env"
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
+        log = self.workdir / f"{name}.log"
+        handle = log.open("ab")
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen([self.python, "-m", "sitedispatch", *args], stdout=handle,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+                                   start_new_session=True)
+        handle.close()
+        child = Child(name, process, log)
+        self.children.append(child)
+        return child
+
+    def _await_ready(self, child: Child, offset: int, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with child.log.open("rb") as fh:
+                fh.seek(offset)
+                for line in fh:
+                    if b'"ready"' in line:
+                        try:
+                            child.ready = json.loads(line)
+                            return child.ready
+                        except ValueError:
+                            continue
+            if not child.alive():
+                raise RuntimeError(f"{child.name} exited with {child.process.returncode}; see {child.log}")
+            time.sleep(0.05)
+        raise TimeoutError(f"{child.name} not ready after {timeout_s}s; see {child.log}")
+
+    def _log_offset(self, name: str) -> int:
+        log = self.workdir / f"{name}.log"
+        return log.stat().st_size if log.exists() else 0
+
+    def start_cloud(self, port: int = 0, function_timeout_s: int | None = None,
+                    policy: dict[str, Any] | None = None) -> dict[str, str]:
+        args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
+        if function_timeout_s:
+            args += ["--function-timeout", str(function_timeout_s)]
+        for key, value in (policy or {}).items():
+            args += ["--set", f"{key}={value}"]
+        offset = self._log_offset("cloud")
+        child = self._spawn("cloud", args)
+        ready = self._await_ready(child, offset)
+        self.env = dict(ready["env"])
+        return self.env
+
+    def start_worker(self, queue: str = "operations", concurrency: int = 1, name: str | None = None) -> Child:
+        name = name or f"worker-{queue}-{sum(c.name.startswith(f'worker-{queue}') for c in self.children)}"
+        offset = self._log_offset(name)
+        child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency)],
+                            self.env)
+        self._await_ready(child, offset)
+        return child
+
+    def start_scheduler(self, rate_scale: float = 1.0) -> Child:
+        offset = self._log_offset("scheduler")
+        child = self._spawn("scheduler", ["local", "scheduler", "--rate-scale", str(rate_scale)], self.env)
+        self._await_ready(child, offset)
+        return child
+
+    def stop(self, child: Child, timeout_s: float = 10.0) -> None:
+        if child.alive():
+            child.signal_group(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            child.signal_group(signal.SIGTERM)
+            try:
+                child.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                child.signal_group(signal.SIGKILL)
+                child.process.wait(timeout=timeout_s)
+        else:
+            child.signal_group(signal.SIGKILL)  # reap environments orphaned by a killed host
+        if child in self.children:
+            self.children.remove(child)
+
+    def kill(self, child: Child) -> None:
+        """SIGKILL the whole process group: a host failure."""
+        child.signal_group(signal.SIGKILL)
+        child.process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        # Workers and scheduler first, the cloud they talk to last.
+        for child in sorted(self.children, key=lambda c: c.name == "cloud"):
+            self.stop(child)

@@ -1,0 +1,145 @@
+"""Domain types: operations, sites, leases, commits and queue messages."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SITE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+
+
+class Kind(StrEnum):
+    PROVISION = "provision"
+    IMPORT = "import"
+    PUBLISH = "publish"
+    WP_CRON = "wp_cron"
+    RECOVER = "recover"
+
+
+class Status(StrEnum):
+    ACCEPTED = "accepted"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    DEAD = "dead"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Status.DEAD})
+RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
+
+
+def operation_id_for(principal: str, site_id: str, kind: str, idempotency_key: str) -> str:
+    """Deterministic operation id: the same (principal, site, kind, key) always names the same operation."""
+    material = "\x1f".join((principal, site_id, kind, idempotency_key)).encode()
+    return "op_" + hashlib.sha256(material).hexdigest()[:32]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why an attempt failed."""
+
+    error_class: str
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    site_id: str
+    principal: str
+    kind: Kind
+    status: Status
+    input_key: str
+    input_digest: str
+    idempotency_key: str
+    created_at: float
+    updated_at: float
+    attempt: int = 0
+    attempt_budget: int = 5
+    epoch: int = 0
+    fence: int | None = None
+    queued_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    not_before: float | None = None
+    error: ErrorInfo | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dedup_id(self) -> str:
+        """SQS deduplication id: a redrive or replay (new epoch) is a new delivery, a resend is not."""
+        return f"{self.operation_id}-e{self.epoch}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held mutation lease: the fencing token `fence` is what every fenced write is checked against."""
+
+    site_id: str
+    owner: str
+    fence: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Site:
+    site_id: str
+    principal: str
+    created_at: float
+    head_version: int = 0
+    head_revision: str | None = None
+    fence: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    paused: bool = False
+
+    def lease_free_for(self, operation_id: str, now: float) -> bool:
+        return (
+            self.lease_owner is None
+            or self.lease_owner == operation_id
+            or (self.lease_expires_at is not None and self.lease_expires_at <= now)
+        )
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One canonical mutation of a site, identified by the operation that made it."""
+
+    operation_id: str
+    site_id: str
+    kind: Kind
+    version: int
+    revision_id: str
+    parent_revision: str | None
+    fence: int
+    committed_at: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """The whole body of an operations message: it only identifies durable state."""
+
+    operation_id: str
+    site_id: str
+
+    def to_body(self) -> str:
+        import json
+
+        return json.dumps({"operation_id": self.operation_id, "site_id": self.site_id}, separators=(",", ":"))

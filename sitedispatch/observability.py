@@ -1,0 +1,26 @@
+"""One Logger, Metrics and Tracer for the whole service (Powertools). Building them has no AWS side effect."""
+
+from __future__ import annotations
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+SERVICE = "sitedispatch"
+NAMESPACE = "SiteDispatch"
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
+
+
+def count(name: str, value: float = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def seconds(name: str, value: float) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=value)
+
+
+def bind(**keys: object) -> None:
+    """Append keys (site_id, operation_id, attempt) to every following log record of this invocation."""
+    logger.append_keys(**keys)

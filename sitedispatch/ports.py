@@ -1,0 +1,102 @@
+"""The ports the core talks through. AWS adapters live in `sitedispatch.aws`; tests use in-memory fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .model import Commit, ErrorInfo, Lease, Operation, QueueMessage, Site, Status
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class OperationStore(Protocol):
+    def create(self, op: Operation) -> None:
+        """Insert; raises AlreadyExists if the id is taken."""
+
+    def get(self, operation_id: str) -> Operation | None: ...
+
+    def mark_queued(self, operation_id: str, now: float) -> bool:
+        """accepted -> queued. False when the operation had already moved on (a fast worker)."""
+
+    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
+        """Spend one attempt: runnable and attempt < budget, else NotRunnable."""
+
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
+        """running -> queued, only while `fence` is still the operation's fence (else StaleFence)."""
+
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
+        """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours)."""
+
+    def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]: ...
+
+
+class SiteStore(Protocol):
+    def get(self, site_id: str) -> Site | None: ...
+
+    def register(self, site_id: str, principal: str, now: float) -> Site:
+        """Create the site owned by `principal` if absent; Conflict if another principal owns it."""
+
+    def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
+        """Conditional: free, expired or already ours. Increments the fence. Raises LeaseHeld."""
+
+    def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
+        """Conditional on the fence being still ours; raises StaleFence."""
+
+    def release_lease(self, lease: Lease) -> bool:
+        """Conditional on the fence; False (not an error) when someone else holds it by now."""
+
+    def list(self, limit: int = 100) -> list[Site]: ...
+
+
+@dataclass(frozen=True)
+class PreparedCommit:
+    """Everything the commit transaction writes: the record, the new head, the lease release, the status."""
+
+    commit: Commit
+    lease: Lease
+    expected_version: int
+    result: dict[str, Any]
+
+
+class CommitStore(Protocol):
+    def commit(self, prepared: PreparedCommit, now: float) -> None:
+        """One transaction. AlreadyCommitted if the record exists; StaleFence if the site fence moved;
+        NotRunnable if the operation is no longer running under this fence."""
+
+    def get(self, operation_id: str) -> Commit | None: ...
+
+    def history(self, site_id: str, limit: int = 100) -> list[Commit]: ...
+
+
+class BlobStore(Protocol):
+    def put_if_absent(self, key: str, body: bytes, content_type: str = "application/json") -> bool:
+        """Conditional PUT (If-None-Match: *): True if written, False if the object already existed."""
+
+    def get(self, key: str) -> bytes:
+        """Raises NotFound."""
+
+
+class OperationQueue(Protocol):
+    def send(self, message: QueueMessage, dedup_id: str) -> str:
+        """Send with MessageGroupId = site id; returns the message id."""
+
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str: ...
+
+
+class Visibility(Protocol):
+    """The received message whose visibility the worker controls (defer, backoff, heartbeat)."""
+
+    def change(self, seconds: float) -> None: ...
+
+
+class Handler(Protocol):
+    def __call__(self, ctx: Any, payload: Any) -> Any: ...
+
+
+Ops = Sequence[Operation]

@@ -1,0 +1,77 @@
+"""Resource definitions shared by the CDK stack and the local runtime: queues, functions, schedules, the bucket.
+
+Tables are defined by their pynamodb models (`sitedispatch.aws.tables`). Each resource names the Settings field that
+carries its URL or name into a function's environment, so no environment variable name is typed twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The queues' redrive policy is a backstop only: the worker dead-letters by itself after the attempt budget.
+# Deferrals (paused site, held lease) also raise SQS's receive count, so the backstop sits far above the budget.
+REDRIVE_BACKSTOP_RECEIVES = 100
+VISIBILITY_PER_TIMEOUT = 6  # AWS's guidance for SQS event sources: visibility >= 6 x function timeout
+RETENTION_S = 14 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    role: str
+    logical_id: str
+    url_field: str  # Settings field holding the queue URL
+    dlq_logical_id: str
+    dlq_url_field: str
+    function: str  # FunctionSpec.role consuming it
+
+    def local_name(self, prefix: str) -> str:
+        return f"{prefix}-{self.role}.fifo"
+
+    def local_dlq_name(self, prefix: str) -> str:
+        return f"{prefix}-{self.role}-dlq.fifo"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    role: str
+    logical_id: str
+    handler: str  # "module.function"
+    timeout_s: int
+    memory_mb: int
+    batch_size: int  # event source mapping batch size (0: not queue-driven)
+    init: str | None = None  # "module.function" run once per execution environment before it takes work
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    rate_s: int
+    function: str
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {
+    "operations": FunctionSpec("operations", "OperationsWorker", "functions.operations_worker.handler",
+                               timeout_s=120, memory_mb=1024, batch_size=1,
+                               init="functions.operations_worker.warm"),
+    "reconciler": FunctionSpec("reconciler", "Reconciler", "functions.reconciler.handler",
+                               timeout_s=60, memory_mb=512, batch_size=0),
+}
+
+QUEUES: dict[str, QueueSpec] = {
+    "operations": QueueSpec("operations", "OperationsQueue", "operations_queue_url",
+                            "OperationsDeadLetterQueue", "operations_dlq_url", function="operations"),
+    "publications": QueueSpec("publications", "PublicationsQueue", "publications_queue_url",
+                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="operations"),
+}
+
+SCHEDULES: dict[str, ScheduleSpec] = {
+    "reconcile": ScheduleSpec("reconcile", 60, "reconciler"),
+}
+
+BUCKET_LOGICAL_ID = "DispatchBucket"
+BUCKET_FIELD = "bucket"
+TABLE_FIELDS = {"operations": "operations_table", "sites": "sites_table", "commits": "commits_table"}
+
+
+def visibility_timeout_s(function_timeout_s: int) -> int:
+    return VISIBILITY_PER_TIMEOUT * function_timeout_s

@@ -1,0 +1,51 @@
+"""Runtime settings: one frozen object built from environment variables once.
+
+The environment variable of each field is `SITEDISPATCH_<FIELD>`; `env_name()` is the single place that spelling lives,
+so the CDK stack and the local runtime derive their environments from this model instead of retyping names.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "SITEDISPATCH_"
+
+
+class Settings(BaseSettings):
+    """What every function and the CLI need to find resources and apply policy."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+
+    region: str = Field(default="us-east-1", description="AWS region of every resource")
+    operations_queue_url: str
+    operations_dlq_url: str
+    publications_queue_url: str
+    publications_dlq_url: str
+    operations_table: str
+    sites_table: str
+    commits_table: str
+    bucket: str
+
+    attempt_budget: int = Field(default=5, ge=1, le=100)
+    lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")
+    backoff_base_s: float = Field(default=2.0, gt=0)
+    backoff_cap_s: float = Field(default=900.0, gt=0)
+    defer_max_s: float = Field(default=30.0, gt=0, description="longest deferral while another operation holds the lease")
+    max_input_bytes: int = Field(default=256 * 1024, gt=0)
+    reference_latency_s: float = Field(
+        default=0.0, ge=0,
+        description="simulated service latency of the reference runtime's provisioning (a real WordPress install "
+                    "takes seconds); 0 in production code paths, set by demos and parallelism tests",
+    )
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The environment variable that carries `field`."""
+        if field not in cls.model_fields:
+            raise KeyError(field)
+        return f"{ENV_PREFIX}{field.upper()}"
+
+    def to_environment(self) -> dict[str, str]:
+        """This object as the environment variables that rebuild it."""
+        return {self.env_name(name): str(value) for name, value in self.model_dump().items()}

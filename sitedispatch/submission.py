@@ -1,0 +1,102 @@
+"""Submit: validate, derive the operation id, store the input, write the row, send the message, mark queued."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import observability as obs
+from .errors import AlreadyExists, IdempotencyConflict, InvalidInput
+from .model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, Kind, Operation, QueueMessage, Status, operation_id_for, sha256_hex
+from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from .schemas import parse_input
+from .settings import Settings
+
+
+@dataclass(frozen=True)
+class Submitted:
+    operation: Operation
+    created: bool  # False: the idempotency key named an existing operation with the same input
+
+
+@dataclass
+class SubmitDeps:
+    settings: Settings
+    operations: OperationStore
+    sites: SiteStore
+    blobs: BlobStore
+    queue: OperationQueue
+    clock: Clock
+
+
+def input_key(site_id: str, digest: str) -> str:
+    return f"inputs/{site_id}/{digest}.json"
+
+
+class Submitter:
+    def __init__(self, deps: SubmitDeps) -> None:
+        self.d = deps
+
+    def submit(self, *, kind: str, site_id: str, principal: str, params: dict[str, Any],
+               idempotency_key: str | None = None, raw_size: int | None = None) -> Submitted:
+        """Accept one operation, or refuse it before anything is written."""
+        d = self.d
+        kind_enum = _parse_kind(kind)
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        if not PRINCIPAL_PATTERN.match(principal):
+            raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field="as")
+        if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
+            raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
+        payload = parse_input(kind_enum, params)
+        body = payload.canonical_bytes()
+        size = max(len(body), raw_size or 0)
+        if size > d.settings.max_input_bytes:
+            raise InvalidInput(f"input is {size} bytes, over the {d.settings.max_input_bytes}-byte limit",
+                               field="input")
+        digest = sha256_hex(body)
+        key = idempotency_key or uuid.uuid4().hex
+        operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
+
+        existing = d.operations.get(operation_id)
+        if existing is not None:
+            return self._same_or_conflict(existing, digest)
+
+        now = d.clock.now()
+        d.sites.register(site_id, principal, now)
+        d.blobs.put_if_absent(input_key(site_id, digest), body)
+        op = Operation(
+            operation_id=operation_id, site_id=site_id, principal=principal, kind=kind_enum,
+            status=Status.ACCEPTED, input_key=input_key(site_id, digest), input_digest=digest,
+            idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
+        )
+        try:
+            d.operations.create(op)
+        except AlreadyExists:
+            # A concurrent submit with the same key won the race.
+            existing = d.operations.get(operation_id)
+            assert existing is not None
+            return self._same_or_conflict(existing, digest)
+        # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
+        sent_at = d.clock.now()
+        d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id)
+        d.operations.mark_queued(operation_id, sent_at)
+        obs.count("OperationAccepted")
+        refreshed = d.operations.get(operation_id) or op
+        return Submitted(refreshed, created=True)
+
+    @staticmethod
+    def _same_or_conflict(existing: Operation, digest: str) -> Submitted:
+        if existing.input_digest != digest:
+            raise IdempotencyConflict(
+                f"idempotency key already used by {existing.operation_id} with a different input "
+                f"(digest {existing.input_digest[:12]}…, this input {digest[:12]}…)")
+        return Submitted(existing, created=False)
+
+
+def _parse_kind(kind: str) -> Kind:
+    try:
+        return Kind(kind)
+    except ValueError:
+        raise InvalidInput(f"unknown kind {kind!r}; kinds: {', '.join(k.value for k in Kind)}", field="kind") from None

@@ -1,0 +1,1 @@
+"""The reference WordPress runtime: a WordPress-shaped content store (no PHP)."""

@@ -1,0 +1,209 @@
+"""The operations worker's core: one delivered message in, one outcome out.
+
+Steps (DESIGN.md "Operations worker"): load, skip duplicates and terminal ones, defer paused sites and held leases
+(without spending an attempt), claim the lease (fence + 1), spend an attempt, run the kind's handler, commit in one
+fenced transaction. Every store write that matters is conditional in the store, never checked here first.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass
+from enum import StrEnum
+
+from . import observability as obs
+from .backoff import full_jitter
+from .context import HandlerContext
+from .errors import AlreadyCommitted, AlreadyExists, LeaseHeld, NotRunnable, PermanentError, StaleFence
+from .handlers import HandlerFn
+from .model import Commit, ErrorInfo, Kind, Lease, Operation, QueueMessage, Status
+from .ports import BlobStore, Clock, CommitStore, OperationQueue, OperationStore, PreparedCommit, SiteStore, Visibility
+from .schemas import load_input
+from .settings import Settings
+from .wordpress.content import snapshot_key
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"  # committed now, or found already committed
+    ACKED = "acked"  # nothing to do: unknown, terminal or duplicate
+    DEFERRED = "deferred"  # paused site or held lease: back later, no attempt spent
+    RETRYING = "retrying"  # attempt failed, backoff set
+    DEAD = "dead"  # permanent failure or budget spent: dead-lettered
+
+    @property
+    def delete_message(self) -> bool:
+        return self in {Outcome.SUCCEEDED, Outcome.ACKED, Outcome.DEAD}
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    reason: str = ""
+    delay_s: float = 0.0
+    commit: Commit | None = None
+
+
+@dataclass
+class WorkerDeps:
+    settings: Settings
+    operations: OperationStore
+    sites: SiteStore
+    commits: CommitStore
+    blobs: BlobStore
+    queue: OperationQueue
+    clock: Clock
+    handlers: dict[Kind, HandlerFn]
+    rng: random.Random
+
+
+class OperationsWorker:
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.d = deps
+
+    def process(self, message: QueueMessage, visibility: Visibility) -> Result:
+        """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`."""
+        d = self.d
+        op = d.operations.get(message.operation_id)
+        if op is None:
+            return self._ack("unknown_operation", message)
+        obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
+        if op.site_id != message.site_id:
+            return self._ack("site_mismatch", message)
+        if op.status.terminal:
+            return self._ack(f"already_{op.status.value}", message)
+
+        now = d.clock.now()
+        site = d.sites.get(op.site_id)
+        if site is None:
+            error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
+            return self._dead(op, None, error, message)
+        if site.paused:
+            return self._defer(visibility, d.settings.defer_max_s, "site_paused")
+        if op.not_before and op.not_before > now:
+            return self._defer(visibility, op.not_before - now, "backoff_pending")
+
+        try:
+            lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
+        except LeaseHeld as held:
+            wait = min(max(held.expires_at - now, 1.0), d.settings.defer_max_s)
+            return self._defer(visibility, wait, "lease_held")
+
+        try:
+            op = d.operations.start_attempt(op.operation_id, lease.fence, now)
+        except NotRunnable:
+            return self._not_runnable(op.operation_id, lease, message)
+        obs.bind(attempt=op.attempt, fence=lease.fence)
+        obs.count("AttemptStarted")
+        if op.queued_at:
+            obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
+        return self._run(op, site, lease, message, visibility)
+
+    def _run(self, op: Operation, site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
+        d = self.d
+        handler = d.handlers.get(op.kind)
+        try:
+            if handler is None:
+                raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
+            payload = load_input(op.kind, d.blobs.get(op.input_key))
+            ctx = HandlerContext(site=site, operation=op, lease=lease, payload=payload, settings=d.settings,
+                                 clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility)
+            mutation = handler(ctx, payload)
+            lease = ctx.lease
+            revision_id = mutation.content.revision_id
+            d.blobs.put_if_absent(snapshot_key(op.site_id, revision_id), mutation.content.canonical_bytes())
+            commit = Commit(
+                operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,
+                revision_id=revision_id, parent_revision=site.head_revision, fence=lease.fence,
+                committed_at=d.clock.now(), summary=mutation.summary,
+            )
+            d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
+                                            result={"version": commit.version, "revision_id": revision_id}),
+                             d.clock.now())
+        except AlreadyCommitted:
+            obs.count("DuplicateCommitAvoided")
+            return Result(Outcome.SUCCEEDED, "already_committed", commit=d.commits.get(op.operation_id))
+        except (StaleFence, NotRunnable) as lost:
+            # Someone else holds the site now (our lease expired, or a duplicate delivery took it): our work is void.
+            # Come back later; the next delivery sees the winner's outcome.
+            obs.count("LeaseLost")
+            obs.logger.warning("lease lost before commit", extra={"reason": lost.code})
+            return self._defer(visibility, d.settings.defer_max_s, f"lease_lost:{lost.code}")
+        except PermanentError as exc:
+            d.sites.release_lease(lease)
+            error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
+            return self._dead(op, lease.fence, error, message)
+        except Exception as exc:  # noqa: BLE001 - every other failure is retryable by design, and recorded below
+            d.sites.release_lease(lease)
+            code = getattr(exc, "code", None) or type(exc).__name__
+            error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
+            return self._retry(op, lease.fence, error, message, visibility)
+        obs.count("OperationSucceeded")
+        obs.seconds("OperationDuration", d.clock.now() - (op.started_at or commit.committed_at))
+        obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
+        return Result(Outcome.SUCCEEDED, "committed", commit=commit)
+
+    def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
+               visibility: Visibility) -> Result:
+        d = self.d
+        if op.attempt >= op.attempt_budget:
+            return self._dead(op, fence, ErrorInfo(error.error_class, error.code,
+                                                   f"attempt budget {op.attempt_budget} spent; last error: "
+                                                   f"{error.message}", False), message)
+        delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
+        now = d.clock.now()
+        try:
+            d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now)
+        except (StaleFence, NotRunnable):
+            return self._defer(visibility, d.settings.defer_max_s, "retry_lost_race")
+        visibility.change(delay)
+        obs.count("OperationRetried")
+        obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
+        return Result(Outcome.RETRYING, error.code, delay_s=delay)
+
+    def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage) -> Result:
+        d = self.d
+        try:
+            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now())
+        except (NotRunnable, StaleFence):
+            return self._ack("dead_race_lost", message)
+        d.queue.dead_letter(message, op.dedup_id, {
+            "operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
+            "attempt": str(op.attempt), "input_digest": op.input_digest, "error_code": error.code,
+        })
+        obs.count("OperationDead")
+        obs.logger.error("operation dead", extra={"error_class": error.error_class, "error_code": error.code,
+                                                  "error": error.message})
+        return Result(Outcome.DEAD, error.code)
+
+    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage) -> Result:
+        """start_attempt refused: terminal meanwhile, or the budget is spent (crash loop)."""
+        d = self.d
+        op = d.operations.get(operation_id)
+        if op is None or op.status.terminal:
+            d.sites.release_lease(lease)
+            return self._ack("terminal_meanwhile", message)
+        d.sites.release_lease(lease)
+        error = ErrorInfo("AttemptsExhausted", "attempts_exhausted",
+                          f"attempt budget {op.attempt_budget} spent without a commit", False)
+        return self._dead(op, None, error, message)
+
+    def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
+        jittered = seconds * (0.8 + 0.4 * self.d.rng.random())
+        visibility.change(jittered)
+        obs.count("OperationDeferred")
+        return Result(Outcome.DEFERRED, reason, delay_s=jittered)
+
+    def _ack(self, reason: str, message: QueueMessage) -> Result:
+        obs.count("DuplicateAcknowledged")
+        obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
+        return Result(Outcome.ACKED, reason)
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+__all__ = ["AlreadyExists", "OperationsWorker", "Outcome", "Result", "Status", "WorkerDeps"]
