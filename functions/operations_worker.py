@@ -18,6 +18,9 @@ from sitedispatch.worker import OperationsWorker, Result
 
 # skip_group_on_error: a failing site never fails another site's messages in the same batch.
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+# A batch whose every record was deferred is not an invocation error (no Lambda error metric, no alarm): report the
+# records as failures and return normally. The FIFO processor's constructor does not take this flag.
+processor.raise_on_entire_batch_failure = False
 
 
 class NotDone(Exception):

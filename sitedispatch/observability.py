@@ -21,6 +21,30 @@ def seconds(name: str, value: float) -> None:
     metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=value)
 
 
+class _CurrentStderr:
+    """Whatever sys.stderr is at write time (test runners and shells swap it)."""
+
+    def write(self, text: str) -> int:
+        import sys
+
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        import sys
+
+        sys.stderr.flush()
+
+
+def to_stderr(level: str = "WARNING") -> None:
+    """For command-line use: keep stdout for the command's own output (tables, --json documents)."""
+    import logging
+
+    handler = logger.registered_handler
+    if isinstance(handler, logging.StreamHandler):
+        handler.setStream(_CurrentStderr())
+    logger.setLevel(level)
+
+
 def bind(**keys: object) -> None:
     """Append keys (site_id, operation_id, attempt) to every following log record of this invocation."""
     logger.append_keys(**keys)

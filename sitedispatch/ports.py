@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,7 +32,8 @@ class OperationStore(Protocol):
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
         """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours)."""
 
-    def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]: ...
+    def list(self, *, site_id: str | None = None, status: Status | None = None,
+             limit: int = 100) -> list[Operation]: ...
 
 
 class SiteStore(Protocol):
@@ -94,9 +94,3 @@ class Visibility(Protocol):
 
     def change(self, seconds: float) -> None: ...
 
-
-class Handler(Protocol):
-    def __call__(self, ctx: Any, payload: Any) -> Any: ...
-
-
-Ops = Sequence[Operation]

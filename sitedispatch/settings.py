@@ -31,7 +31,8 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")
     backoff_base_s: float = Field(default=2.0, gt=0)
     backoff_cap_s: float = Field(default=900.0, gt=0)
-    defer_max_s: float = Field(default=30.0, gt=0, description="longest deferral while another operation holds the lease")
+    defer_max_s: float = Field(default=30.0, gt=0,
+                               description="longest deferral while another operation holds the lease")
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
     reference_latency_s: float = Field(
         default=0.0, ge=0,

@@ -8,7 +8,16 @@ from typing import Any
 
 from . import observability as obs
 from .errors import AlreadyExists, IdempotencyConflict, InvalidInput
-from .model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, Kind, Operation, QueueMessage, Status, operation_id_for, sha256_hex
+from .model import (
+    PRINCIPAL_PATTERN,
+    SITE_ID_PATTERN,
+    Kind,
+    Operation,
+    QueueMessage,
+    Status,
+    operation_id_for,
+    sha256_hex,
+)
 from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
 from .schemas import parse_input
 from .settings import Settings

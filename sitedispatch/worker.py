@@ -15,9 +15,9 @@ from enum import StrEnum
 from . import observability as obs
 from .backoff import full_jitter
 from .context import HandlerContext
-from .errors import AlreadyCommitted, AlreadyExists, LeaseHeld, NotRunnable, PermanentError, StaleFence
+from .errors import AlreadyCommitted, LeaseHeld, NotRunnable, PermanentError, StaleFence
 from .handlers import HandlerFn
-from .model import Commit, ErrorInfo, Kind, Lease, Operation, QueueMessage, Status
+from .model import Commit, ErrorInfo, Kind, Lease, Operation, QueueMessage
 from .ports import BlobStore, Clock, CommitStore, OperationQueue, OperationStore, PreparedCommit, SiteStore, Visibility
 from .schemas import load_input
 from .settings import Settings
@@ -133,7 +133,7 @@ class OperationsWorker:
             d.sites.release_lease(lease)
             error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
             return self._dead(op, lease.fence, error, message)
-        except Exception as exc:  # noqa: BLE001 - every other failure is retryable by design, and recorded below
+        except Exception as exc:
             d.sites.release_lease(lease)
             code = getattr(exc, "code", None) or type(exc).__name__
             error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
@@ -205,5 +205,3 @@ def _describe(exc: BaseException) -> str:
     where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
-
-__all__ = ["AlreadyExists", "OperationsWorker", "Outcome", "Result", "Status", "WorkerDeps"]

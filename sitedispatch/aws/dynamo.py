@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
-from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from ..errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotRunnable, StaleFence
@@ -61,7 +60,7 @@ def _to_commit(item: Any) -> Commit:
 
 class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
-        self.M: type[Model] = models.Operation
+        self.M: Any = models.Operation
 
     def create(self, op: Operation) -> None:
         M = self.M
@@ -160,7 +159,7 @@ class DynamoOperationStore:
 
 class DynamoSiteStore:
     def __init__(self, models: Models) -> None:
-        self.M: type[Model] = models.Site
+        self.M: Any = models.Site
 
     def get(self, site_id: str) -> Site | None:
         try:
@@ -235,7 +234,7 @@ class DynamoCommitStore:
         self.models = models
 
     def commit(self, prepared: PreparedCommit, now: float) -> None:
-        C, S, O = self.models.Commit, self.models.Site, self.models.Operation
+        C, S, Op = self.models.Commit, self.models.Site, self.models.Operation
         c, lease = prepared.commit, prepared.lease
         record = C(c.operation_id, site_id=c.site_id, kind=c.kind.value, version=c.version,
                    revision_id=c.revision_id, parent_revision=c.parent_revision, fence=c.fence,
@@ -252,10 +251,10 @@ class DynamoCommitStore:
                     & (S.head_version == prepared.expected_version),
                 )
                 tx.update(
-                    O(c.operation_id),
-                    actions=[O.status.set(Status.SUCCEEDED.value), O.result.set(prepared.result),
-                             O.finished_at.set(now), O.updated_at.set(now), O.error.remove()],
-                    condition=(O.status == Status.RUNNING.value) & (O.fence == lease.fence),
+                    Op(c.operation_id),
+                    actions=[Op.status.set(Status.SUCCEEDED.value), Op.result.set(prepared.result),
+                             Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()],
+                    condition=(Op.status == Status.RUNNING.value) & (Op.fence == lease.fence),
                 )
         except TransactWriteError as exc:
             reasons = [r.code if r else None for r in exc.cancellation_reasons]

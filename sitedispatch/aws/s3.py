@@ -24,7 +24,8 @@ class S3BlobStore:
                 return False
             if code == "ConditionalRequestConflict":
                 # Two writers raced on the same key; S3 says retry. Content-addressed keys make the retry a no-op.
-                raise TransientError(f"s3://{self.bucket}/{key}: concurrent conditional write", code="s3_conflict") from exc
+                raise TransientError(f"s3://{self.bucket}/{key}: concurrent conditional write",
+                                     code="s3_conflict") from exc
             raise
 
     def get(self, key: str) -> bytes:

@@ -23,22 +23,23 @@ class TableNames:
 
 @dataclass(frozen=True)
 class Models:
-    Operation: type[Model]
-    Site: type[Model]
-    Commit: type[Model]
+    # Built at run time by build_models(), so their attributes are invisible to a type checker: Any.
+    Operation: Any
+    Site: Any
+    Commit: Any
 
-    def all(self) -> tuple[type[Model], ...]:
+    def all(self) -> tuple[Any, ...]:
         return (self.Operation, self.Site, self.Commit)
 
 
 def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
     """Model classes bound to these table names. `host=None` lets botocore read AWS_ENDPOINT_URL itself."""
 
-    def meta(table: str) -> type:
+    def meta(table: str) -> Any:
         return type("Meta", (), {"table_name": table, "region": region, "host": host,
                                  "billing_mode": "PAY_PER_REQUEST", "max_retry_attempts": 3})
 
-    def index_meta(name: str) -> type:
+    def index_meta(name: str) -> Any:
         return type("Meta", (), {"index_name": name, "projection": AllProjection(),
                                  "billing_mode": "PAY_PER_REQUEST"})
 

@@ -37,24 +37,25 @@ def cloud(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free
           set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
           ) -> None:
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
-    import logging
-
     from ..local.cloud import serve
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     serve(port, env_file, function_timeout, _policy(set_ or []))
 
 
 @app.command("worker")
 def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}")] = "operations",
            concurrency: Annotated[int, typer.Option(min=1, max=64, help="execution environments")] = 1,
-           timeout: Annotated[int | None, typer.Option(help="override the function timeout (s)")] = None) -> None:
+           timeout: Annotated[int | None, typer.Option(help="override the function timeout (s)")] = None,
+           batch_size: Annotated[int | None, typer.Option(min=1, max=10, help="override the batch size")] = None,
+           handler: Annotated[str | None, typer.Option(help="invoke module.function instead of the queue's "
+                                                            "function (experiments, emulator tests)")] = None,
+           ) -> None:
     """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
     from ..local.esm import run_worker
 
-    if queue not in QUEUES or queue != "operations":
+    if queue not in QUEUES or (queue != "operations" and handler is None):
         raise typer.BadParameter(f"queue {queue!r} has no consumer in this release (operations only)")
-    raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout))
+    raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout, batch_size=batch_size, handler=handler))
 
 
 @app.command("scheduler")

@@ -24,6 +24,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 def main(env_file: Annotated[Path | None, typer.Option(help="environment file of a local runtime "
                                                              "(default .sitedispatch/local.env when present)")]
          = None) -> None:
+    from ..observability import to_stderr
+
+    to_stderr()
     use_env_file(env_file)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,7 +24,7 @@ def _get(operation_id: str) -> Operation:
 
 
 def render(op: Operation) -> None:
-    rows = [
+    rows: list[list[Any]] = [
         ["operation", op.operation_id], ["site", op.site_id], ["kind", op.kind.value], ["principal", op.principal],
         ["status", f"[{STATUS_STYLE.get(op.status.value, '')}]{op.status.value}[/]"],
         ["attempt", f"{op.attempt}/{op.attempt_budget} (epoch {op.epoch})"], ["fence", op.fence or "-"],

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..aws.tables import TableNames, build_models
+from ..aws.tables import TableSpec, table_specs
 from ..resources import QUEUES, REDRIVE_BACKSTOP_RECEIVES, RETENTION_S, TABLE_FIELDS, visibility_timeout_s
 from ..settings import Settings
 
@@ -27,6 +27,8 @@ FAKE_AWS = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 DEFAULT_FUNCTION_TIMEOUT_S = 30
+# The local cloud's function timeout (queue visibility is 6x it), read by `local worker` as its default timeout.
+FUNCTION_TIMEOUT_ENV = "SITEDISPATCH_LOCAL_FUNCTION_TIMEOUT_S"
 
 
 def patch_moto_long_poll() -> None:
@@ -40,13 +42,23 @@ def patch_moto_long_poll() -> None:
         if had_messages:
             time.sleep(0.02)
 
-    Queue.wait_for_messages = wait_for_messages
+    Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
 
 
-def local_environment(settings: Settings, endpoint: str) -> dict[str, str]:
+def quiet_moto() -> None:
+    """Patch the long poll and silence werkzeug's per-request log lines."""
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    patch_moto_long_poll()
+
+
+def local_environment(settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S
+                      ) -> dict[str, str]:
     """Everything a local process needs: the settings, the endpoint, fake credentials, Powertools switches."""
     return {
         **FAKE_AWS,
+        FUNCTION_TIMEOUT_ENV: str(function_timeout_s),
         "AWS_ENDPOINT_URL": endpoint,
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_SERVICE_NAME": "sitedispatch",
@@ -80,14 +92,33 @@ def create_resources(endpoint: str, *, prefix: str = LOCAL_PREFIX, region: str =
         fields[spec.dlq_url_field] = dlq_url
     for role, field in TABLE_FIELDS.items():
         fields[field] = f"{prefix}-{role}"
-    names = TableNames(fields["operations_table"], fields["sites_table"], fields["commits_table"])
-    for model in build_models(names, region, host=endpoint).all():
-        if not model.exists():
-            model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+    dynamodb = session.client("dynamodb", endpoint_url=endpoint)
+    for role, table in table_specs().items():
+        dynamodb.create_table(TableName=fields[TABLE_FIELDS[role]], BillingMode="PAY_PER_REQUEST",
+                              **table_definition(table))
     fields["bucket"] = f"{prefix}-local"
     s3 = session.client("s3", endpoint_url=endpoint)
     s3.create_bucket(Bucket=fields["bucket"])
     return Settings(**fields)
+
+
+def table_definition(spec: TableSpec) -> dict[str, Any]:
+    """CreateTable's key schema, attribute definitions and indexes for one table spec."""
+    attributes: dict[str, str] = {}
+
+    def key_schema(partition: Any, sort: Any) -> list[dict[str, str]]:
+        keys = [(partition, "HASH")] + ([(sort, "RANGE")] if sort else [])
+        for key, _ in keys:
+            attributes[key.name] = key.type
+        return [{"AttributeName": key.name, "KeyType": kind} for key, kind in keys]
+
+    definition: dict[str, Any] = {"KeySchema": key_schema(spec.partition, spec.sort)}
+    if spec.indexes:
+        definition["GlobalSecondaryIndexes"] = [
+            {"IndexName": index.name, "KeySchema": key_schema(index.partition, index.sort),
+             "Projection": {"ProjectionType": "ALL"}} for index in spec.indexes]
+    definition["AttributeDefinitions"] = [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()]
+    return definition
 
 
 def write_env_file(path: Path, env: dict[str, str]) -> None:
@@ -111,13 +142,13 @@ def serve(port: int, env_file: Path | None, function_timeout_s: int, policy: dic
     from moto.server import ThreadedMotoServer
 
     os.environ.update(FAKE_AWS)
-    patch_moto_long_poll()
+    quiet_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     endpoint = f"http://{host}:{bound}"
     settings = create_resources(endpoint, function_timeout_s=function_timeout_s, **policy)
-    env = local_environment(settings, endpoint)
+    env = local_environment(settings, endpoint, function_timeout_s)
     if env_file:
         write_env_file(env_file, env)
     stop = threading.Event()

@@ -9,6 +9,7 @@ environment with it (PR_SET_PDEATHSIG), like a host failure; SIGSTOP of the proc
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import importlib
@@ -24,6 +25,7 @@ from typing import Any
 
 from ..aws.sqs import queue_arn_from_url
 from ..resources import FUNCTIONS, QUEUES, FunctionSpec
+from .cloud import FUNCTION_TIMEOUT_ENV
 
 TIMEOUT_EXIT = 124
 PR_SET_PDEATHSIG = 1
@@ -72,9 +74,10 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
     return {"Records": records}
 
 
-def load_handler(path: str) -> Callable[[dict[str, Any], Any], Any]:
+def load_handler(path: str) -> Callable[..., Any]:
     module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
 
 
 def records_to_delete(messages: list[dict[str, Any]], response: Any) -> list[dict[str, Any]]:
@@ -93,6 +96,15 @@ def records_to_delete(messages: list[dict[str, Any]], response: Any) -> list[dic
             return []  # an empty or missing identifier fails the batch, as in Lambda
         failed.add(ident)
     return [m for m in messages if m["MessageId"] not in failed]
+
+
+def settle(sqs: Any, queue_url: str, messages: list[dict[str, Any]], response: Any) -> int:
+    """Delete the records the invocation completed; the rest keep the visibility the handler set."""
+    done = records_to_delete(messages, response)
+    if done:
+        sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)])
+    return len(done)
 
 
 class Environment:
@@ -116,7 +128,7 @@ class Environment:
         signal.signal(signal.SIGALRM, self._timed_out)
         if self.spec.init:
             load_handler(self.spec.init)()
-        sqs = boto3.session.Session(region_name=self.region).client("sqs")
+        sqs: Any = boto3.session.Session(region_name=self.region).client("sqs")
         arn = queue_arn_from_url(self.queue_url, self.region)
         if self.ready_fd is not None:
             os.write(self.ready_fd, b"r")
@@ -129,10 +141,7 @@ class Environment:
             if not messages:
                 continue
             response = self.invoke(sqs_event(messages, arn, self.region))
-            done = records_to_delete(messages, response)
-            if done:
-                sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)])
+            settle(sqs, self.queue_url, messages, response)
 
     def invoke(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.spec.logical_id, self.spec.timeout_s, self.spec.memory_mb, self.region,
@@ -140,7 +149,7 @@ class Environment:
         signal.setitimer(signal.ITIMER_REAL, self.spec.timeout_s)
         try:
             return self.handler(event, context)
-        except Exception as exc:  # noqa: BLE001 - an invocation error fails the whole batch, as in Lambda
+        except Exception as exc:
             print(json.dumps({"level": "ERROR", "message": "invocation failed", "error": repr(exc),
                               "environment": self.index}), file=sys.stderr, flush=True)
             return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
@@ -157,26 +166,26 @@ class Environment:
 
 
 def _die_with_parent(parent: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
     if os.getppid() != parent:
         os._exit(1)
 
 
-def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, batch_size: int | None = None) -> int:
+def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, batch_size: int | None = None,
+               handler: str | None = None) -> int:
     """Host loop: fork environments, replace any that die (timeout, crash), stop all on SIGTERM/SIGINT."""
     from ..settings import Settings
 
     queue = QUEUES[queue_role]
     spec = FUNCTIONS[queue.function]
-    if timeout_s is not None or batch_size is not None:
-        spec = dataclasses.replace(spec, timeout_s=timeout_s or spec.timeout_s,
-                                   batch_size=batch_size or spec.batch_size)
+    local_timeout = os.environ.get(FUNCTION_TIMEOUT_ENV)
+    default_timeout = int(local_timeout) if local_timeout else spec.timeout_s
+    spec = dataclasses.replace(spec, timeout_s=timeout_s or default_timeout, batch_size=batch_size or spec.batch_size,
+                               handler=handler or spec.handler, init=None if handler else spec.init)
     settings = Settings()  # type: ignore[call-arg]
     queue_url = getattr(settings, queue.url_field)
-    handler = load_handler(spec.handler)  # imported once in the host: every environment starts warm
+    function = load_handler(spec.handler)  # imported once in the host: every environment starts warm
     host = os.getpid()
     children: dict[int, int] = {}
     stopping = False
@@ -192,8 +201,8 @@ def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, 
                 _die_with_parent(host)
                 if ready["r"] is not None:
                     os.close(ready["r"])
-                Environment(spec, queue_url, settings.region, index, handler, ready["w"]).run()
-            except BaseException as exc:  # noqa: BLE001 - a crashed environment reports and is replaced
+                Environment(spec, queue_url, settings.region, index, function, ready["w"]).run()
+            except BaseException as exc:
                 print(f"environment {index} crashed: {exc!r}", file=sys.stderr, flush=True)
                 code = 1
             finally:
@@ -206,10 +215,8 @@ def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, 
         nonlocal stopping
         stopping = True
         for pid in list(children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

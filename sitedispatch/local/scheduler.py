@@ -32,7 +32,7 @@ def run_scheduler(region: str, rate_scale: float = 1.0, once: bool = False) -> i
             try:
                 result: Any = load_handler(function.handler)({"schedule": name}, context)
                 print(json.dumps({"schedule": name, "result": result}), flush=True)
-            except Exception as exc:  # noqa: BLE001 - a failed sweep is reported; the next one runs on time
+            except Exception as exc:
                 print(json.dumps({"level": "ERROR", "schedule": name, "error": repr(exc)}), flush=True)
             next_due[name] = now + spec.rate_s * rate_scale
         if once:

@@ -6,6 +6,7 @@ file under the work directory, and announces readiness with one JSON line contai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,10 +32,8 @@ class Child:
         return self.process.pid
 
     def signal_group(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -106,11 +105,12 @@ class LocalRuntime:
         self.env = dict(ready["env"])
         return self.env
 
-    def start_worker(self, queue: str = "operations", concurrency: int = 1, name: str | None = None) -> Child:
+    def start_worker(self, queue: str = "operations", concurrency: int = 1, name: str | None = None,
+                     extra: list[str] | None = None, env: dict[str, str] | None = None) -> Child:
         name = name or f"worker-{queue}-{sum(c.name.startswith(f'worker-{queue}') for c in self.children)}"
         offset = self._log_offset(name)
-        child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency)],
-                            self.env)
+        child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency),
+                                   *(extra or [])], {**self.env, **(env or {})})
         self._await_ready(child, offset)
         return child
 

@@ -119,8 +119,8 @@ def gmt(ts: float) -> str:
 
 
 HELLO_WORLD = (
-    "<!-- wp:paragraph -->\n<p>Welcome to WordPress. This is your first post. Edit or delete it, then start writing!</p>"
-    "\n<!-- /wp:paragraph -->"
+    "<!-- wp:paragraph -->\n<p>Welcome to WordPress. This is your first post. Edit or delete it, then start "
+    "writing!</p>\n<!-- /wp:paragraph -->"
 )
 SAMPLE_PAGE = (
     "<!-- wp:paragraph -->\n<p>This is an example page. It's different from a blog post because it will stay in one "

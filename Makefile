@@ -1,0 +1,42 @@
+# The two commands for a fresh machine: `make demo` and `make test`. Both build .venv from the lock file first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+
+.PHONY: demo test unit integration acceptance lint lock clean
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
+	$(VENV)/bin/sitedispatch demo
+
+test: $(STAMP) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
+	$(PY) -m pytest -q --durations=10
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+acceptance: $(STAMP)
+	$(PY) -m pytest -q tests/acceptance
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sitedispatch functions stacks tests
+	$(VENV)/bin/mypy
+
+lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)
+	$(VENV)/bin/pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra cdk --extra dev --generate-hashes \
+		--python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out

@@ -1,0 +1,77 @@
+"""G1 on the local runtime with real processes: ten unrelated sites run at the same time, not one after another."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.local.supervisor import LocalRuntime
+from sitedispatch.model import Status
+from sitedispatch.settings import Settings
+from tests.acceptance.conftest import wait_for
+from tests.factories import PROVISION
+
+pytestmark = pytest.mark.acceptance
+LATENCY_S = 2.0  # simulated provisioning work per site
+SITES = [f"fleet-site-{i:02d}" for i in range(10)]
+
+
+def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_time(runtime: LocalRuntime,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    # Given the local runtime: the emulated cloud and 4 worker processes of 3 environments each
+    env = runtime.start_cloud(0, policy={"reference_latency_s": LATENCY_S})
+    workers = [runtime.start_worker("operations", 3) for _ in range(4)]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    submitter = deps.submitter()
+
+    # When ten provisions for ten unrelated sites are submitted together
+    with ThreadPoolExecutor(len(SITES)) as pool:
+        ops = list(pool.map(lambda site: submitter.submit(kind="provision", site_id=site, principal="fleet",
+                                                          params=PROVISION).operation.operation_id, SITES))
+    final = wait_for(lambda: (lambda got: got if all(o and o.status.terminal for o in got) else None)(
+        [deps.operations.get(op) for op in ops]), timeout_s=60, what="all ten operations terminal")
+
+    # Then all succeed, all start within 1 s of each other, and all run at the same time
+    assert [op.status for op in final] == [Status.SUCCEEDED] * len(SITES)
+    starts = [op.started_at for op in final]
+    ends = [op.finished_at for op in final]
+    durations = [e - s for s, e in zip(starts, ends, strict=True)]
+    spread = max(starts) - min(starts)
+    print(f"\nG1: start spread {spread:.3f}s, durations median {statistics.median(durations):.2f}s, "
+          f"fleet {max(ends) - min(starts):.2f}s")
+    assert spread < 1.0
+    assert max(starts) < min(ends), "some site only started after another had finished"
+    assert max(ends) - min(starts) < 2 * statistics.median(durations)  # about the time of one, not ten
+    for site in SITES:
+        record = deps.sites.get(site)
+        assert record is not None and record.head_version == 1 and record.fence == 1
+        assert len(deps.commits.history(site)) == 1
+    assert all(w.alive() for w in workers)
+
+
+def test_the_cli_drives_the_running_local_runtime(runtime: LocalRuntime) -> None:
+    runtime.start_cloud(0)
+    runtime.start_worker("operations", 2)
+    cli = [sys.executable, "-m", "sitedispatch", "--env-file", str(runtime.env_file)]
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
+
+    submitted = subprocess.run([*cli, "submit", "provision", "--site", "cli-site", "--param", "title=CLI",
+                                "--param", "admin_email=cli@example.org", "--json"],
+                               capture_output=True, text=True, env=clean_env, timeout=60, check=True)
+    op_id = json.loads(submitted.stdout)["operation_id"]
+    waited = subprocess.run([*cli, "ops", "wait", op_id, "--timeout", "30", "--json"], capture_output=True,
+                            text=True, env=clean_env, timeout=60)
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["status"] == "succeeded"
+    status = subprocess.run([*cli, "status", "--json"], capture_output=True, text=True, env=clean_env, timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["backlog_by_status"]["queued"] == 0

@@ -1,0 +1,50 @@
+"""Shared fixtures: an in-process moto server on a free 127.0.0.1 port, and fresh resources per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.local.cloud import FAKE_AWS, create_resources, local_environment, quiet_moto
+from sitedispatch.settings import Settings
+
+_prefixes = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    for key, value in FAKE_AWS.items():
+        os.environ.setdefault(key, value)
+    quiet_moto()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@dataclass
+class Cloud:
+    endpoint: str
+    settings: Settings
+    deps: Dependencies
+
+    @property
+    def env(self) -> dict[str, str]:
+        return local_environment(self.settings, self.endpoint)
+
+
+@pytest.fixture
+def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    """Fresh queues, tables and bucket (unique prefix) and the environment pointing at them."""
+    settings = create_resources(moto_endpoint, prefix=f"t{next(_prefixes)}-{os.getpid()}", function_timeout_s=10)
+    for key, value in local_environment(settings, moto_endpoint).items():
+        monkeypatch.setenv(key, value)
+    return Cloud(moto_endpoint, settings, Dependencies(settings))

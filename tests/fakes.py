@@ -1,0 +1,238 @@
+"""In-memory fakes of the core's ports, with the same conditional semantics as the DynamoDB/S3/SQS adapters.
+
+`tests/integration/test_store_contract.py` runs one contract suite against these fakes and against DynamoDB on moto,
+so a fake cannot quietly drift from the real store.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+
+from sitedispatch.errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotFound, NotRunnable, StaleFence
+from sitedispatch.model import RUNNABLE, Commit, ErrorInfo, Lease, Operation, QueueMessage, Site, Status
+from sitedispatch.ports import PreparedCommit
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.t = start
+        self.lock = threading.Lock()
+
+    def now(self) -> float:
+        with self.lock:
+            return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.t += seconds
+
+
+@dataclass
+class MemoryDb:
+    """The three tables; one lock stands in for DynamoDB's item-level and transactional atomicity."""
+
+    operations: dict[str, Operation] = field(default_factory=dict)
+    sites: dict[str, Site] = field(default_factory=dict)
+    commits: dict[str, Commit] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class MemoryOperationStore:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def create(self, op: Operation) -> None:
+        with self.db.lock:
+            if op.operation_id in self.db.operations:
+                raise AlreadyExists(op.operation_id)
+            self.db.operations[op.operation_id] = op
+
+    def get(self, operation_id: str) -> Operation | None:
+        return self.db.operations.get(operation_id)
+
+    def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: object) -> None:
+        if not ok:
+            raise refusal(operation_id)
+        self.db.operations[operation_id] = replace(self.db.operations[operation_id], **changes)
+
+    def mark_queued(self, operation_id: str, now: float) -> bool:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            if op is None or op.status != Status.ACCEPTED:
+                return False
+            self._update(operation_id, True, NotRunnable, status=Status.QUEUED, queued_at=now, updated_at=now)
+            return True
+
+    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            ok = op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
+            self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
+                         attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
+                         not_before=None)
+            return self.db.operations[operation_id]
+
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            ok = op is not None and op.status == Status.RUNNING and op.fence == fence
+            self._update(operation_id, ok, StaleFence, status=Status.QUEUED, error=error, not_before=not_before,
+                         updated_at=now)
+
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            ok = op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
+            self._update(operation_id, ok, NotRunnable, status=Status.DEAD, error=error, finished_at=now,
+                         updated_at=now)
+
+    def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
+        ops = [op for op in self.db.operations.values()
+               if (site_id is None or op.site_id == site_id) and (status is None or op.status == status)]
+        return sorted(ops, key=lambda op: op.created_at, reverse=True)[:limit]
+
+
+class MemorySiteStore:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def get(self, site_id: str) -> Site | None:
+        return self.db.sites.get(site_id)
+
+    def register(self, site_id: str, principal: str, now: float) -> Site:
+        with self.db.lock:
+            site = self.db.sites.setdefault(site_id, Site(site_id, principal, now))
+            if site.principal != principal:
+                raise Conflict(f"site {site_id} belongs to another principal")
+            return site
+
+    def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            if site is None or not site.lease_free_for(operation_id, now):
+                raise LeaseHeld(site_id, site.lease_owner if site else None,
+                                (site.lease_expires_at or now) if site else now)
+            site = replace(site, fence=site.fence + 1, lease_owner=operation_id, lease_expires_at=now + duration)
+            self.db.sites[site_id] = site
+            return Lease(site_id, operation_id, site.fence, now + duration)
+
+    def _holds(self, lease: Lease) -> bool:
+        site = self.db.sites.get(lease.site_id)
+        return site is not None and site.fence == lease.fence and site.lease_owner == lease.owner
+
+    def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
+        with self.db.lock:
+            if not self._holds(lease):
+                raise StaleFence(f"site {lease.site_id}: fence {lease.fence} is no longer current")
+            self.db.sites[lease.site_id] = replace(self.db.sites[lease.site_id], lease_expires_at=now + duration)
+            return replace(lease, expires_at=now + duration)
+
+    def release_lease(self, lease: Lease) -> bool:
+        with self.db.lock:
+            if not self._holds(lease):
+                return False
+            self.db.sites[lease.site_id] = replace(self.db.sites[lease.site_id], lease_owner=None,
+                                                   lease_expires_at=None)
+            return True
+
+    def list(self, limit: int = 100) -> list[Site]:
+        return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
+
+
+class MemoryCommitStore:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+        self.sites = MemorySiteStore(db)
+
+    def commit(self, prepared: PreparedCommit, now: float) -> None:
+        c, lease = prepared.commit, prepared.lease
+        with self.db.lock:  # all three conditions are checked before anything is written: a transaction
+            if c.operation_id in self.db.commits:
+                raise AlreadyCommitted(c.operation_id)
+            site = self.db.sites.get(c.site_id)
+            if not self.sites._holds(lease) or site is None or site.head_version != prepared.expected_version:
+                raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")
+            op = self.db.operations.get(c.operation_id)
+            if op is None or op.status != Status.RUNNING or op.fence != lease.fence:
+                raise NotRunnable(c.operation_id)
+            self.db.commits[c.operation_id] = c
+            self.db.sites[c.site_id] = replace(site, head_version=c.version, head_revision=c.revision_id,
+                                               lease_owner=None, lease_expires_at=None)
+            self.db.operations[c.operation_id] = replace(op, status=Status.SUCCEEDED, result=prepared.result,
+                                                         finished_at=now, updated_at=now, error=None)
+
+    def get(self, operation_id: str) -> Commit | None:
+        return self.db.commits.get(operation_id)
+
+    def history(self, site_id: str, limit: int = 100) -> list[Commit]:
+        commits = [c for c in self.db.commits.values() if c.site_id == site_id]
+        return sorted(commits, key=lambda c: c.version, reverse=True)[:limit]
+
+
+class MemoryBlobStore:
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+
+    def put_if_absent(self, key: str, body: bytes, content_type: str = "application/json") -> bool:
+        with self.lock:
+            if key in self.objects:
+                return False
+            self.objects[key] = body
+            return True
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.objects[key]
+        except KeyError:
+            raise NotFound(key) from None
+
+
+@dataclass
+class SentMessage:
+    message: QueueMessage
+    dedup_id: str
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+class MemoryQueue:
+    def __init__(self) -> None:
+        self.sent: list[SentMessage] = []
+        self.dead: list[SentMessage] = []
+
+    def send(self, message: QueueMessage, dedup_id: str) -> str:
+        self.sent.append(SentMessage(message, dedup_id))
+        return f"m{len(self.sent)}"
+
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str:
+        self.dead.append(SentMessage(message, dedup_id, dict(attributes)))
+        return f"d{len(self.dead)}"
+
+
+class RecordingVisibility:
+    def __init__(self) -> None:
+        self.changes: list[float] = []
+
+    def change(self, seconds: float) -> None:
+        self.changes.append(seconds)
+
+
+@dataclass
+class MemoryWorld:
+    """Every fake port wired together, as `Dependencies` wires the AWS ones."""
+
+    clock: FakeClock = field(default_factory=FakeClock)
+    db: MemoryDb = field(default_factory=MemoryDb)
+    blobs: MemoryBlobStore = field(default_factory=MemoryBlobStore)
+    queue: MemoryQueue = field(default_factory=MemoryQueue)
+
+    def __post_init__(self) -> None:
+        self.operations = MemoryOperationStore(self.db)
+        self.sites = MemorySiteStore(self.db)
+        self.commits = MemoryCommitStore(self.db)
+
+

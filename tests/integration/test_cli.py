@@ -1,0 +1,138 @@
+"""The CLI contract: exit codes 0/2/3/4, --json everywhere, against moto."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sitedispatch.cli import context as cli_context
+from sitedispatch.cli.main import app
+from tests.conftest import Cloud
+
+
+@pytest.fixture
+def cli(cloud: Cloud) -> Iterator[CliRunner]:
+    cli_context.deps.cache_clear()
+    yield CliRunner()
+    cli_context.deps.cache_clear()
+
+
+def run(runner: CliRunner, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout if "--json" in args else result.output
+
+
+def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
+    code, out = run(cli, "submit", "provision", "--site", "acme-blog", "--param", "title=Acme",
+                    "--param", "admin_email=a@acme.example", "--idempotency-key", "k1", "--as", "tenant-a", "--json")
+    assert code == 0, out
+    submitted = json.loads(out)
+    assert submitted["status"] == "queued" and submitted["created"] is True
+    op_id = submitted["operation_id"]
+
+    code, out = run(cli, "ops", "get", op_id, "--json")
+    assert code == 0 and json.loads(out)["site_id"] == "acme-blog"
+    code, out = run(cli, "ops", "list", "--site", "acme-blog", "--json")
+    assert code == 0 and [o["operation_id"] for o in json.loads(out)] == [op_id]
+    code, out = run(cli, "ops", "get", op_id)
+    assert code == 0 and "acme-blog" in out and "queued" in out
+
+    # process it with the core, then wait sees it succeed
+    from sitedispatch.model import QueueMessage
+    from tests.fakes import RecordingVisibility
+
+    cloud.deps.worker().process(QueueMessage(op_id, "acme-blog"), RecordingVisibility())
+    code, out = run(cli, "ops", "wait", op_id, "--timeout", "5", "--json")
+    assert code == 0 and json.loads(out)["status"] == "succeeded"
+    code, out = run(cli, "sites", "get", "acme-blog", "--json")
+    assert code == 0 and json.loads(out)["head_version"] == 1
+    code, out = run(cli, "sites", "history", "acme-blog", "--json")
+    assert code == 0 and [c["operation_id"] for c in json.loads(out)] == [op_id]
+    code, out = run(cli, "sites", "history", "acme-blog")
+    assert code == 0 and "provision" in out
+
+
+def test_submit_from_an_input_file(cli: CliRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "site.json"
+    spec.write_text(json.dumps({"title": "From file", "admin_email": "f@file.example", "locale": "de_DE"}))
+    code, out = run(cli, "submit", "provision", "--site", "file-site", "--input-file", str(spec), "--json")
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--site", "Bad_Site", "--param", "title=x", "--param", "admin_email=a@b.co"], "site"),
+    (["--site", "acme-blog", "--param", "title=x"], "admin_email"),
+    (["--site", "acme-blog", "--param", "no-equals-sign"], "param"),
+])
+def test_invalid_input_exits_2_and_names_the_field(cli: CliRunner, args: list[str], field: str) -> None:
+    code, out = run(cli, "submit", "provision", *args, "--json")
+    assert code == 2
+    assert json.loads(out)["field"] == field
+
+
+def test_unknown_kind_exits_2(cli: CliRunner) -> None:
+    code, out = run(cli, "submit", "teleport", "--site", "acme-blog")
+    assert code == 2 and "unknown kind" in out
+
+
+def test_idempotency_conflict_exits_4(cli: CliRunner) -> None:
+    base = ["submit", "provision", "--site", "acme-blog", "--param", "admin_email=a@b.co", "--idempotency-key", "k"]
+    assert run(cli, *base, "--param", "title=One")[0] == 0
+    code, out = run(cli, *base, "--param", "title=Two", "--json")
+    assert code == 4 and json.loads(out)["error"] == "idempotency_conflict"
+
+
+def test_not_found_exits_3(cli: CliRunner) -> None:
+    assert run(cli, "ops", "get", "op_nope")[0] == 3
+    assert run(cli, "sites", "get", "no-such-site", "--json")[0] == 3
+    assert run(cli, "sites", "history", "no-such-site")[0] == 3
+
+
+def test_wait_exits_1_when_the_operation_does_not_succeed_in_time(cli: CliRunner) -> None:
+    code, out = run(cli, "submit", "provision", "--site", "slow-site", "--param", "title=x",
+                    "--param", "admin_email=a@b.co", "--json")
+    started = time.monotonic()
+    code, out = run(cli, "ops", "wait", json.loads(out)["operation_id"], "--timeout", "0.5")
+    assert code == 1 and "still queued" in out and time.monotonic() - started < 5
+
+
+def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
+    for site in ("site-one", "site-two"):
+        run(cli, "submit", "provision", "--site", site, "--param", "title=x", "--param", "admin_email=a@b.co",
+            "--as", "tenant-a")
+    code, out = run(cli, "status", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    operations = next(q for q in report["queues"] if q["queue"] == "operations")
+    assert operations["visible"] == 2 and operations["in_flight"] == 0 and operations["dlq_depth"] == 0
+    assert operations["oldest_age_s"] is not None and operations["oldest_age_s"] >= 0
+    assert report["backlog_by_status"]["queued"] == 2 and report["backlog_by_principal"] == {"tenant-a": 2}
+    code, out = run(cli, "status")
+    assert code == 0 and "operations" in out and "DLQ depth" in out
+
+
+def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
+    """An operation row written whose message was lost (the submitter crashed) is re-sent by `reconcile`."""
+    from dataclasses import replace
+
+    from sitedispatch.model import Kind, Operation, Status
+
+    old = time.time() - 120
+    orphan = Operation(operation_id="op_orphan", site_id="acme-blog", principal="p", kind=Kind.PROVISION,
+                       status=Status.ACCEPTED, input_key="inputs/x", input_digest="d" * 64, idempotency_key="k",
+                       created_at=old, updated_at=old)
+    cloud.deps.operations.create(orphan)
+    cloud.deps.operations.create(replace(orphan, operation_id="op_fresh", created_at=time.time(),
+                                         updated_at=time.time()))
+    code, out = run(cli, "reconcile", "--json")
+    assert code == 0 and json.loads(out)["repaired"]["orphans_resent"] == 1
+    assert cloud.deps.operations.get("op_orphan").status == Status.QUEUED  # type: ignore[union-attr]
+    assert cloud.deps.operations.get("op_fresh").status == Status.ACCEPTED  # type: ignore[union-attr]
+    assert run(cli, "reconcile", "--schedule", "nonsense")[0] == 2

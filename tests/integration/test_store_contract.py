@@ -1,0 +1,177 @@
+"""One contract, two implementations: the in-memory fakes and DynamoDB (moto). Every guard is the store's condition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sitedispatch.errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotRunnable, StaleFence
+from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Status
+from sitedispatch.ports import PreparedCommit
+from tests.conftest import Cloud
+from tests.fakes import MemoryWorld
+
+NOW = 1_800_000_000.0
+ERR = ErrorInfo("TransientError", "transient", "boom", True)
+
+
+@dataclass
+class Stores:
+    operations: Any
+    sites: Any
+    commits: Any
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def stores(request: pytest.FixtureRequest) -> Stores:
+    if request.param == "memory":
+        world = MemoryWorld()
+        return Stores(world.operations, world.sites, world.commits)
+    cloud: Cloud = request.getfixturevalue("cloud")
+    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits)
+
+
+def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
+    return Operation(operation_id=op_id, site_id=site, principal="p", kind=Kind.PROVISION, status=Status.QUEUED,
+                     input_key="inputs/x", input_digest="d" * 64, idempotency_key="k", created_at=NOW,
+                     updated_at=NOW, attempt_budget=budget)
+
+
+def prepared(lease: Any, op_id: str = "op_1", version: int = 1) -> PreparedCommit:
+    commit = Commit(op_id, lease.site_id, Kind.PROVISION, version, "r" * 64, None, lease.fence, NOW + 1, {"n": 1})
+    return PreparedCommit(commit, lease, version - 1, {"version": version})
+
+
+def running(stores: Stores, op_id: str = "op_1", site: str = "acme-blog") -> Any:
+    stores.sites.register(site, "p", NOW)
+    stores.operations.create(new_op(op_id, site))
+    lease = stores.sites.claim_lease(site, op_id, NOW, 30)
+    stores.operations.start_attempt(op_id, lease.fence, NOW)
+    return lease
+
+
+def test_create_is_conditional(stores: Stores) -> None:
+    stores.operations.create(new_op())
+    with pytest.raises(AlreadyExists):
+        stores.operations.create(new_op())
+
+
+def test_site_belongs_to_the_principal_that_registered_it(stores: Stores) -> None:
+    stores.sites.register("acme-blog", "p", NOW)
+    assert stores.sites.register("acme-blog", "p", NOW + 5).created_at == NOW
+    with pytest.raises(Conflict):
+        stores.sites.register("acme-blog", "intruder", NOW)
+
+
+def test_lease_claims_are_exclusive_and_fences_increase(stores: Stores) -> None:
+    stores.sites.register("acme-blog", "p", NOW)
+    first = stores.sites.claim_lease("acme-blog", "op_a", NOW, 30)
+    with pytest.raises(LeaseHeld) as held:
+        stores.sites.claim_lease("acme-blog", "op_b", NOW + 29, 30)
+    assert held.value.holder == "op_a" and held.value.expires_at == pytest.approx(NOW + 30)
+    again = stores.sites.claim_lease("acme-blog", "op_a", NOW + 1, 30)  # already ours: re-claimed, new fence
+    expired = stores.sites.claim_lease("acme-blog", "op_b", NOW + 31.5, 30)
+    assert (first.fence, again.fence, expired.fence) == (1, 2, 3)
+
+
+def test_claiming_an_unregistered_site_is_refused(stores: Stores) -> None:
+    with pytest.raises(LeaseHeld):
+        stores.sites.claim_lease("ghost-site", "op_a", NOW, 30)
+
+
+def test_stale_fence_cannot_extend_or_release(stores: Stores) -> None:
+    stores.sites.register("acme-blog", "p", NOW)
+    old = stores.sites.claim_lease("acme-blog", "op_a", NOW, 10)
+    new = stores.sites.claim_lease("acme-blog", "op_b", NOW + 11, 10)
+    with pytest.raises(StaleFence):
+        stores.sites.extend_lease(old, NOW + 12, 10)
+    assert stores.sites.release_lease(old) is False
+    assert stores.sites.extend_lease(new, NOW + 12, 10).expires_at == pytest.approx(NOW + 22)
+    assert stores.sites.release_lease(new) is True
+    assert stores.sites.get("acme-blog").lease_owner is None
+
+
+def test_attempts_are_spent_conditionally_up_to_the_budget(stores: Stores) -> None:
+    stores.operations.create(new_op(budget=2))
+    assert stores.operations.start_attempt("op_1", 1, NOW).attempt == 1
+    assert stores.operations.start_attempt("op_1", 2, NOW).attempt == 2
+    with pytest.raises(NotRunnable):
+        stores.operations.start_attempt("op_1", 3, NOW)
+
+
+def test_commit_writes_record_head_release_and_status_together(stores: Stores) -> None:
+    lease = running(stores)
+    stores.commits.commit(prepared(lease), NOW + 2)
+
+    site = stores.sites.get("acme-blog")
+    op = stores.operations.get("op_1")
+    assert site.head_version == 1 and site.head_revision == "r" * 64 and site.lease_owner is None
+    assert op.status == Status.SUCCEEDED and op.result == {"version": 1} and op.finished_at == NOW + 2
+    assert stores.commits.get("op_1").fence == lease.fence
+    assert [c.operation_id for c in stores.commits.history("acme-blog")] == ["op_1"]
+
+
+def test_second_commit_of_an_operation_is_already_committed(stores: Stores) -> None:
+    lease = running(stores)
+    stores.commits.commit(prepared(lease), NOW + 2)
+    with pytest.raises(AlreadyCommitted):
+        stores.commits.commit(prepared(lease), NOW + 3)
+
+
+def test_stale_fence_is_rejected_by_the_commit_transaction_and_nothing_is_written(stores: Stores) -> None:
+    stale = running(stores)
+    stores.sites.claim_lease("acme-blog", "op_2", NOW + 31, 30)  # the stale holder's lease expired; taken over
+
+    with pytest.raises(StaleFence):
+        stores.commits.commit(prepared(stale), NOW + 32)
+
+    assert stores.commits.get("op_1") is None
+    site = stores.sites.get("acme-blog")
+    assert site.head_version == 0 and site.lease_owner == "op_2"
+    assert stores.operations.get("op_1").status == Status.RUNNING
+
+
+def test_commit_of_an_operation_no_longer_running_is_refused(stores: Stores) -> None:
+    lease = running(stores)
+    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 1)
+    with pytest.raises(NotRunnable):
+        stores.commits.commit(prepared(lease), NOW + 2)
+    assert stores.commits.get("op_1") is None and stores.sites.get("acme-blog").head_version == 0
+
+
+def test_retry_and_dead_are_fenced(stores: Stores) -> None:
+    lease = running(stores)
+    with pytest.raises(StaleFence):
+        stores.operations.schedule_retry("op_1", lease.fence + 1, ERR, NOW + 5, NOW)
+    stores.operations.schedule_retry("op_1", lease.fence, ERR, NOW + 5, NOW)
+    op = stores.operations.get("op_1")
+    assert op.status == Status.QUEUED and op.not_before == NOW + 5 and op.error == ERR
+    with pytest.raises(NotRunnable):
+        stores.operations.mark_dead("op_1", lease.fence + 1, ERR, NOW)
+    stores.operations.mark_dead("op_1", None, ERR, NOW)
+    with pytest.raises(NotRunnable):  # terminal stays terminal
+        stores.operations.mark_dead("op_1", None, ERR, NOW)
+
+
+def test_mark_queued_only_moves_accepted_operations(stores: Stores) -> None:
+    from dataclasses import replace
+
+    stores.operations.create(replace(new_op(), status=Status.ACCEPTED))
+    assert stores.operations.mark_queued("op_1", NOW) is True
+    assert stores.operations.mark_queued("op_1", NOW) is False
+
+
+def test_listing_by_site_and_status(stores: Stores) -> None:
+    from dataclasses import replace
+
+    for i, site in enumerate(["site-a", "site-a", "site-b"]):
+        stores.operations.create(replace(new_op(f"op_{i}", site), created_at=NOW + i, updated_at=NOW + i))
+    stores.operations.mark_dead("op_1", None, ERR, NOW + 10)
+    assert [o.operation_id for o in stores.operations.list(site_id="site-a")] == ["op_1", "op_0"]
+    assert [o.operation_id for o in stores.operations.list(status=Status.DEAD)] == ["op_1"]
+    assert [o.operation_id for o in stores.operations.list(site_id="site-a", status=Status.QUEUED)] == ["op_0"]
+    assert len(stores.operations.list(limit=2)) == 2
+
+

@@ -1,0 +1,106 @@
+"""Backoff, content snapshots, settings and the event-source-mapping helpers."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from sitedispatch.backoff import backoff_ceiling, full_jitter
+from sitedispatch.local.esm import LambdaContext, records_to_delete, sqs_event
+from sitedispatch.settings import Settings
+from sitedispatch.wordpress.content import SiteContent, default_site
+from tests.factories import settings
+
+
+@given(attempt=st.integers(1, 40), seed=st.integers(0, 2**32))
+@hsettings(max_examples=200)
+def test_full_jitter_stays_within_the_exponential_ceiling(attempt: int, seed: int) -> None:
+    delay = full_jitter(attempt, 2.0, 900.0, random.Random(seed))
+    assert 0.0 <= delay <= min(900.0, 2.0 * 2 ** (attempt - 1))
+
+
+def test_backoff_ceiling_doubles_from_base_and_stops_at_cap() -> None:
+    assert [backoff_ceiling(n, 2.0, 900.0) for n in (1, 2, 3, 9, 10, 30)] == [2, 4, 8, 512, 900, 900]
+
+
+def test_full_jitter_spreads_retries_over_the_whole_window() -> None:
+    rng = random.Random(42)
+    delays = [full_jitter(5, 2.0, 900.0, rng) for _ in range(2000)]
+    # uniform on [0, 32]: a quarter of the draws in each quarter of the window, within sampling noise
+    quarters = [sum(q * 8 <= d < (q + 1) * 8 for d in delays) for q in range(4)]
+    assert all(400 <= n <= 600 for n in quarters), quarters
+
+
+def _site(created_at: float = 1_700_000_000.0) -> SiteContent:
+    return default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
+                        locale="en_US", timezone="UTC", admin_login="admin", created_at=created_at)
+
+
+def test_default_site_is_what_wp_install_leaves_behind() -> None:
+    site = _site()
+    titles = {(p.type, p.title, p.status) for p in site.posts}
+    assert ("post", "Hello world!", "publish") in titles
+    assert ("page", "Sample Page", "publish") in titles
+    assert [t.name for t in site.terms] == ["Uncategorized"]
+    assert site.posts[0].term_ids == (1,)
+    assert site.settings.tagline == "Just another WordPress site"
+
+
+def test_snapshot_bytes_are_canonical_and_name_the_revision() -> None:
+    a, b = _site(), _site()
+    assert a.canonical_bytes() == b.canonical_bytes() and a.revision_id == b.revision_id
+    assert SiteContent.from_bytes(a.canonical_bytes()) == a
+    assert _site(created_at=1_700_000_001.0).revision_id != a.revision_id
+
+
+def test_settings_names_and_environment_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = settings(attempt_budget=7)
+    assert Settings.env_name("operations_queue_url") == "SITEDISPATCH_OPERATIONS_QUEUE_URL"
+    with pytest.raises(KeyError):
+        Settings.env_name("no_such_field")
+    for key, value in s.to_environment().items():
+        monkeypatch.setenv(key, value)
+    assert Settings() == s  # type: ignore[call-arg]
+    with pytest.raises(Exception, match="frozen"):
+        s.attempt_budget = 1  # type: ignore[misc]
+
+
+def test_sqs_event_has_the_lambda_record_shape() -> None:
+    received = [{
+        "MessageId": "m1", "ReceiptHandle": "rh1", "Body": '{"operation_id":"op_1","site_id":"acme-blog"}',
+        "MD5OfBody": "abc",
+        "Attributes": {"ApproximateReceiveCount": "2", "SentTimestamp": "1", "MessageGroupId": "acme-blog",
+                       "MessageDeduplicationId": "op_1-e0", "SequenceNumber": "7", "SenderId": "S",
+                       "ApproximateFirstReceiveTimestamp": "2"},
+        "MessageAttributes": {"error_code": {"DataType": "String", "StringValue": "boom"}},
+    }]
+    [record] = sqs_event(received, "arn:aws:sqs:us-east-1:123456789012:q.fifo", "us-east-1")["Records"]
+    assert record["messageId"] == "m1" and record["receiptHandle"] == "rh1" and record["eventSource"] == "aws:sqs"
+    assert record["attributes"]["MessageGroupId"] == "acme-blog"
+    assert record["attributes"]["ApproximateReceiveCount"] == "2"
+    assert record["eventSourceARN"].endswith(":q.fifo") and record["awsRegion"] == "us-east-1"
+    assert record["messageAttributes"]["error_code"]["stringValue"] == "boom"
+    assert record["messageAttributes"]["error_code"]["dataType"] == "String"
+
+
+@pytest.mark.parametrize(("response", "deleted"), [
+    ({"batchItemFailures": []}, ["a", "b", "c"]),
+    ({"batchItemFailures": [{"itemIdentifier": "b"}, {"itemIdentifier": "c"}]}, ["a"]),
+    (None, ["a", "b", "c"]),  # a handler returning nothing succeeded for the whole batch
+    ({"batchItemFailures": [{"itemIdentifier": ""}]}, []),  # malformed: the whole batch failed
+    ("not a dict", []),
+])
+def test_partial_batch_response_rules(response: object, deleted: list[str]) -> None:
+    messages = [{"MessageId": m} for m in ("a", "b", "c")]
+    assert [m["MessageId"] for m in records_to_delete(messages, response)] == deleted
+
+
+def test_lambda_context_counts_down_remaining_time() -> None:
+    context = LambdaContext("fn", 10, 128, "us-east-1", time.time() - 4)
+    assert 5000 < context.get_remaining_time_in_millis() <= 6000
+    assert context.invoked_function_arn.endswith(":function:fn") and context.aws_request_id

@@ -1,0 +1,96 @@
+"""Submit: validation before any write, deterministic ids, idempotency, the message shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sitedispatch.errors import IdempotencyConflict, InvalidInput
+from sitedispatch.model import Status, operation_id_for, sha256_hex
+from sitedispatch.schemas import ProvisionInput
+from tests.factories import PROVISION
+from tests.unit.conftest import Harness
+
+
+def _nothing_written(h: Harness) -> bool:
+    w = h.world
+    return not (w.db.operations or w.db.sites or w.blobs.objects or w.queue.sent)
+
+
+def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_message(harness: Harness) -> None:
+    result = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="tenant-a",
+                                      params=PROVISION, idempotency_key="k1")
+
+    op = result.operation
+    assert result.created and op.status == Status.QUEUED and op.queued_at is not None
+    assert op.operation_id == operation_id_for("tenant-a", "acme-blog", "provision", "k1")
+    stored = harness.world.blobs.get(op.input_key)
+    assert sha256_hex(stored) == op.input_digest
+    assert ProvisionInput.model_validate_json(stored).title == "Acme Blog"
+    [sent] = harness.world.queue.sent
+    assert json.loads(sent.message.to_body()) == {"operation_id": op.operation_id, "site_id": "acme-blog"}
+    assert sent.dedup_id == f"{op.operation_id}-e0"
+    assert harness.world.sites.get("acme-blog").principal == "tenant-a"  # type: ignore[union-attr]
+
+
+def test_same_key_same_input_returns_the_same_operation_without_a_second_message(harness: Harness) -> None:
+    first = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p", params=PROVISION,
+                                     idempotency_key="k")
+    # the same input spelled differently (key order, surrounding spaces) is the same canonical input
+    again = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
+                                     params={"admin_email": "admin@acme.example", "title": " Acme Blog "},
+                                     idempotency_key="k")
+
+    assert not again.created and again.operation.operation_id == first.operation.operation_id
+    assert len(harness.world.queue.sent) == 1
+
+
+def test_same_key_different_input_is_an_idempotency_conflict(harness: Harness) -> None:
+    harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p", params=PROVISION,
+                             idempotency_key="k")
+    with pytest.raises(IdempotencyConflict, match="different input"):
+        harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
+                                 params={**PROVISION, "title": "Other"}, idempotency_key="k")
+    assert len(harness.world.db.operations) == 1
+
+
+def test_without_a_key_every_submit_is_a_new_operation(harness: Harness) -> None:
+    a = harness.submit(site="site-one")
+    b = harness.submit(site="site-two")
+    assert a != b
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"kind": "provision", "site_id": "Acme_Blog"}, "site"),
+    ({"kind": "provision", "site_id": "ab"}, "site"),
+    ({"kind": "teleport", "site_id": "acme-blog"}, "kind"),
+    ({"kind": "provision", "site_id": "acme-blog", "params": {"title": "x"}}, "admin_email"),
+    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "admin_email": "nope"}}, "admin_email"),
+    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "colour": "red"}}, "colour"),
+    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "locale": "english"}}, "locale"),
+    ({"kind": "provision", "site_id": "acme-blog", "principal": "bad principal"}, "as"),
+    ({"kind": "provision", "site_id": "acme-blog", "idempotency_key": ""}, "idempotency_key"),
+])
+def test_invalid_submissions_name_the_field_and_write_nothing(harness: Harness, kwargs: dict, field: str) -> None:
+    args = {"principal": "p", "params": PROVISION, **kwargs}
+    with pytest.raises(InvalidInput) as refused:
+        harness.submitter.submit(**args)
+    assert refused.value.field == field
+    assert _nothing_written(harness)
+
+
+def test_oversized_input_is_refused_before_anything_is_written() -> None:
+    harness = Harness(max_input_bytes=1024)
+    with pytest.raises(InvalidInput, match="over the 1024-byte limit") as refused:
+        harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
+                                 params={**PROVISION, "title": "x" * 200}, raw_size=5000)
+    assert refused.value.field == "input"
+    assert _nothing_written(harness)
+
+
+def test_kinds_without_a_handler_yet_are_refused_as_invalid(harness: Harness) -> None:
+    with pytest.raises(InvalidInput, match="no handler") as refused:
+        harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
+    assert refused.value.field == "kind"
+    assert _nothing_written(harness)
