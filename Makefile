@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
-.PHONY: demo test unit integration acceptance lint lock clean
+.PHONY: demo test unit integration acceptance infrastructure synth lint lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +30,14 @@ integration: $(STAMP)
 acceptance: $(STAMP)
 	$(PY) -m pytest -q tests/acceptance
 
+infrastructure: $(STAMP)
+	$(PY) -m pytest -q tests/infrastructure
+
+synth: $(STAMP)  ## cdk.out/ from app.py: no AWS credentials, no network
+	$(PY) app.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sitedispatch functions stacks tests
+	$(VENV)/bin/ruff check sitedispatch functions stacks tests app.py
 	$(VENV)/bin/mypy
 
 lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)

@@ -1,0 +1,89 @@
+"""The synthesized template: what matters about the queues, tables and bucket, and one source of names."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from sitedispatch.aws.tables import table_specs
+from sitedispatch.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES
+from sitedispatch.settings import Settings
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
+
+
+@pytest.fixture(scope="module")
+def synthesized() -> tuple[dict, object]:
+    import aws_cdk as cdk
+
+    from stacks.dispatch_stack import SiteDispatchStack
+
+    app = cdk.App()
+    stack = SiteDispatchStack(app, "SiteDispatchTest")
+    template = app.synth().get_stack_by_name("SiteDispatchTest").template
+    return template, stack
+
+
+def resources(template: dict, kind: str) -> dict[str, dict]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def test_queues_are_high_throughput_fifo_with_a_fifo_dlq_backstop(synthesized: tuple[dict, object]) -> None:
+    template, _ = synthesized
+    queues = resources(template, "AWS::SQS::Queue")
+    mains = {k: v["Properties"] for k, v in queues.items() if "RedrivePolicy" in v["Properties"]}
+    dlqs = {k: v["Properties"] for k, v in queues.items() if "RedrivePolicy" not in v["Properties"]}
+    assert len(mains) == len(QUEUES) == len(dlqs)
+    for props in [*mains.values(), *dlqs.values()]:
+        assert props["FifoQueue"] is True and props["SqsManagedSseEnabled"] is True
+    for props in mains.values():
+        assert props["ContentBasedDeduplication"] is False
+        assert props["DeduplicationScope"] == "messageGroup"
+        assert props["FifoThroughputLimit"] == "perMessageGroupId"
+        assert props["RedrivePolicy"]["maxReceiveCount"] == REDRIVE_BACKSTOP_RECEIVES
+        assert props["VisibilityTimeout"] >= 6 * max(f.timeout_s for f in FUNCTIONS.values() if f.batch_size)
+    policies = resources(template, "AWS::SQS::QueuePolicy")
+    assert policies and all("aws:SecureTransport" in json.dumps(p) for p in policies.values())
+
+
+def test_tables_match_the_models_and_are_protected(synthesized: tuple[dict, object]) -> None:
+    template, _ = synthesized
+    tables = resources(template, "AWS::DynamoDB::Table")
+    assert len(tables) == len(table_specs())
+    for spec in table_specs().values():
+        [table] = [t for k, t in tables.items() if k.startswith(f"Tables{spec.logical_id}")]
+        props = table["Properties"]
+        assert table["DeletionPolicy"] == "Retain" and props["DeletionProtectionEnabled"] is True
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+        assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+        assert props["SSESpecification"]["SSEEnabled"] is True
+        assert props["KeySchema"][0] == {"AttributeName": spec.partition.name, "KeyType": "HASH"}
+        indexes = {i["IndexName"]: i for i in props.get("GlobalSecondaryIndexes", [])}
+        assert set(indexes) == {i.name for i in spec.indexes}
+
+
+def test_bucket_is_private_tls_only_encrypted_versioned_and_retained(synthesized: tuple[dict, object]) -> None:
+    template, _ = synthesized
+    [bucket] = resources(template, "AWS::S3::Bucket").values()
+    props = bucket["Properties"]
+    assert bucket["DeletionPolicy"] == "Retain"
+    assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                       "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["VersioningConfiguration"]["Status"] == "Enabled"
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert {r["Id"] for r in props["LifecycleConfiguration"]["Rules"]} == {"expire-inputs", "expire-noncurrent"}
+    [policy] = resources(template, "AWS::S3::BucketPolicy").values()
+    deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert deny and deny[0]["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+
+
+def test_function_environment_uses_the_settings_names_and_covers_every_resource(
+        synthesized: tuple[dict, object]) -> None:
+    _, stack = synthesized
+    environment = stack.function_environment()  # type: ignore[attr-defined]
+    required = {Settings.env_name(name) for name, field in Settings.model_fields.items() if field.is_required()}
+    assert required <= set(environment)
+    assert all(name in {Settings.env_name(f) for f in Settings.model_fields} for name in environment)
