@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import NotFound
 from .model import Lease, Operation, Site
 from .ports import BlobStore, Clock, SiteStore, Visibility
 from .settings import Settings
-from .wordpress.content import SiteContent, snapshot_key
+from .wordpress.content import Manifest
+from .wordpress.store import ContentStore
 
 # A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
 HEARTBEAT_FRACTION = 1 / 3
@@ -35,14 +35,15 @@ class HandlerContext:
     def fence(self) -> int:
         return self.lease.fence
 
-    def head_content(self) -> SiteContent | None:
+    @property
+    def content(self) -> ContentStore:
+        return ContentStore(self.blobs, self.site.site_id)
+
+    def head_manifest(self) -> Manifest | None:
         """The site's content at its head revision, or None before the first commit."""
         if self.site.head_revision is None:
             return None
-        try:
-            return SiteContent.from_bytes(self.blobs.get(snapshot_key(self.site.site_id, self.site.head_revision)))
-        except NotFound:
-            return None
+        return self.content.manifest(self.site.head_revision)
 
     def heartbeat(self, force: bool = False) -> None:
         """Extend the lease (conditional on our fence: StaleFence if lost) and the message's visibility."""

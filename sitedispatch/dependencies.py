@@ -43,7 +43,8 @@ class Dependencies:
         from .aws.tables import TableNames, build_models
 
         s = self.settings
-        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table), s.region)
+        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table),
+                            s.region)
 
     @cached_property
     def operations(self) -> Any:
@@ -64,6 +65,18 @@ class Dependencies:
         return DynamoCommitStore(self.models)
 
     @cached_property
+    def publications(self) -> Any:
+        from .aws.dynamo import DynamoPublicationStore
+
+        return DynamoPublicationStore(self.models)
+
+    @cached_property
+    def publication_queue(self) -> Any:
+        from .aws.sqs import SqsPublicationQueue
+
+        return SqsPublicationQueue(self.sqs, self.settings.publications_queue_url)
+
+    @cached_property
     def blobs(self) -> Any:
         from .aws.s3 import S3BlobStore
 
@@ -79,7 +92,8 @@ class Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""
         for model in self.models.all():
             _ = model._get_connection().connection.client
-        _ = self.sqs, self.s3, self.operations, self.sites, self.commits, self.blobs, self.queue
+        _ = (self.sqs, self.s3, self.operations, self.sites, self.commits, self.blobs, self.queue,
+             self.publications, self.publication_queue)
         return self
 
     def submitter(self) -> Any:
@@ -92,4 +106,11 @@ class Dependencies:
         from .worker import OperationsWorker, WorkerDeps
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
-                                           self.queue, self.clock, handler_map(), random.Random()))
+                                           self.queue, self.clock, handler_map(), random.Random(),
+                                           self.publications, self.publication_queue))
+
+    def publication_worker(self) -> Any:
+        from .publication.worker import PublicationDeps, PublicationWorker
+
+        return PublicationWorker(PublicationDeps(self.settings, self.sites, self.publications, self.blobs,
+                                                 self.publication_queue, self.clock))

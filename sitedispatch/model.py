@@ -108,6 +108,9 @@ class Site:
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     paused: bool = False
+    live_seq: int = 0
+    live_revision: str | None = None
+    live_at: float | None = None
 
     def lease_free_for(self, operation_id: str, now: float) -> bool:
         return (
@@ -143,3 +146,67 @@ class QueueMessage:
         import json
 
         return json.dumps({"operation_id": self.operation_id, "site_id": self.site_id}, separators=(",", ":"))
+
+
+class PublicationStatus(StrEnum):
+    PENDING = "pending"  # written with the commit (the outbox); plan not yet made
+    PLANNED = "planned"  # chunks known and sent
+    PUBLISHED = "published"  # receipt written and promoted
+    SUPERSEDED = "superseded"  # a newer sequence was live first: never promoted
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One publication of a revision under a sequence number (the head version of the commit that asked for it)."""
+
+    site_id: str
+    seq: int
+    revision_id: str
+    operation_id: str
+    status: PublicationStatus
+    created_at: float
+    total_chunks: int | None = None
+    done_chunks: frozenset[int] = frozenset()
+    finished_at: float | None = None
+
+
+PLAN = -1  # the chunk number of a publication's planning step
+
+
+@dataclass(frozen=True)
+class PublicationMessage:
+    """A publications-queue message: identifies a publication and one step of it (plan, or a chunk)."""
+
+    site_id: str
+    revision_id: str
+    seq: int
+    chunk: int = PLAN
+
+    def to_body(self) -> str:
+        import json
+
+        return json.dumps({"site_id": self.site_id, "revision_id": self.revision_id, "seq": self.seq,
+                           "chunk": "plan" if self.chunk == PLAN else self.chunk}, separators=(",", ":"))
+
+    @classmethod
+    def from_body(cls, body: str) -> PublicationMessage:
+        import json
+
+        data = json.loads(body)
+        chunk = data["chunk"]
+        return cls(str(data["site_id"]), str(data["revision_id"]), int(data["seq"]),
+                   PLAN if chunk == "plan" else int(chunk))
+
+    @property
+    def step(self) -> str:
+        return "plan" if self.chunk == PLAN else str(self.chunk)
+
+    @property
+    def group_id(self) -> str:
+        """Chunks are immutable and idempotent: they need no per-site order, so each is its own group (the
+        conditional promotion restores per-site order). 32 hex digits keep the id under SQS's 128 characters."""
+        return f"{self.site_id}:{self.revision_id[:32]}:{self.step}"
+
+    @property
+    def dedup_id(self) -> str:
+        return f"{self.site_id}-{self.seq}-{self.step}"

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
-from .model import Commit, ErrorInfo, Lease, Operation, QueueMessage, Site, Status
+from .model import (
+    Commit,
+    ErrorInfo,
+    Lease,
+    Operation,
+    Publication,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+    Site,
+    Status,
+)
 
 
 class Clock(Protocol):
@@ -53,15 +64,40 @@ class SiteStore(Protocol):
 
     def list(self, limit: int = 100) -> list[Site]: ...
 
+    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        """Conditional: the live pointer moves only forward (live_seq < seq). False when it lost to a newer one."""
+
 
 @dataclass(frozen=True)
 class PreparedCommit:
-    """Everything the commit transaction writes: the record, the new head, the lease release, the status."""
+    """Everything the commit transaction writes: the record, the new head, the lease release, the status, and the
+    publication it asks for (the outbox row, so a crash after the commit cannot lose the publication)."""
 
     commit: Commit
     lease: Lease
     expected_version: int
     result: dict[str, Any]
+    publication: Publication | None = None
+
+
+class PublicationStore(Protocol):
+    def get(self, site_id: str, seq: int) -> Publication | None: ...
+
+    def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
+        """Record the chunk count (conditional: unset or the same). Raises NotFound for an unknown publication."""
+
+    def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
+        """Add `chunk` to the done set (idempotent) and return the publication as it is now."""
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+        """-> published or superseded (from pending or planned only)."""
+
+    def list(self, site_id: str, limit: int = 100) -> list[Publication]:
+        """Newest sequence first."""
+
+
+class PublicationQueue(Protocol):
+    def send(self, message: PublicationMessage) -> str: ...
 
 
 class CommitStore(Protocol):
@@ -75,11 +111,21 @@ class CommitStore(Protocol):
 
 
 class BlobStore(Protocol):
-    def put_if_absent(self, key: str, body: bytes, content_type: str = "application/json") -> bool:
+    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
         """Conditional PUT (If-None-Match: *): True if written, False if the object already existed."""
 
     def get(self, key: str) -> bytes:
         """Raises NotFound."""
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its ETag, or None if absent."""
+
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
+                ) -> bool:
+        """Compare-and-swap PUT: If-Match `expected_etag`, or If-None-Match * when None. False on a lost race."""
+
+    def open(self, key: str) -> IO[bytes]:
+        """A readable stream of the object (large inputs are never read whole). Raises NotFound."""
 
 
 class OperationQueue(Protocol):

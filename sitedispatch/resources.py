@@ -53,6 +53,9 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "operations": FunctionSpec("operations", "OperationsWorker", "functions.operations_worker.handler",
                                timeout_s=120, memory_mb=1024, batch_size=1,
                                init="functions.operations_worker.warm"),
+    "publications": FunctionSpec("publications", "PublicationWorker", "functions.publication_worker.handler",
+                                 timeout_s=120, memory_mb=1024, batch_size=1,
+                                 init="functions.publication_worker.warm"),
     "reconciler": FunctionSpec("reconciler", "Reconciler", "functions.reconciler.handler",
                                timeout_s=60, memory_mb=512, batch_size=0),
 }
@@ -61,7 +64,7 @@ QUEUES: dict[str, QueueSpec] = {
     "operations": QueueSpec("operations", "OperationsQueue", "operations_queue_url",
                             "OperationsDeadLetterQueue", "operations_dlq_url", function="operations"),
     "publications": QueueSpec("publications", "PublicationsQueue", "publications_queue_url",
-                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="operations"),
+                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="publications"),
 }
 
 SCHEDULES: dict[str, ScheduleSpec] = {
@@ -70,7 +73,8 @@ SCHEDULES: dict[str, ScheduleSpec] = {
 
 BUCKET_LOGICAL_ID = "DispatchBucket"
 BUCKET_FIELD = "bucket"
-TABLE_FIELDS = {"operations": "operations_table", "sites": "sites_table", "commits": "commits_table"}
+TABLE_FIELDS = {"operations": "operations_table", "sites": "sites_table", "commits": "commits_table",
+                "publications": "publications_table"}
 
 
 def visibility_timeout_s(function_timeout_s: int) -> int:

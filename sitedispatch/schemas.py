@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,8 +28,40 @@ class ProvisionInput(OperationInput):
     timezone: str = Field(default="UTC", max_length=64)
 
 
+DIGEST = r"^[0-9a-f]{64}$"
+
+
+class ImportInput(OperationInput):
+    """A WXR file staged in S3 by the CLI (the message never carries it)."""
+
+    source_key: str = Field(pattern=r"^uploads/[a-z0-9][a-z0-9-]{2,62}/[0-9a-f]{64}\.xml$")
+    source_digest: str = Field(pattern=DIGEST)
+    source_bytes: int = Field(ge=0)
+
+
+class PublishInput(OperationInput):
+    """Publish the site's head revision (no fields)."""
+
+
+class WpCronInput(OperationInput):
+    """Run due events as of `due_minute` (epoch minutes; default: the operation's acceptance time)."""
+
+    due_minute: int | None = Field(default=None, ge=0)
+
+
+class RecoverInput(OperationInput):
+    """rollback: make `revision_id` live again (head unchanged); restore: head content = `revision_id`."""
+
+    revision_id: str = Field(pattern=DIGEST)
+    mode: Literal["rollback", "restore"] = "rollback"
+
+
 SCHEMAS: dict[Kind, type[OperationInput]] = {
     Kind.PROVISION: ProvisionInput,
+    Kind.IMPORT: ImportInput,
+    Kind.PUBLISH: PublishInput,
+    Kind.WP_CRON: WpCronInput,
+    Kind.RECOVER: RecoverInput,
 }
 
 

@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     operations_table: str
     sites_table: str
     commits_table: str
+    publications_table: str
     bucket: str
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
@@ -34,6 +35,8 @@ class Settings(BaseSettings):
     defer_max_s: float = Field(default=30.0, gt=0,
                                description="longest deferral while another operation holds the lease")
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
+    max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
+    publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
     reference_latency_s: float = Field(
         default=0.0, ge=0,
         description="simulated service latency of the reference runtime's provisioning (a real WordPress install "

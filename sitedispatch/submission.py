@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import observability as obs
@@ -41,6 +43,13 @@ class SubmitDeps:
 
 def input_key(site_id: str, digest: str) -> str:
     return f"inputs/{site_id}/{digest}.json"
+
+
+def upload_key(site_id: str, digest: str) -> str:
+    return f"uploads/{site_id}/{digest}.xml"
+
+
+UPLOAD_READ_BYTES = 1 << 20
 
 
 class Submitter:
@@ -94,6 +103,27 @@ class Submitter:
         obs.count("OperationAccepted")
         refreshed = d.operations.get(operation_id) or op
         return Submitted(refreshed, created=True)
+
+    def stage_upload(self, site_id: str, path: Path) -> dict[str, Any]:
+        """Store a file for an `import` (streamed: hashed first, then PUT If-None-Match under its digest) and return
+        the import input that names it. The queue message never carries the file."""
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        try:
+            size = path.stat().st_size
+            digest = hashlib.sha256()
+            with path.open("rb") as fh:
+                while chunk := fh.read(UPLOAD_READ_BYTES):
+                    digest.update(chunk)
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
+        if size > self.d.settings.max_upload_bytes:
+            raise InvalidInput(f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit",
+                               field="input-file")
+        key = upload_key(site_id, digest.hexdigest())
+        with path.open("rb") as fh:
+            self.d.blobs.put_if_absent(key, fh, "application/xml")
+        return {"source_key": key, "source_digest": digest.hexdigest(), "source_bytes": size}
 
     @staticmethod
     def _same_or_conflict(existing: Operation, digest: str) -> Submitted:

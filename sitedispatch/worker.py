@@ -17,11 +17,31 @@ from .backoff import full_jitter
 from .context import HandlerContext
 from .errors import AlreadyCommitted, LeaseHeld, NotRunnable, PermanentError, StaleFence
 from .handlers import HandlerFn
-from .model import Commit, ErrorInfo, Kind, Lease, Operation, QueueMessage
-from .ports import BlobStore, Clock, CommitStore, OperationQueue, OperationStore, PreparedCommit, SiteStore, Visibility
+from .model import (
+    Commit,
+    ErrorInfo,
+    Kind,
+    Lease,
+    Operation,
+    Publication,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+)
+from .ports import (
+    BlobStore,
+    Clock,
+    CommitStore,
+    OperationQueue,
+    OperationStore,
+    PreparedCommit,
+    PublicationQueue,
+    PublicationStore,
+    SiteStore,
+    Visibility,
+)
 from .schemas import load_input
 from .settings import Settings
-from .wordpress.content import snapshot_key
 
 
 class Outcome(StrEnum):
@@ -55,6 +75,8 @@ class WorkerDeps:
     clock: Clock
     handlers: dict[Kind, HandlerFn]
     rng: random.Random
+    publications: PublicationStore
+    publication_queue: PublicationQueue
 
 
 class OperationsWorker:
@@ -110,19 +132,28 @@ class OperationsWorker:
                                  clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility)
             mutation = handler(ctx, payload)
             lease = ctx.lease
-            revision_id = mutation.content.revision_id
-            d.blobs.put_if_absent(snapshot_key(op.site_id, revision_id), mutation.content.canonical_bytes())
+            revision_id = ctx.content.put_manifest(mutation.manifest)
+            now = d.clock.now()
             commit = Commit(
                 operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,
                 revision_id=revision_id, parent_revision=site.head_revision, fence=lease.fence,
-                committed_at=d.clock.now(), summary=mutation.summary,
+                committed_at=now, summary=mutation.summary,
             )
+            publication = Publication(
+                site_id=op.site_id, seq=commit.version, revision_id=mutation.publish_revision or revision_id,
+                operation_id=op.operation_id, status=PublicationStatus.PENDING, created_at=now,
+            ) if mutation.publish else None
+            result = {"version": commit.version, "revision_id": revision_id}
+            if publication:
+                result["publication"] = {"seq": publication.seq, "revision_id": publication.revision_id}
             d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
-                                            result={"version": commit.version, "revision_id": revision_id}),
-                             d.clock.now())
+                                            result=result, publication=publication), now)
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
-            return Result(Outcome.SUCCEEDED, "already_committed", commit=d.commits.get(op.operation_id))
+            earlier = d.commits.get(op.operation_id)
+            if earlier is not None:
+                self._send_pending_publication(earlier.site_id, earlier.version)
+            return Result(Outcome.SUCCEEDED, "already_committed", commit=earlier)
         except (StaleFence, NotRunnable) as lost:
             # Someone else holds the site now (our lease expired, or a duplicate delivery took it): our work is void.
             # Come back later; the next delivery sees the winner's outcome.
@@ -138,10 +169,19 @@ class OperationsWorker:
             code = getattr(exc, "code", None) or type(exc).__name__
             error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
             return self._retry(op, lease.fence, error, message, visibility)
+        if publication is not None:
+            # The outbox row was written with the commit; this send is the fast path (a lost one is re-sent by the
+            # next delivery of this operation or by the reconciler).
+            d.publication_queue.send(PublicationMessage(op.site_id, publication.revision_id, publication.seq))
         obs.count("OperationSucceeded")
         obs.seconds("OperationDuration", d.clock.now() - (op.started_at or commit.committed_at))
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
+
+    def _send_pending_publication(self, site_id: str, seq: int) -> None:
+        publication = self.d.publications.get(site_id, seq)
+        if publication is not None and publication.status == PublicationStatus.PENDING:
+            self.d.publication_queue.send(PublicationMessage(site_id, publication.revision_id, seq))
 
     def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
                visibility: Visibility) -> Result:

@@ -16,7 +16,8 @@ def settings(**overrides: Any) -> Settings:
         "operations_dlq_url": "http://127.0.0.1:1/123456789012/ops-dlq.fifo",
         "publications_queue_url": "http://127.0.0.1:1/123456789012/pub.fifo",
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
-        "operations_table": "ops", "sites_table": "sites", "commits_table": "commits", "bucket": "bucket",
+        "operations_table": "ops", "sites_table": "sites", "commits_table": "commits",
+        "publications_table": "publications", "bucket": "bucket",
     }
     return Settings(**{**base, **overrides})
 

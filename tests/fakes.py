@@ -6,11 +6,28 @@ so a fake cannot quietly drift from the real store.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import IO, Any
 
 from sitedispatch.errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotFound, NotRunnable, StaleFence
-from sitedispatch.model import RUNNABLE, Commit, ErrorInfo, Lease, Operation, QueueMessage, Site, Status
+from sitedispatch.model import (
+    RUNNABLE,
+    Commit,
+    ErrorInfo,
+    Lease,
+    Operation,
+    Publication,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+    Site,
+    Status,
+)
 from sitedispatch.ports import PreparedCommit
 
 
@@ -38,6 +55,7 @@ class MemoryDb:
     operations: dict[str, Operation] = field(default_factory=dict)
     sites: dict[str, Site] = field(default_factory=dict)
     commits: dict[str, Commit] = field(default_factory=dict)
+    publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -142,6 +160,14 @@ class MemorySiteStore:
     def list(self, limit: int = 100) -> list[Site]:
         return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
+    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            if site is None or site.live_seq >= seq:
+                return False
+            self.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
+            return True
+
 
 class MemoryCommitStore:
     def __init__(self, db: MemoryDb) -> None:
@@ -159,6 +185,11 @@ class MemoryCommitStore:
             op = self.db.operations.get(c.operation_id)
             if op is None or op.status != Status.RUNNING or op.fence != lease.fence:
                 raise NotRunnable(c.operation_id)
+            pub = prepared.publication
+            if pub is not None and (pub.site_id, pub.seq) in self.db.publications:
+                raise Conflict(f"publication {pub.site_id}#{pub.seq} already exists")
+            if pub is not None:
+                self.db.publications[(pub.site_id, pub.seq)] = pub
             self.db.commits[c.operation_id] = c
             self.db.sites[c.site_id] = replace(site, head_version=c.version, head_revision=c.revision_id,
                                                lease_owner=None, lease_expires_at=None)
@@ -173,12 +204,58 @@ class MemoryCommitStore:
         return sorted(commits, key=lambda c: c.version, reverse=True)[:limit]
 
 
+class MemoryPublicationStore:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def get(self, site_id: str, seq: int) -> Publication | None:
+        return self.db.publications.get((site_id, seq))
+
+    def _change(self, site_id: str, seq: int, ok: Callable[[Publication], bool], **changes: Any) -> Publication:
+        with self.db.lock:
+            pub = self.db.publications.get((site_id, seq))
+            if pub is None:
+                raise NotFound(f"publication {site_id}#{seq}")
+            if not ok(pub):
+                raise Conflict(f"publication {site_id}#{seq} is {pub.status.value}")
+            updated = replace(pub, **{k: (v(pub) if callable(v) else v) for k, v in changes.items()})
+            self.db.publications[(site_id, seq)] = updated
+            return updated
+
+    def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
+        return self._change(site_id, seq, lambda p: p.total_chunks in (None, total_chunks), total_chunks=total_chunks)
+
+    def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
+        return self._change(site_id, seq, lambda p: p.total_chunks is not None,
+                            done_chunks=lambda p: p.done_chunks | {chunk})
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+        with contextlib.suppress(Conflict):
+            self._change(site_id, seq, lambda p: p.status in (PublicationStatus.PENDING, PublicationStatus.PLANNED),
+                         status=status, finished_at=now)
+
+    def list(self, site_id: str, limit: int = 100) -> list[Publication]:
+        pubs = [p for (s, _), p in self.db.publications.items() if s == site_id]
+        return sorted(pubs, key=lambda p: p.seq, reverse=True)[:limit]
+
+
+class MemoryPublicationQueue:
+    def __init__(self) -> None:
+        self.sent: list[PublicationMessage] = []
+
+    def send(self, message: PublicationMessage) -> str:
+        self.sent.append(message)
+        return f"p{len(self.sent)}"
+
+
 class MemoryBlobStore:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.lock = threading.Lock()
 
-    def put_if_absent(self, key: str, body: bytes, content_type: str = "application/json") -> bool:
+    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
+        if not isinstance(body, bytes):
+            body = body.read()
         with self.lock:
             if key in self.objects:
                 return False
@@ -190,6 +267,22 @@ class MemoryBlobStore:
             return self.objects[key]
         except KeyError:
             raise NotFound(key) from None
+
+    def open(self, key: str) -> IO[bytes]:
+        return io.BytesIO(self.get(key))
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        body = self.objects.get(key)
+        return None if body is None else (body, hashlib.md5(body).hexdigest())
+
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
+                ) -> bool:
+        with self.lock:
+            current = self.read_versioned(key)
+            if (current[1] if current else None) != expected_etag:
+                return False
+            self.objects[key] = body
+            return True
 
 
 @dataclass
@@ -229,10 +322,12 @@ class MemoryWorld:
     db: MemoryDb = field(default_factory=MemoryDb)
     blobs: MemoryBlobStore = field(default_factory=MemoryBlobStore)
     queue: MemoryQueue = field(default_factory=MemoryQueue)
+    publication_queue: MemoryPublicationQueue = field(default_factory=MemoryPublicationQueue)
 
     def __post_init__(self) -> None:
         self.operations = MemoryOperationStore(self.db)
         self.sites = MemorySiteStore(self.db)
         self.commits = MemoryCommitStore(self.db)
+        self.publications = MemoryPublicationStore(self.db)
 
 

@@ -5,13 +5,25 @@ Every guard is a condition expression evaluated by DynamoDB; ConditionalCheckFai
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from ..errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotRunnable, StaleFence
-from ..model import RUNNABLE, Commit, ErrorInfo, Kind, Lease, Operation, Site, Status
+from ..errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotFound, NotRunnable, StaleFence
+from ..model import (
+    RUNNABLE,
+    Commit,
+    ErrorInfo,
+    Kind,
+    Lease,
+    Operation,
+    Publication,
+    PublicationStatus,
+    Site,
+    Status,
+)
 from ..ports import PreparedCommit
 from .tables import Models
 
@@ -47,6 +59,16 @@ def _to_site(item: Any) -> Site:
         site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
         head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
         lease_owner=item.lease_owner, lease_expires_at=item.lease_expires_at, paused=bool(item.paused),
+        live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
+    )
+
+
+def _to_publication(item: Any) -> Publication:
+    return Publication(
+        site_id=item.site_id, seq=int(item.seq), revision_id=item.revision_id, operation_id=item.operation_id,
+        status=PublicationStatus(item.status), created_at=float(item.created_at),
+        total_chunks=None if item.total_chunks is None else int(item.total_chunks),
+        done_chunks=frozenset(int(n) for n in (item.done_chunks or ())), finished_at=item.finished_at,
     )
 
 
@@ -226,6 +248,19 @@ class DynamoSiteStore:
         sites = [_to_site(item) for item in self.M.scan(limit=limit)]
         return sorted(sites, key=lambda s: s.site_id)
 
+    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        M = self.M
+        try:
+            M(site_id).update(
+                actions=[M.live_seq.set(seq), M.live_revision.set(revision_id), M.live_at.set(now)],
+                condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq)),
+            )
+            return True
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                return False
+            raise
+
 
 class DynamoCommitStore:
     """The commit transaction spans the three tables: record, head (fenced) + release, operation status."""
@@ -234,7 +269,7 @@ class DynamoCommitStore:
         self.models = models
 
     def commit(self, prepared: PreparedCommit, now: float) -> None:
-        C, S, Op = self.models.Commit, self.models.Site, self.models.Operation
+        C, S, Op, P = self.models.Commit, self.models.Site, self.models.Operation, self.models.Publication
         c, lease = prepared.commit, prepared.lease
         record = C(c.operation_id, site_id=c.site_id, kind=c.kind.value, version=c.version,
                    revision_id=c.revision_id, parent_revision=c.parent_revision, fence=c.fence,
@@ -256,6 +291,11 @@ class DynamoCommitStore:
                              Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()],
                     condition=(Op.status == Status.RUNNING.value) & (Op.fence == lease.fence),
                 )
+                if prepared.publication is not None:
+                    pub = prepared.publication
+                    tx.save(P(pub.site_id, pub.seq, revision_id=pub.revision_id, operation_id=pub.operation_id,
+                              status=pub.status.value, created_at=pub.created_at),
+                            condition=P.seq.does_not_exist())
         except TransactWriteError as exc:
             reasons = [r.code if r else None for r in exc.cancellation_reasons]
             if reasons and reasons[0] == "ConditionalCheckFailed":
@@ -264,6 +304,10 @@ class DynamoCommitStore:
                 raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current") from exc
             if len(reasons) > 2 and reasons[2] == "ConditionalCheckFailed":
                 raise NotRunnable(c.operation_id) from exc
+            if len(reasons) > 3 and reasons[3] == "ConditionalCheckFailed":
+                # Sequences are head versions and the head moved under our fence: cannot happen unless the
+                # publications table was written by hand. Refuse loudly rather than overwrite.
+                raise Conflict(f"publication {c.site_id}#{c.version} already exists") from exc
             raise
 
     def get(self, operation_id: str) -> Commit | None:
@@ -275,3 +319,46 @@ class DynamoCommitStore:
     def history(self, site_id: str, limit: int = 100) -> list[Commit]:
         items = self.models.Commit.by_site.query(site_id, scan_index_forward=False, limit=limit)
         return [_to_commit(item) for item in items]
+
+
+class DynamoPublicationStore:
+    def __init__(self, models: Models) -> None:
+        self.M: Any = models.Publication
+
+    def get(self, site_id: str, seq: int) -> Publication | None:
+        try:
+            return _to_publication(self.M.get(site_id, seq, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def _update(self, site_id: str, seq: int, actions: list[Any], condition: Any) -> Publication:
+        item = self.M(site_id, seq)
+        try:
+            item.update(actions=actions, condition=self.M.seq.exists() & condition)
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                current = self.get(site_id, seq)
+                if current is None:
+                    raise NotFound(f"publication {site_id}#{seq}") from exc
+                raise Conflict(f"publication {site_id}#{seq} is {current.status.value} "
+                               f"with {current.total_chunks} chunks") from exc
+            raise
+        return _to_publication(item)
+
+    def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
+        M = self.M
+        return self._update(site_id, seq, [M.total_chunks.set(total_chunks)],
+                            M.total_chunks.does_not_exist() | (M.total_chunks == total_chunks))
+
+    def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
+        M = self.M
+        return self._update(site_id, seq, [M.done_chunks.add({chunk})], M.total_chunks.exists())
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+        M = self.M
+        with contextlib.suppress(Conflict):  # already finished by a duplicate finisher: the first word stands
+            self._update(site_id, seq, [M.status.set(status.value), M.finished_at.set(now)],
+                         M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value))
+
+    def list(self, site_id: str, limit: int = 100) -> list[Publication]:
+        return [_to_publication(item) for item in self.M.query(site_id, scan_index_forward=False, limit=limit)]

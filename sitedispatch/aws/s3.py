@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
@@ -14,7 +14,7 @@ class S3BlobStore:
         self.client = client
         self.bucket = bucket
 
-    def put_if_absent(self, key: str, body: bytes, content_type: str = "application/json") -> bool:
+    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*")
             return True
@@ -28,9 +28,33 @@ class S3BlobStore:
                                      code="s3_conflict") from exc
             raise
 
-    def get(self, key: str) -> bytes:
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise
+        return response["Body"].read(), str(response["ETag"])
+
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
+                ) -> bool:
+        condition = {"IfMatch": expected_etag} if expected_etag else {"IfNoneMatch": "*"}
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, **condition)
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"PreconditionFailed", "ConditionalRequestConflict"}:
+                return False
+            raise
+
+    def get(self, key: str) -> bytes:
+        return self.open(key).read()
+
+    def open(self, key: str) -> IO[bytes]:
+        try:
+            body: IO[bytes] = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            return body
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 raise NotFound(f"s3://{self.bucket}/{key}") from exc

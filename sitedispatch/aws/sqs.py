@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..model import QueueMessage
+from ..model import PublicationMessage, QueueMessage
 
 MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
 
@@ -29,6 +29,18 @@ class SqsOperationQueue:
             MessageDeduplicationId=f"{dedup_id}-dead-a{attributes.get('attempt', '0')}",
             MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items() if v},
         )
+        return str(response["MessageId"])
+
+
+class SqsPublicationQueue:
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def send(self, message: PublicationMessage) -> str:
+        response = self.client.send_message(QueueUrl=self.queue_url, MessageBody=message.to_body(),
+                                            MessageGroupId=message.group_id,
+                                            MessageDeduplicationId=message.dedup_id)
         return str(response["MessageId"])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, NumberSetAttribute, UnicodeAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -19,6 +19,7 @@ class TableNames:
     operations: str
     sites: str
     commits: str
+    publications: str
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,10 @@ class Models:
     Operation: Any
     Site: Any
     Commit: Any
+    Publication: Any
 
     def all(self) -> tuple[Any, ...]:
-        return (self.Operation, self.Site, self.Commit)
+        return (self.Operation, self.Site, self.Commit, self.Publication)
 
 
 def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
@@ -89,6 +91,9 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         lease_owner = UnicodeAttribute(null=True)
         lease_expires_at = NumberAttribute(null=True)
         paused = BooleanAttribute(default=False)
+        live_seq = NumberAttribute(default=0)
+        live_revision = UnicodeAttribute(null=True)
+        live_at = NumberAttribute(null=True)
 
     class CommitsBySite(GlobalSecondaryIndex):
         Meta = index_meta("by-site")
@@ -108,7 +113,19 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         summary = JSONAttribute(null=True)
         by_site = CommitsBySite()
 
-    return Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem)
+    class PublicationItem(Model):
+        Meta = meta(names.publications)
+        site_id = UnicodeAttribute(hash_key=True)
+        seq = NumberAttribute(range_key=True)
+        revision_id = UnicodeAttribute()
+        operation_id = UnicodeAttribute()
+        status = UnicodeAttribute()
+        created_at = NumberAttribute()
+        total_chunks = NumberAttribute(null=True)
+        done_chunks = NumberSetAttribute(null=True)
+        finished_at = NumberAttribute(null=True)
+
+    return Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem)
 
 
 @dataclass(frozen=True)
@@ -134,14 +151,15 @@ class TableSpec:
     indexes: tuple[IndexSpec, ...]
 
 
-TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable"}
+TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable",
+                     "publications": "PublicationsTable"}
 
 
 def table_specs() -> dict[str, TableSpec]:
     """Key and index definitions of every table, read off the models (the stack builds tables from these)."""
-    models = build_models(TableNames("operations", "sites", "commits"), "us-east-1")
+    models = build_models(TableNames(*TABLE_LOGICAL_IDS), "us-east-1")
     specs = {}
-    for role, model in zip(("operations", "sites", "commits"), models.all(), strict=True):
+    for role, model in zip(TABLE_LOGICAL_IDS, models.all(), strict=True):
         schema: dict[str, Any] = model._get_schema()
         types = {d["AttributeName"]: d["AttributeType"] for d in schema["attribute_definitions"]}
 

@@ -53,8 +53,8 @@ def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}"
     """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
     from ..local.esm import run_worker
 
-    if queue not in QUEUES or (queue != "operations" and handler is None):
-        raise typer.BadParameter(f"queue {queue!r} has no consumer in this release (operations only)")
+    if queue not in QUEUES:
+        raise typer.BadParameter(f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
     raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout, batch_size=batch_size, handler=handler))
 
 
@@ -83,9 +83,10 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
         env = runtime.start_cloud(port)
         for _ in range(workers):
             runtime.start_worker("operations", concurrency)
+            runtime.start_worker("publications", concurrency)
         runtime.start_scheduler()
-        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}, {workers} workers x "
-                      f"{concurrency} environments, scheduler; logs in {workdir}/")
+        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}, {workers} operations and "
+                      f"{workers} publications workers x {concurrency} environments, scheduler; logs in {workdir}/")
         console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
         while not stop.wait(1.0):
             dead = [c.name for c in runtime.children if not c.alive()]

@@ -15,7 +15,7 @@ def provision(ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
                              f"{ctx.site.head_version})", code="already_provisioned")
     if ctx.settings.reference_latency_s:
         ctx.work_for(ctx.settings.reference_latency_s)
-    content = default_site(
+    manifest, bodies = default_site(
         ctx.site.site_id,
         title=payload.title,
         url=payload.url or f"https://{ctx.site.site_id}.example",
@@ -25,4 +25,6 @@ def provision(ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
         timezone=payload.timezone,
         created_at=ctx.operation.created_at,
     )
-    return Mutation(content=content, summary={"created": content.counts()})
+    for body in bodies:
+        ctx.content.put_body(body)
+    return Mutation(manifest=manifest, summary={"created": manifest.counts()})

@@ -1,26 +1,34 @@
-"""WordPress's content model as immutable snapshots: site settings, authors, terms, posts, pages, events.
+"""WordPress's content model as immutable, content-addressed snapshots.
 
-A snapshot serialises to canonical bytes (sorted keys, no whitespace), so the same content always has the same
-sha256 — its `revision_id` — and a retry that rebuilds the same content writes the same immutable object.
+A revision is a `Manifest`: site settings, authors, terms, events and one `PostRef` per post (the metadata every
+listing needs). Post bodies (content, excerpt, meta) are separate blobs named by their sha256, so a site of any size
+is written and read a post at a time and an unchanged post is never rewritten. Canonical bytes (sorted keys, no
+whitespace) make `revision_id` = sha256(manifest bytes): the same content always has the same revision.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
+from html import unescape
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..model import sha256_hex
 
-PostType = Literal["post", "page", "attachment"]
 PostStatus = Literal["publish", "draft", "future", "private", "pending", "trash", "inherit"]
 Taxonomy = Literal["category", "post_tag"]
+SUMMARY_CHARS = 280
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def canonical_bytes(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()
 
 
 class SiteSettings(_Frozen):
@@ -51,15 +59,25 @@ class Term(_Frozen):
     description: str = ""
 
 
-class Post(_Frozen):
+class PostBody(_Frozen):
+    """What a single view needs beyond the listing metadata; stored once per distinct content."""
+
+    content: str = ""
+    excerpt: str = ""
+    meta: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return sha256_hex(self.canonical_bytes())
+
+
+class PostRef(_Frozen):
     id: int
     guid: str
-    type: PostType = "post"
+    type: str = "post"
     status: PostStatus = "publish"
     title: str
     slug: str
-    content: str = ""
-    excerpt: str = ""
     author_id: int = 1
     date_gmt: str
     modified_gmt: str
@@ -68,7 +86,10 @@ class Post(_Frozen):
     menu_order: int = 0
     comment_count: int = 0
     sticky: bool = False
-    meta: dict[str, str] = Field(default_factory=dict)
+    protected: bool = False
+    summary: str = ""
+    body: str  # sha256 of the PostBody blob
+    source_id: int = 0  # the WXR post id it was imported from (0: created here); with guid, its import identity
 
 
 class ScheduledEvent(_Frozen):
@@ -78,44 +99,71 @@ class ScheduledEvent(_Frozen):
     args: tuple[str, ...] = ()
 
 
-class SiteContent(_Frozen):
-    """One immutable snapshot of a site's content."""
+class Manifest(_Frozen):
+    """One revision of a site."""
 
     site_id: str
     settings: SiteSettings
     authors: tuple[Author, ...] = ()
     terms: tuple[Term, ...] = ()
-    posts: tuple[Post, ...] = ()
+    posts: tuple[PostRef, ...] = ()
     events: tuple[ScheduledEvent, ...] = ()
-
-    def canonical_bytes(self) -> bytes:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False).encode()
 
     @property
     def revision_id(self) -> str:
         return sha256_hex(self.canonical_bytes())
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> SiteContent:
+    def from_bytes(cls, data: bytes) -> Manifest:
         return cls.model_validate_json(data)
 
     def counts(self) -> dict[str, int]:
-        by_type: dict[str, int] = {"post": 0, "page": 0, "attachment": 0}
+        by_type: dict[str, int] = {}
         for post in self.posts:
-            by_type[post.type] += 1
+            by_type[post.type] = by_type.get(post.type, 0) + 1
         return {
-            "posts": by_type["post"], "pages": by_type["page"], "attachments": by_type["attachment"],
+            "posts": by_type.get("post", 0), "pages": by_type.get("page", 0),
+            "attachments": by_type.get("attachment", 0), "other": sum(
+                n for t, n in by_type.items() if t not in {"post", "page", "attachment"}),
             "terms": len(self.terms), "authors": len(self.authors), "events": len(self.events),
+            "comments": sum(p.comment_count for p in self.posts),
         }
+
+    def normalised(self) -> Manifest:
+        """Sorted collections: the same content in any insertion order has the same bytes."""
+        return self.model_copy(update={
+            "authors": tuple(sorted(self.authors, key=lambda a: a.id)),
+            "terms": tuple(sorted(self.terms, key=lambda t: t.id)),
+            "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
+            "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
+        })
 
 
 def snapshot_key(site_id: str, revision_id: str) -> str:
     return f"sites/{site_id}/snapshots/{revision_id}.json"
 
 
+def body_key(site_id: str, digest: str) -> str:
+    return f"sites/{site_id}/objects/{digest}.json"
+
+
 def gmt(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def parse_gmt(value: str) -> float:
+    return datetime.strptime(value, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+
+
+_TAGS = re.compile(r"<[^>]+>")
+_SPACE = re.compile(r"\s+")
+
+
+def summarise(body: PostBody) -> str:
+    """Plain-text excerpt for listings and feeds: the excerpt if given, else the content's first words."""
+    text = body.excerpt or body.content
+    plain = _SPACE.sub(" ", unescape(_TAGS.sub(" ", text))).strip()
+    return plain if len(plain) <= SUMMARY_CHARS else plain[:SUMMARY_CHARS].rsplit(" ", 1)[0] + "…"
 
 
 HELLO_WORLD = (
@@ -130,7 +178,7 @@ SAMPLE_PAGE = (
 
 
 def default_site(site_id: str, *, title: str, url: str, admin_email: str, locale: str, timezone: str,
-                 admin_login: str, created_at: float) -> SiteContent:
+                 admin_login: str, created_at: float) -> tuple[Manifest, list[PostBody]]:
     """What `wp_install()` leaves behind: the admin, "Uncategorized", "Hello world!", "Sample Page", core events.
 
     Every timestamp derives from `created_at` (the operation's acceptance time), so a retried provision builds
@@ -138,19 +186,21 @@ def default_site(site_id: str, *, title: str, url: str, admin_email: str, locale
     """
     when = gmt(created_at)
     day = int(created_at)
-    return SiteContent(
+    bodies = [PostBody(content=HELLO_WORLD), PostBody(content=SAMPLE_PAGE), PostBody()]
+    specs = [
+        dict(id=1, guid=f"{url}/?p=1", title="Hello world!", slug="hello-world", term_ids=(1,), comment_count=1),
+        dict(id=2, guid=f"{url}/?page_id=2", type="page", title="Sample Page", slug="sample-page"),
+        dict(id=3, guid=f"{url}/?page_id=3", type="page", status="draft", title="Privacy Policy",
+             slug="privacy-policy"),
+    ]
+    posts = tuple(PostRef(**spec, date_gmt=when, modified_gmt=when, body=body.digest,  # type: ignore[arg-type]
+                          summary=summarise(body)) for spec, body in zip(specs, bodies, strict=True))
+    manifest = Manifest(
         site_id=site_id,
         settings=SiteSettings(title=title, url=url, admin_email=admin_email, locale=locale, timezone=timezone),
         authors=(Author(id=1, login=admin_login, display_name=admin_login, email=admin_email),),
         terms=(Term(id=1, taxonomy="category", slug="uncategorized", name="Uncategorized"),),
-        posts=(
-            Post(id=1, guid=f"{url}/?p=1", title="Hello world!", slug="hello-world", content=HELLO_WORLD,
-                 date_gmt=when, modified_gmt=when, term_ids=(1,), comment_count=1),
-            Post(id=2, guid=f"{url}/?page_id=2", type="page", title="Sample Page", slug="sample-page",
-                 content=SAMPLE_PAGE, date_gmt=when, modified_gmt=when),
-            Post(id=3, guid=f"{url}/?page_id=3", type="page", status="draft", title="Privacy Policy",
-                 slug="privacy-policy", date_gmt=when, modified_gmt=when),
-        ),
+        posts=posts,
         events=(
             ScheduledEvent(hook="wp_version_check", timestamp=day + 43200, recurrence="twicedaily"),
             ScheduledEvent(hook="wp_update_plugins", timestamp=day + 43200, recurrence="twicedaily"),
@@ -158,3 +208,4 @@ def default_site(site_id: str, *, title: str, url: str, admin_email: str, locale
             ScheduledEvent(hook="delete_expired_transients", timestamp=day + 86400, recurrence="daily"),
         ),
     )
+    return manifest.normalised(), bodies

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
+from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
 from sitedispatch.submission import SubmitDeps, Submitter
 from sitedispatch.worker import OperationsWorker, Result, WorkerDeps
 from tests.factories import PROVISION, settings
@@ -27,11 +29,30 @@ class Harness:
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
-                                           w.clock, self.handlers, random.Random(seed)))
+                                           w.clock, self.handlers, random.Random(seed), w.publications,
+                                           w.publication_queue))
+
+    def publisher(self) -> PublicationWorker:
+        w = self.world
+        return PublicationWorker(PublicationDeps(self.settings, w.sites, w.publications, w.blobs,
+                                                 w.publication_queue, w.clock))
+
+    def drain_publications(self, order: Callable[[list[Any]], list[Any]] | None = None) -> int:
+        """Deliver every queued publication message (in `order`, default FIFO) until none is left."""
+        delivered = 0
+        publisher = self.publisher()
+        while self.world.publication_queue.sent:
+            batch = list(self.world.publication_queue.sent)
+            self.world.publication_queue.sent.clear()
+            for message in (order(batch) if order else batch):
+                publisher.process(message)
+                delivered += 1
+        return delivered
 
     def submit(self, site: str = "acme-blog", kind: str = "provision", key: str | None = None,
                params: dict[str, Any] | None = None, principal: str = "tenant-a") -> str:
-        return self.submitter.submit(kind=kind, site_id=site, principal=principal, params=params or PROVISION,
+        return self.submitter.submit(kind=kind, site_id=site, principal=principal,
+                                     params=PROVISION if params is None else params,
                                      idempotency_key=key).operation.operation_id
 
     def deliver(self, operation_id: str, worker: OperationsWorker | None = None) -> tuple[Result, RecordingVisibility]:
@@ -39,6 +60,20 @@ class Harness:
         assert op is not None
         visibility = RecordingVisibility()
         return (worker or self.worker()).process(QueueMessage(operation_id, op.site_id), visibility), visibility
+
+    def provisioned(self, site: str = "acme-blog") -> str:
+        """A provisioned site with its first publication live."""
+        result, _ = self.deliver(self.submit(site=site, key=f"provision-{site}"))
+        assert result.outcome.value == "succeeded", result
+        self.drain_publications()
+        return site
+
+    def run(self, kind: str, site: str = "acme-blog", key: str | None = None, **params: Any) -> Result:
+        """Submit one operation of `kind` and deliver it once."""
+        return self.deliver(self.submit(site=site, kind=kind, key=key, params=params))[0]
+
+    def import_file(self, path: Path, site: str = "acme-blog", key: str | None = None) -> Result:
+        return self.run("import", site=site, key=key, **self.submitter.stage_upload(site, path))
 
     def wrap(self, kind: Kind, around: Callable[..., Any]) -> None:
         inner = self.handlers[kind]
@@ -48,3 +83,7 @@ class Harness:
 @pytest.fixture
 def harness() -> Harness:
     return Harness()
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
+THEME_TEST_DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "themeunittestdata.wordpress.xml"

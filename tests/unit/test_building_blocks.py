@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sitedispatch.backoff import backoff_ceiling, full_jitter
 from sitedispatch.local.esm import LambdaContext, records_to_delete, sqs_event
 from sitedispatch.settings import Settings
-from sitedispatch.wordpress.content import SiteContent, default_site
+from sitedispatch.wordpress.content import Manifest, default_site
 from tests.factories import settings
 
 
@@ -36,9 +36,9 @@ def test_full_jitter_spreads_retries_over_the_whole_window() -> None:
     assert all(400 <= n <= 600 for n in quarters), quarters
 
 
-def _site(created_at: float = 1_700_000_000.0) -> SiteContent:
+def _site(created_at: float = 1_700_000_000.0) -> Manifest:
     return default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
-                        locale="en_US", timezone="UTC", admin_login="admin", created_at=created_at)
+                        locale="en_US", timezone="UTC", admin_login="admin", created_at=created_at)[0]
 
 
 def test_default_site_is_what_wp_install_leaves_behind() -> None:
@@ -54,7 +54,7 @@ def test_default_site_is_what_wp_install_leaves_behind() -> None:
 def test_snapshot_bytes_are_canonical_and_name_the_revision() -> None:
     a, b = _site(), _site()
     assert a.canonical_bytes() == b.canonical_bytes() and a.revision_id == b.revision_id
-    assert SiteContent.from_bytes(a.canonical_bytes()) == a
+    assert Manifest.from_bytes(a.canonical_bytes()) == a
     assert _site(created_at=1_700_000_001.0).revision_id != a.revision_id
 
 

@@ -89,8 +89,17 @@ def test_oversized_input_is_refused_before_anything_is_written() -> None:
     assert _nothing_written(harness)
 
 
-def test_kinds_without_a_handler_yet_are_refused_as_invalid(harness: Harness) -> None:
-    with pytest.raises(InvalidInput, match="no handler") as refused:
-        harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
-    assert refused.value.field == "kind"
+@pytest.mark.parametrize(("kind", "params", "field"), [
+    ("import", {"source_key": "elsewhere/x.xml", "source_digest": "0" * 64, "source_bytes": 1}, "source_key"),
+    ("import", {"source_key": f"uploads/acme-blog/{'0' * 64}.xml", "source_digest": "xyz", "source_bytes": 1},
+     "source_digest"),
+    ("publish", {"revision": "abc"}, "revision"),
+    ("recover", {"mode": "restore"}, "revision_id"),
+    ("recover", {"revision_id": "0" * 64, "mode": "undo"}, "mode"),
+    ("wp_cron", {"due_minute": -1}, "due_minute"),
+])
+def test_every_kind_validates_its_own_input(harness: Harness, kind: str, params: dict, field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        harness.submitter.submit(kind=kind, site_id="acme-blog", principal="p", params=params)
+    assert refused.value.field == field
     assert _nothing_written(harness)

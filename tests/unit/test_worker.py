@@ -24,8 +24,14 @@ def test_provision_commits_version_one_with_wordpress_defaults(harness: Harness)
     assert site is not None and site.head_version == 1 and site.lease_owner is None and site.fence == 1
     commit = harness.world.commits.get(op_id)
     assert commit is not None and commit.version == 1 and commit.revision_id == site.head_revision
-    assert commit.summary["created"] == {"posts": 1, "pages": 2, "attachments": 0, "terms": 1, "authors": 1,
-                                         "events": 4}
+    assert commit.summary["created"] == {"posts": 1, "pages": 2, "attachments": 0, "other": 0, "terms": 1,
+                                         "authors": 1, "events": 4, "comments": 1}
+    # the commit wrote its publication (the outbox) in the same transaction, and the plan message went out
+    publication = harness.world.publications.get("acme-blog", 1)
+    assert publication is not None and publication.revision_id == commit.revision_id
+    assert publication.status.value == "pending" and publication.operation_id == op_id
+    [message] = harness.world.publication_queue.sent
+    assert (message.site_id, message.seq, message.step) == ("acme-blog", 1, "plan")
 
 
 def test_duplicate_delivery_after_success_is_acknowledged_without_work(harness: Harness) -> None:

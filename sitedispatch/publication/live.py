@@ -1,0 +1,69 @@
+"""Receipts and the live pointer: where readers find a site's live revision."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import NotFound
+from ..model import Site
+from ..ports import BlobStore, SiteStore
+from .routes import normalise_route, route_key
+
+CAS_ATTEMPTS = 8
+
+
+def revision_prefix(site_id: str, revision_id: str) -> str:
+    return f"sites/{site_id}/revisions/{revision_id}/"
+
+
+def object_key(site_id: str, revision_id: str, route: str) -> str:
+    return revision_prefix(site_id, revision_id) + route_key(normalise_route(route))
+
+
+def chunk_receipt_key(site_id: str, revision_id: str, total: int, chunk: int) -> str:
+    return f"{revision_prefix(site_id, revision_id)}_chunks/{total}-{chunk}.json"
+
+
+def receipt_key(site_id: str, revision_id: str) -> str:
+    return f"sites/{site_id}/receipts/{revision_id}.json"
+
+
+def live_key(site_id: str) -> str:
+    return f"sites/{site_id}/live.json"
+
+
+def canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def write_live_document(blobs: BlobStore, site: Site) -> bool:
+    """Make live.json say what the site's live pointer says, never moving it backwards (compare-and-swap on the
+    object's ETag). True when live.json is at least as new as `site` afterwards."""
+    if site.live_revision is None:
+        return False
+    document = canonical({"site_id": site.site_id, "revision_id": site.live_revision, "seq": site.live_seq,
+                          "receipt": receipt_key(site.site_id, site.live_revision),
+                          "prefix": revision_prefix(site.site_id, site.live_revision)})
+    for _ in range(CAS_ATTEMPTS):
+        current = blobs.read_versioned(live_key(site.site_id))
+        if current is not None and json.loads(current[0]).get("seq", 0) >= site.live_seq:
+            return True
+        if blobs.replace(live_key(site.site_id), document, current[1] if current else None):
+            return True
+    return False
+
+
+def read_live_route(sites: SiteStore, blobs: BlobStore, site_id: str, route: str) -> tuple[bytes, Site]:
+    """The bytes of `route` in the site's live revision (NotFound if the site, its publication or the route is
+    missing)."""
+    site = sites.get(site_id)
+    if site is None:
+        raise NotFound(f"site {site_id} not found")
+    if site.live_revision is None:
+        raise NotFound(f"site {site_id} has no live publication yet")
+    try:
+        return blobs.get(object_key(site_id, site.live_revision, route)), site
+    except NotFound:
+        raise NotFound(f"route {normalise_route(route)} is not in {site_id}'s live revision "
+                       f"{site.live_revision[:12]}") from None

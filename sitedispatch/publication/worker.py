@@ -1,0 +1,129 @@
+"""The publication worker's core: plan a publication into chunks, render chunks in parallel, fan in, write the
+receipt, promote monotonically, then update live.json.
+
+Every step is idempotent: route objects and receipts are immutable (If-None-Match; rendering is deterministic so a
+412 means the same bytes are there), the fan-in is a set (adding a chunk twice changes nothing), promotion is a
+conditional update `live_seq < seq`, and live.json moves only forward. A step that fails is simply delivered again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .. import observability as obs
+from ..errors import NotFound
+from ..model import Publication, PublicationMessage, PublicationStatus
+from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore
+from ..settings import Settings
+from ..wordpress.content import Manifest
+from ..wordpress.store import ContentStore
+from ..worker import Outcome, Result
+from .live import canonical, chunk_receipt_key, receipt_key, revision_prefix, write_live_document
+from .render import Renderer
+from .routes import Route, SiteIndex, chunks
+
+PUT_CONCURRENCY = 8
+
+
+@dataclass
+class PublicationDeps:
+    settings: Settings
+    sites: SiteStore
+    publications: PublicationStore
+    blobs: BlobStore
+    queue: PublicationQueue
+    clock: Clock
+
+
+class PublicationWorker:
+    def __init__(self, deps: PublicationDeps) -> None:
+        self.d = deps
+
+    def process(self, message: PublicationMessage) -> Result:
+        """Handle one publications-queue message. Errors propagate: the message is delivered again."""
+        d = self.d
+        obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
+        publication = d.publications.get(message.site_id, message.seq)
+        if publication is None or publication.revision_id != message.revision_id:
+            obs.count("PublicationUnknown")
+            return Result(Outcome.ACKED, "unknown_publication")
+        if publication.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}:
+            return Result(Outcome.ACKED, f"already_{publication.status.value}")
+        site = d.sites.get(message.site_id)
+        if site is not None and site.live_seq >= message.seq:
+            # A newer publication went live first: rendering this one would never be shown.
+            d.publications.finish(message.site_id, message.seq, PublicationStatus.SUPERSEDED, d.clock.now())
+            obs.count("PublicationSuperseded")
+            return Result(Outcome.ACKED, "superseded")
+        manifest = ContentStore(d.blobs, message.site_id).manifest(message.revision_id)
+        routes = SiteIndex(manifest).routes()
+        parts = chunks(routes, d.settings.publication_chunk_routes)
+        if message.step == "plan":
+            return self._plan(publication, len(parts))
+        if publication.total_chunks != len(parts) or not 0 <= message.chunk < len(parts):
+            obs.logger.error("chunk does not belong to the plan", extra={"total": publication.total_chunks})
+            return Result(Outcome.ACKED, "chunk_outside_plan")
+        self._render_chunk(manifest, publication, message.chunk, parts[message.chunk])
+        done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
+        if len(done.done_chunks) < len(parts):
+            return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{len(parts)}")
+        return self._finish(done, routes, len(parts))
+
+    def _plan(self, publication: Publication, total: int) -> Result:
+        d = self.d
+        d.publications.plan(publication.site_id, publication.seq, total, d.clock.now())
+        for chunk in range(total):
+            d.queue.send(PublicationMessage(publication.site_id, publication.revision_id, publication.seq, chunk))
+        obs.count("PublicationPlanned")
+        return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
+
+    def _render_chunk(self, manifest: Manifest, publication: Publication, chunk: int, part: list[Route]) -> None:
+        d = self.d
+        content = ContentStore(d.blobs, publication.site_id)
+        renderer = Renderer(manifest, content.body)
+        prefix = revision_prefix(publication.site_id, publication.revision_id)
+
+        def put(route: Route) -> dict[str, object]:
+            body = renderer.render(route)
+            d.blobs.put_if_absent(prefix + route.key, body, route.content_type)
+            return {"route": route.path, "key": route.key, "sha256": hashlib.sha256(body).hexdigest(),
+                    "size": len(body), "content_type": route.content_type}
+
+        with ThreadPoolExecutor(max_workers=PUT_CONCURRENCY) as pool:
+            entries = list(pool.map(put, part))
+        total = publication.total_chunks or 0
+        d.blobs.put_if_absent(chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
+                              canonical({"chunk": chunk, "routes": entries}))
+        obs.count("RoutesRendered", len(entries))
+
+    def _finish(self, publication: Publication, routes: list[Route], total: int) -> Result:
+        """Every chunk is done: receipt (only now, listing every route), then promotion, then live.json."""
+        d = self.d
+        site_id, revision_id = publication.site_id, publication.revision_id
+        entries: list[dict[str, object]] = []
+        for chunk in range(total):
+            try:
+                part = json.loads(d.blobs.get(chunk_receipt_key(site_id, revision_id, total, chunk)))
+            except NotFound:
+                raise RuntimeError(f"chunk {chunk} marked done but its receipt is missing") from None
+            entries.extend(part["routes"])
+        if [e["route"] for e in entries] != [r.path for r in routes]:
+            raise RuntimeError("chunk receipts do not cover the planned routes")
+        receipt = canonical({"site_id": site_id, "revision_id": revision_id, "route_count": len(entries),
+                             "bytes": sum(int(str(e["size"])) for e in entries), "routes": entries})
+        d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
+        now = d.clock.now()
+        promoted = d.sites.promote(site_id, publication.seq, revision_id, now)
+        status = PublicationStatus.PUBLISHED if promoted else PublicationStatus.SUPERSEDED
+        d.publications.finish(site_id, publication.seq, status, now)
+        site = d.sites.get(site_id)
+        if site is not None:
+            write_live_document(d.blobs, site)
+        obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")
+        if promoted:
+            obs.seconds("PublicationLatency", now - publication.created_at)
+        obs.logger.info("publication finished", extra={"promoted": promoted, "routes": len(entries)})
+        return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")

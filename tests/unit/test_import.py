@@ -1,0 +1,112 @@
+"""`import`: WXR 1.0 to 1.2 streamed, merged by (guid, post id); re-import changes nothing; bad files are permanent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sitedispatch.model import Status
+from sitedispatch.worker import Outcome
+from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
+
+
+def head(harness: Harness, site: str = "acme-blog"):  # type: ignore[no-untyped-def]
+    from sitedispatch.wordpress.store import ContentStore
+
+    record = harness.world.sites.get(site)
+    assert record is not None and record.head_revision
+    return ContentStore(harness.world.blobs, site).manifest(record.head_revision)
+
+
+def test_wordpress_theme_unit_test_data_imports_whole_and_reimports_as_no_change(harness: Harness) -> None:
+    harness.provisioned()
+
+    first = harness.import_file(THEME_TEST_DATA, key="first")
+
+    assert first.outcome == Outcome.SUCCEEDED
+    manifest = head(harness)
+    summary = first.commit.summary  # type: ignore[union-attr]
+    # 186 items, of which 18 are menu items listed twice (same guid and id): 168 distinct items
+    assert summary["items"] == 186
+    assert summary["created"] == {"post": 58, "page": 21, "attachment": 37, "nav_menu_item": 52}
+    assert summary["comments"] == 30
+    assert manifest.counts()["posts"] == 59 and manifest.counts()["pages"] == 23  # with provision's defaults
+    assert len({p.id for p in manifest.posts}) == len(manifest.posts)
+    titles = {p.title for p in manifest.posts}
+    assert {"Template: Sticky", "Template: Password Protected (the password is \"enter\")"} <= titles
+    assert any(p.protected for p in manifest.posts) and any(p.sticky for p in manifest.posts)
+
+    again = harness.import_file(THEME_TEST_DATA, key="again")
+
+    assert again.outcome == Outcome.SUCCEEDED
+    assert again.commit.revision_id == first.commit.revision_id  # type: ignore[union-attr]
+    assert again.commit.summary["created"] == {} and again.commit.summary["updated"] == {}  # type: ignore[union-attr]
+    assert again.commit.summary["bodies_written"] == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_every_wxr_version_imports_posts_pages_drafts_future_attachments_and_unicode(
+        harness: Harness, version: str) -> None:
+    harness.provisioned()
+
+    result = harness.import_file(FIXTURES / f"fixture-{version}.xml")
+
+    assert result.outcome == Outcome.SUCCEEDED
+    manifest = head(harness)
+    by_guid = {p.guid: p for p in manifest.posts}
+    published = by_guid["https://fixture.example/?p=10"]
+    assert published.title == "Published post — ünïcödé" and published.sticky and published.comment_count == 1
+    assert by_guid["https://fixture.example/?p=11"].status == "draft"
+    assert by_guid["https://fixture.example/?p=12"].status == "future"
+    team = by_guid["https://fixture.example/?page_id=21"]
+    assert team.parent == by_guid["https://fixture.example/?page_id=20"].id
+    logo = by_guid["https://fixture.example/wp-content/uploads/logo.png"]
+    assert logo.type == "attachment" and logo.parent == published.id
+    terms = {(t.taxonomy, t.slug): t for t in manifest.terms}
+    assert terms[("category", "local-news")].parent == terms[("category", "news")].id
+    assert terms[("post_tag", "café")].name == "Café ☕"
+    assert {terms[("category", "local-news")].id, terms[("post_tag", "café")].id} == set(published.term_ids)
+    from sitedispatch.wordpress.store import ContentStore
+
+    body = ContentStore(harness.world.blobs, "acme-blog").body(published.body)
+    assert "日本語" in body.content and "a ]]> split CDATA" in body.content
+    assert body.meta == {"subtitle": "Sub"} and body.excerpt == "A short excerpt"
+    authors = {a.login for a in manifest.authors}
+    assert "editor" in authors
+
+
+@pytest.mark.parametrize(("fixture", "code", "says"), [
+    ("malformed.xml", "wxr_malformed", "line 59"),
+    ("truncated.xml", "wxr_malformed", "line"),
+    ("latin1.xml", "wxr_malformed", "line 13, column 24"),  # the byte 0xff in the first title
+    ("billion-laughs.xml", "wxr_unsafe", "unsafe"),
+    ("external-entity.xml", "wxr_unsafe", "unsafe"),
+    ("wrong-version.xml", "wxr_version", "2.0"),
+])
+def test_bad_files_are_permanent_failures_that_say_where_and_what(harness: Harness, fixture: str, code: str,
+                                                                  says: str) -> None:
+    harness.provisioned()
+    before = harness.world.sites.get("acme-blog").head_revision  # type: ignore[union-attr]
+
+    result = harness.import_file(FIXTURES / fixture)
+
+    assert result.outcome == Outcome.DEAD and result.reason == code
+    op = harness.world.operations.list(status=Status.DEAD)[0]
+    assert op.attempt == 1 and says in op.error.message  # type: ignore[union-attr]
+    assert harness.world.sites.get("acme-blog").head_revision == before  # type: ignore[union-attr]
+
+
+def test_a_file_changed_after_staging_is_refused_by_its_digest(harness: Harness, tmp_path: Path) -> None:
+    harness.provisioned()
+    params = harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml")
+    harness.world.blobs.objects[params["source_key"]] += b"<!-- tampered -->"
+
+    result = harness.run("import", **params)
+
+    assert result.outcome == Outcome.DEAD and result.reason == "digest_mismatch"
+
+
+def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> None:
+    result = harness.import_file(FIXTURES / "fixture-1.2.xml", site="bare-site")
+    assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
