@@ -48,3 +48,36 @@ def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
     for key, value in local_environment(settings, moto_endpoint).items():
         monkeypatch.setenv(key, value)
     return Cloud(moto_endpoint, settings, Dependencies(settings))
+
+
+def pump(cloud: Cloud, max_rounds: int = 200) -> int:
+    """Drive both queues through the real Lambda entrypoints in this process until they are empty (an in-process
+    event source mapping for integration tests; the real-process one is `sitedispatch local worker`)."""
+    import time
+
+    import functions.operations_worker as operations
+    import functions.publication_worker as publications
+    from functions.runtime import dependencies
+    from sitedispatch.local.esm import LambdaContext, settle, sqs_event
+
+    for cache in (dependencies, operations.worker, publications.worker):
+        cache.cache_clear()
+    handled = 0
+    queues = [(cloud.settings.operations_queue_url, operations.handler),
+              (cloud.settings.publications_queue_url, publications.handler)]
+    for _ in range(max_rounds):
+        idle = True
+        for url, handler in queues:
+            messages = cloud.deps.sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"]).get("Messages", [])
+            if not messages:
+                continue
+            idle = False
+            event = sqs_event(messages, "arn:aws:sqs:us-east-1:123456789012:q.fifo", "us-east-1")
+            response = handler(event, LambdaContext("Pump", 60, 512, "us-east-1", time.time()))
+            settle(cloud.deps.sqs, url, messages, response)
+            handled += len(messages)
+        if idle:
+            return handled
+    raise AssertionError(f"queues still busy after {max_rounds} rounds")

@@ -57,9 +57,10 @@ def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, 
 
 @app.command()
 def submit(
-    kind: Annotated[str, typer.Argument(help="provision")],
+    kind: Annotated[str, typer.Argument(help="provision | import | publish | wp_cron | recover")],
     site: Annotated[str, typer.Option("--site", help="site id")],
-    input_file: Annotated[Path | None, typer.Option("--input-file", help="JSON input")] = None,
+    input_file: Annotated[Path | None, typer.Option("--input-file", help="JSON input; for import, the WXR file")]
+    = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE, repeatable")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key + same input = same operation")] = None,
     as_: Annotated[str, typer.Option("--as", help="principal (locally; IAM decides on AWS)")] = "default",
@@ -67,9 +68,15 @@ def submit(
 ) -> None:
     """Submit one operation for a site. Exit 2 invalid input, 4 idempotency conflict, 75 backpressure."""
     with reported(json):
-        data, size = parse_params(input_file, param or [])
-        result = deps().submitter().submit(kind=kind, site_id=site, principal=as_, params=data,
-                                           idempotency_key=idempotency_key, raw_size=size)
+        submitter = deps().submitter()
+        if kind == "import":
+            if input_file is None or param:
+                raise InvalidInput("import takes exactly --input-file WXR_FILE", field="input-file")
+            data, size = submitter.stage_upload(site, input_file), 0
+        else:
+            data, size = parse_params(input_file, param or [])
+        result = submitter.submit(kind=kind, site_id=site, principal=as_, params=data,
+                                  idempotency_key=idempotency_key, raw_size=size)
         op = result.operation
         if json:
             emit_json({"operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -30,20 +31,42 @@ def get(site_id: str, json: JsonOpt = False) -> None:
             ["fence", site.fence], ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}"
                                     if site.lease_owner else "free"],
             ["paused", site.paused],
+            ["live revision", site.live_revision or "-"], ["live seq", site.live_seq],
+            ["live since", when(site.live_at)],
         ])
 
 
 @app.command("history")
 def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, json: JsonOpt = False) -> None:
-    """The site's commits, newest first."""
+    """The site's commits and publications, newest first."""
     with reported(json):
         d = deps()
         if d.sites.get(site_id) is None:
             raise NotFound(f"site {site_id} not found")
         commits = d.commits.history(site_id, limit=limit)
+        publications = d.publications.list(site_id, limit=limit)
         if json:
-            emit_json(commits)
+            emit_json({"commits": commits, "publications": publications})
             return
         table(f"commits of {site_id}", ["version", "operation", "kind", "revision", "fence", "committed"],
               [[c.version, c.operation_id, c.kind.value, c.revision_id[:16], c.fence, when(c.committed_at)]
                for c in commits])
+        table(f"publications of {site_id}", ["seq", "revision", "status", "chunks", "created", "finished"],
+              [[p.seq, p.revision_id[:16], p.status.value, f"{len(p.done_chunks)}/{p.total_chunks or '?'}",
+                when(p.created_at), when(p.finished_at)] for p in publications])
+
+
+@app.command("read")
+def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sample-page/ or /feed/")] = "/",
+         json: JsonOpt = False) -> None:
+    """Print the live content of a route (from the site's live revision)."""
+    from ..publication.live import read_live_route
+
+    with reported(json):
+        d = deps()
+        body, site = read_live_route(d.sites, d.blobs, site_id, route)
+        if json:
+            emit_json({"site_id": site_id, "route": route, "revision_id": site.live_revision,
+                       "seq": site.live_seq, "bytes": len(body), "content": body.decode("utf-8", "replace")})
+        else:
+            sys.stdout.write(body.decode("utf-8", "replace"))

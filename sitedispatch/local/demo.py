@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,9 +20,13 @@ from ..model import Operation, Status
 from ..settings import Settings
 from .supervisor import LocalRuntime
 
-CRON_PERIOD_S = 60.0  # the replaced scheduler: one site per minute
+CRON_PERIOD_S = 60.0  # the replaced scheduler: one site (or one publication route) per minute
 PROGRESS = {Status.ACCEPTED: 5, Status.QUEUED: 10, Status.RUNNING: 20}
 WORKER_PROCESSES = 2
+PUBLICATION_ENVIRONMENTS = 4
+IMPORT_SITES = 3
+THEME_TEST_DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "themeunittestdata.wordpress.xml"
+BUNDLED_WXR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wxr" / "fixture-1.2.xml"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
         env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s})
         for _ in range(WORKER_PROCESSES):
             runtime.start_worker("operations", per_worker)
+        runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
         os.environ.update(env)
         deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
         submitter = deps.submitter()
@@ -60,6 +66,7 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
                 kind="provision", site_id=s, principal="demo", idempotency_key=f"demo-{s}",
                 params={"title": f"Demo {s}", "admin_email": f"admin@{s}.example"}).operation, sites))
         final = _follow(deps, submitted, console, timeout_s)
+        imports = _import_phase(deps, console, sites[:IMPORT_SITES], timeout_s)
 
     runs = [SiteRun(op.site_id, op.operation_id, op.status.value,
                     (op.started_at or t0) - (op.queued_at or op.created_at),
@@ -71,14 +78,65 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
     starts = [op.started_at for op in final if op.started_at]
     spread = (max(starts) - min(starts)) if starts else float("nan")
     ok = all(r.status == Status.SUCCEEDED.value for r in runs)
+    ok = ok and all(i["published"] for i in imports)
     summary = {"sites": n_sites, "all_succeeded": ok, "start_spread_s": round(spread, 3),
                "fleet_ready_s": round(ours, 3), "cron_fleet_ready_s": round(cron_total, 1),
-               "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs]}
+               "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs], "imports": imports}
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
         _report(console, runs, ours, cron, spread)
+        _report_imports(console, imports)
     return 0 if ok else 1
+
+
+def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeout_s: float) -> list[dict[str, Any]]:
+    """Import WordPress's theme unit test data into a few sites at once and wait for each to be live."""
+    source = THEME_TEST_DATA if THEME_TEST_DATA.exists() else BUNDLED_WXR
+    console.print(f"importing {source.name} into {len(sites)} sites at once, then publishing every route")
+    submitter = deps.submitter()
+    started = time.time()
+    ops = {site: submitter.submit(kind="import", site_id=site, principal="demo", idempotency_key=f"import-{site}",
+                                  params=submitter.stage_upload(site, source)).operation.operation_id
+           for site in sites}
+    deadline = time.monotonic() + timeout_s
+    results: dict[str, dict[str, Any]] = {}
+    while len(results) < len(sites) and time.monotonic() < deadline:
+        for site, op_id in ops.items():
+            if site in results:
+                continue
+            op = deps.operations.get(op_id)
+            record = deps.sites.get(site)
+            if op is None or record is None or not op.status.terminal:
+                continue
+            seq = op.result.get("publication", {}).get("seq")
+            if op.status != Status.SUCCEEDED or (seq and record.live_seq >= seq):
+                receipt = _receipt(deps, site, record.live_revision)
+                results[site] = {"site": site, "status": op.status.value, "published": bool(seq) and
+                                 record.live_seq >= seq, "routes": receipt.get("route_count", 0),
+                                 "bytes": receipt.get("bytes", 0), "live_after_s": round(time.time() - started, 2),
+                                 "posts": op.result and deps.commits.get(op_id).summary["totals"]["posts"]}
+        time.sleep(0.2)
+    return [results.get(site, {"site": site, "status": "timed out", "published": False, "routes": 0,
+                               "bytes": 0, "live_after_s": None, "posts": 0}) for site in sites]
+
+
+def _receipt(deps: Dependencies, site: str, revision: str | None) -> dict[str, Any]:
+    from ..publication.live import receipt_key
+
+    if revision is None:
+        return {}
+    return dict(json.loads(deps.blobs.get(receipt_key(site, revision))))
+
+
+def _report_imports(console: Console, imports: list[dict[str, Any]]) -> None:
+    table = Table(title="import + publication: every route of a site rendered in parallel")
+    for column in ("site", "status", "posts", "routes live", "bytes", "live after (s)", "cron: one route/minute"):
+        table.add_column(column)
+    for i in imports:
+        table.add_row(i["site"], i["status"], str(i["posts"]), str(i["routes"]), str(i["bytes"]),
+                      str(i["live_after_s"]), f"{i['routes']} min", style="green" if i["published"] else "red")
+    console.print(table)
 
 
 def _follow(deps: Dependencies, ops: list[Operation], console: Console, timeout_s: float) -> list[Operation]:

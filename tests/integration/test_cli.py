@@ -54,7 +54,8 @@ def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
     code, out = run(cli, "sites", "get", "acme-blog", "--json")
     assert code == 0 and json.loads(out)["head_version"] == 1
     code, out = run(cli, "sites", "history", "acme-blog", "--json")
-    assert code == 0 and [c["operation_id"] for c in json.loads(out)] == [op_id]
+    assert code == 0 and [c["operation_id"] for c in json.loads(out)["commits"]] == [op_id]
+    assert [p["seq"] for p in json.loads(out)["publications"]] == [1]
     code, out = run(cli, "sites", "history", "acme-blog")
     assert code == 0 and "provision" in out
 
@@ -136,3 +137,33 @@ def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
     assert cloud.deps.operations.get("op_orphan").status == Status.QUEUED  # type: ignore[union-attr]
     assert cloud.deps.operations.get("op_fresh").status == Status.ACCEPTED  # type: ignore[union-attr]
     assert run(cli, "reconcile", "--schedule", "nonsense")[0] == 2
+
+
+def test_import_a_wxr_file_then_read_the_published_routes(cli: CliRunner, cloud: Cloud) -> None:
+    from tests.conftest import pump
+    from tests.unit.conftest import FIXTURES
+
+    run(cli, "submit", "provision", "--site", "wxr-site", "--param", "title=WXR", "--param", "admin_email=a@b.co")
+    pump(cloud)
+    code, out = run(cli, "submit", "import", "--site", "wxr-site", "--input-file",
+                    str(FIXTURES / "fixture-1.2.xml"), "--json")
+    assert code == 0, out
+    submitted = json.loads(out)
+    op = cloud.deps.operations.get(submitted["operation_id"])
+    assert op is not None and op.input_digest  # the input is the staged file's reference, not the file
+    pump(cloud)
+
+    code, out = run(cli, "sites", "read", "wxr-site", "/2023/01/02/published-post/")
+    assert code == 0 and "日本語" in out
+    code, out = run(cli, "sites", "read", "wxr-site", "about/team", "--json")
+    assert code == 0 and json.loads(out)["seq"] == 2 and "The team." in json.loads(out)["content"]
+    code, out = run(cli, "sites", "get", "wxr-site", "--json")
+    assert json.loads(out)["live_seq"] == 2
+    assert run(cli, "sites", "read", "wxr-site", "/no-such-route/")[0] == 3
+    assert run(cli, "submit", "import", "--site", "wxr-site", "--param", "x=y")[0] == 2
+
+
+def test_reading_a_site_before_its_first_publication_is_not_found(cli: CliRunner) -> None:
+    run(cli, "submit", "provision", "--site", "unpublished", "--param", "title=x", "--param", "admin_email=a@b.co")
+    code, out = run(cli, "sites", "read", "unpublished", "/")
+    assert code == 3 and "no live publication" in out

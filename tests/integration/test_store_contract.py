@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotRunnable, StaleFence
+from sitedispatch.errors import (
+    AlreadyCommitted,
+    AlreadyExists,
+    Conflict,
+    LeaseHeld,
+    NotFound,
+    NotRunnable,
+    StaleFence,
+)
 from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Status
 from sitedispatch.ports import PreparedCommit
 from tests.conftest import Cloud
@@ -22,15 +30,16 @@ class Stores:
     operations: Any
     sites: Any
     commits: Any
+    publications: Any
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def stores(request: pytest.FixtureRequest) -> Stores:
     if request.param == "memory":
         world = MemoryWorld()
-        return Stores(world.operations, world.sites, world.commits)
+        return Stores(world.operations, world.sites, world.commits, world.publications)
     cloud: Cloud = request.getfixturevalue("cloud")
-    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits)
+    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits, cloud.deps.publications)
 
 
 def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
@@ -175,3 +184,55 @@ def test_listing_by_site_and_status(stores: Stores) -> None:
     assert len(stores.operations.list(limit=2)) == 2
 
 
+
+
+def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Stores) -> None:
+    from sitedispatch.model import Publication, PublicationStatus
+
+    publications = stores.publications
+    lease = running(stores)
+    publication = Publication("acme-blog", 1, "r" * 64, "op_1", PublicationStatus.PENDING, NOW)
+    stores.commits.commit(PreparedCommit(prepared(lease).commit, lease, 0, {}, publication), NOW + 1)
+    assert publications.get("acme-blog", 1) == publication  # written by the commit transaction (the outbox)
+
+    with pytest.raises(Conflict):  # no chunk is done before the plan exists
+        publications.chunk_done("acme-blog", 1, 0)
+    assert publications.plan("acme-blog", 1, 3, NOW).total_chunks == 3
+    assert publications.plan("acme-blog", 1, 3, NOW).total_chunks == 3  # the same plan again: fine
+    with pytest.raises(Conflict):
+        publications.plan("acme-blog", 1, 4, NOW)  # a different plan: refused
+    publications.chunk_done("acme-blog", 1, 2)
+    publications.chunk_done("acme-blog", 1, 2)
+    assert publications.chunk_done("acme-blog", 1, 0).done_chunks == frozenset({0, 2})
+    publications.finish("acme-blog", 1, PublicationStatus.PUBLISHED, NOW)
+    publications.finish("acme-blog", 1, PublicationStatus.SUPERSEDED, NOW)
+    assert publications.get("acme-blog", 1).status == PublicationStatus.PUBLISHED
+    assert [p.seq for p in publications.list("acme-blog")] == [1]
+    with pytest.raises(NotFound):
+        publications.plan("acme-blog", 99, 1, NOW)
+
+
+def test_promotion_only_moves_forward(stores: Stores) -> None:
+    stores.sites.register("acme-blog", "p", NOW)
+    assert stores.sites.promote("acme-blog", 2, "b" * 64, NOW) is True
+    assert stores.sites.promote("acme-blog", 1, "a" * 64, NOW) is False
+    assert stores.sites.promote("acme-blog", 2, "c" * 64, NOW) is False
+    assert stores.sites.promote("acme-blog", 3, "a" * 64, NOW) is True
+    site = stores.sites.get("acme-blog")
+    assert (site.live_seq, site.live_revision) == (3, "a" * 64)
+    assert stores.sites.promote("ghost-site", 1, "a" * 64, NOW) is False
+
+
+def test_blob_compare_and_swap(cloud: Cloud) -> None:
+    from tests.fakes import MemoryBlobStore
+
+    for blobs in (MemoryBlobStore(), cloud.deps.blobs):
+        assert blobs.read_versioned("k.json") is None
+        assert blobs.replace("k.json", b"1", None) is True
+        assert blobs.replace("k.json", b"2", None) is False  # exists: If-None-Match fails
+        body, etag = blobs.read_versioned("k.json")
+        assert body == b"1"
+        assert blobs.replace("k.json", b"2", etag) is True
+        assert blobs.replace("k.json", b"3", etag) is False  # stale ETag
+        assert blobs.get("k.json") == b"2"
+        assert blobs.put_if_absent("k.json", b"x") is False and blobs.get("k.json") == b"2"
