@@ -116,6 +116,9 @@ class OperationsWorker:
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message)
         obs.bind(attempt=op.attempt, fence=lease.fence)
+        # Tie the message's visibility to the lease from the start (heartbeats extend both): if this process dies,
+        # the message is back within two leases rather than the queue's default visibility (6 x the timeout).
+        visibility.change(d.settings.lease_seconds * 2)
         obs.count("AttemptStarted")
         if op.queued_at:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))

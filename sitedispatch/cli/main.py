@@ -21,12 +21,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 
 @app.callback()
-def main(env_file: Annotated[Path | None, typer.Option(help="environment file of a local runtime "
+def main(ctx: typer.Context,
+         env_file: Annotated[Path | None, typer.Option(help="environment file of a local runtime "
                                                              "(default .sitedispatch/local.env when present)")]
          = None) -> None:
     from ..observability import to_stderr
 
-    to_stderr()
+    if ctx.invoked_subcommand != "local":  # local workers log like Lambda functions: INFO, to stdout
+        to_stderr()
     use_env_file(env_file)
 
 

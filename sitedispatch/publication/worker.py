@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -23,9 +24,10 @@ from ..wordpress.store import ContentStore
 from ..worker import Outcome, Result
 from .live import canonical, chunk_receipt_key, receipt_key, revision_prefix, write_live_document
 from .render import Renderer
-from .routes import Route, SiteIndex, chunks
+from .routes import Route, chunks
 
 PUT_CONCURRENCY = 8
+PLAN_CACHE_SIZE = 4
 
 
 @dataclass
@@ -38,9 +40,32 @@ class PublicationDeps:
     clock: Clock
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A revision's manifest, renderer and routes: derived once per warm environment, reused by every chunk."""
+
+    manifest: Manifest
+    renderer: Renderer
+    routes: list[Route]
+
+
 class PublicationWorker:
     def __init__(self, deps: PublicationDeps) -> None:
         self.d = deps
+        self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
+
+    def _plan_for(self, site_id: str, revision_id: str) -> Plan:
+        key = (site_id, revision_id)
+        plan = self._plans.get(key)
+        if plan is None:
+            content = ContentStore(self.d.blobs, site_id)
+            manifest = content.manifest(revision_id)
+            renderer = Renderer(manifest, content.body)
+            plan = Plan(manifest, renderer, renderer.index.routes())
+            self._plans[key] = plan
+            while len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return plan
 
     def process(self, message: PublicationMessage) -> Result:
         """Handle one publications-queue message. Errors propagate: the message is delivered again."""
@@ -58,15 +83,15 @@ class PublicationWorker:
             d.publications.finish(message.site_id, message.seq, PublicationStatus.SUPERSEDED, d.clock.now())
             obs.count("PublicationSuperseded")
             return Result(Outcome.ACKED, "superseded")
-        manifest = ContentStore(d.blobs, message.site_id).manifest(message.revision_id)
-        routes = SiteIndex(manifest).routes()
+        plan = self._plan_for(message.site_id, message.revision_id)
+        routes = plan.routes
         parts = chunks(routes, d.settings.publication_chunk_routes)
         if message.step == "plan":
             return self._plan(publication, len(parts))
         if publication.total_chunks != len(parts) or not 0 <= message.chunk < len(parts):
             obs.logger.error("chunk does not belong to the plan", extra={"total": publication.total_chunks})
             return Result(Outcome.ACKED, "chunk_outside_plan")
-        self._render_chunk(manifest, publication, message.chunk, parts[message.chunk])
+        self._render_chunk(plan.renderer, publication, message.chunk, parts[message.chunk])
         done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
         if len(done.done_chunks) < len(parts):
             return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{len(parts)}")
@@ -80,10 +105,8 @@ class PublicationWorker:
         obs.count("PublicationPlanned")
         return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
 
-    def _render_chunk(self, manifest: Manifest, publication: Publication, chunk: int, part: list[Route]) -> None:
+    def _render_chunk(self, renderer: Renderer, publication: Publication, chunk: int, part: list[Route]) -> None:
         d = self.d
-        content = ContentStore(d.blobs, publication.site_id)
-        renderer = Renderer(manifest, content.body)
         prefix = revision_prefix(publication.site_id, publication.revision_id)
 
         def put(route: Route) -> dict[str, object]:

@@ -115,7 +115,9 @@ def test_transient_failures_retry_with_backoff_then_commit_once_on_attempt_three
         assert op is not None and op.status == Status.QUEUED and op.attempt == expected_attempt
         assert op.error is not None and op.error.retryable
         ceiling = backoff_ceiling(expected_attempt, harness.settings.backoff_base_s, harness.settings.backoff_cap_s)
-        assert 0 <= result.delay_s <= ceiling and visibility.changes == [pytest.approx(result.delay_s)]
+        assert 0 <= result.delay_s <= ceiling
+        # visibility tied to the lease when the attempt started, then set to the backoff when it failed
+        assert visibility.changes == [harness.settings.lease_seconds * 2, pytest.approx(result.delay_s)]
         assert harness.world.sites.get("acme-blog").lease_owner is None  # type: ignore[union-attr]
         delays.append(result.delay_s)
         # A redelivery before the backoff has elapsed is deferred, not run early.
