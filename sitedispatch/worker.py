@@ -27,6 +27,7 @@ from .model import (
     PublicationMessage,
     PublicationStatus,
     QueueMessage,
+    Status,
 )
 from .ports import (
     BlobStore,
@@ -93,6 +94,10 @@ class OperationsWorker:
         if op.site_id != message.site_id:
             return self._ack("site_mismatch", message)
         if op.status.terminal:
+            if op.status == Status.SUCCEEDED and "publication" in op.result:
+                # The process that committed may have died before sending the publication (the outbox row exists):
+                # a redelivery of the operation is the earliest chance to send it again.
+                self._send_pending_publication(op.site_id, int(op.result["publication"]["seq"]))
             return self._ack(f"already_{op.status.value}", message)
 
         now = d.clock.now()
