@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha25
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
-.PHONY: demo test unit integration acceptance infrastructure synth lint lock clean
+.PHONY: demo test unit integration acceptance infrastructure synth bench lint lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,8 +36,11 @@ infrastructure: $(STAMP)
 synth: $(STAMP)  ## cdk.out/ from app.py: no AWS credentials, no network
 	$(PY) app.py
 
+bench: $(STAMP)  ## import memory (10 and 100 MB WXR) and publication parallelism (1 vs 4 workers)
+	$(PY) -m bench.run
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sitedispatch functions stacks tests app.py
+	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench app.py
 	$(VENV)/bin/mypy
 
 lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)

@@ -1,0 +1,128 @@
+"""`make bench`: import memory and publication parallelism on the local runtime. Prints figures and writes them
+to bench/results/*.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.local.supervisor import LocalRuntime
+from sitedispatch.settings import Settings
+from sitedispatch.wordpress.synthetic import write_wxr
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
+
+
+def wait(check: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def provisioned(deps: Dependencies, site: str) -> None:
+    deps.submitter().submit(kind="provision", site_id=site, principal="bench", params=PROVISION)
+    wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 1, 60, f"{site} provisioned")
+
+
+def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
+    """Peak RSS of a worker process importing generated WXR files of the given sizes."""
+    out = []
+    with LocalRuntime(workdir / "import") as runtime:
+        env = runtime.start_cloud(0, function_timeout_s=900)
+        runtime.start_worker("operations", 1)
+        os.environ.update(env)
+        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+        for mb in megabytes:
+            site = f"rss-{mb}mb"
+            provisioned(deps, site)
+            runtime.stop(next(c for c in runtime.children if c.name.startswith("worker-operations")))
+            with tempfile.TemporaryDirectory() as tmp:
+                wxr = Path(tmp) / "big.xml"
+                counts = write_wxr(wxr, target_bytes=mb * 1024 * 1024, seed=mb)
+                submitter = deps.submitter()
+                op = submitter.submit(kind="import", site_id=site, principal="bench",
+                                      params=submitter.stage_upload(site, wxr)).operation
+            child = subprocess.run([sys.executable, "-m", "bench.import_worker", op.operation_id, site],
+                                   capture_output=True, text=True, env={**os.environ, **env}, timeout=1800)
+            report = json.loads(child.stdout.strip().splitlines()[-1])
+            out.append({"wxr_mb": mb, "posts": counts["posts"], **report})
+            print(f"import {mb} MB ({counts['posts']} posts): {report['seconds']} s, peak RSS "
+                  f"{report['peak_rss_mb']} MB, {report['outcome']}", flush=True)
+            runtime.start_worker("operations", 1)
+    return out
+
+
+def publication_parallelism(workdir: Path, routes_target: int, workers: list[int]) -> list[dict[str, Any]]:
+    """Wall time of one publication of ~routes_target routes with N publication environments."""
+    out = []
+    for n in workers:
+        with LocalRuntime(workdir / f"publish-{n}") as runtime:
+            env = runtime.start_cloud(0)
+            runtime.start_worker("operations", 1)
+            os.environ.update(env)
+            deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+            site = f"pub-{n}"
+            first = runtime.start_worker("publications", 1, name="first-publication")
+            provisioned(deps, site)
+            wait(lambda: deps.sites.get(site).live_seq == 1, 60, "first publication")  # noqa: B023
+            runtime.stop(first)
+            for _ in range(n):  # the environments under test are up before the publication exists
+                runtime.start_worker("publications", 1)
+            with tempfile.TemporaryDirectory() as tmp:
+                wxr = Path(tmp) / "posts.xml"
+                # singles + home pages + archives: about 1.4 routes per post with 20 categories and 50 tags
+                write_wxr(wxr, posts=int(routes_target * 0.72), seed=5)
+                submitter = deps.submitter()
+                submitter.submit(kind="import", site_id=site, principal="bench",
+                                 params=submitter.stage_upload(site, wxr))
+            wait(lambda: (s := deps.sites.get(site)) is not None and s.live_seq == 2, 900,  # noqa: B023
+                 "publication live")
+            publication = deps.publications.get(site, 2)
+            record = deps.sites.get(site)
+            # from the commit that wrote the publication (outbox row) to the promotion, both durable timestamps
+            seconds = record.live_at - publication.created_at
+            receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
+            out.append({"workers": n, "routes": receipt["route_count"], "chunks": publication.total_chunks,
+                        "seconds": round(seconds, 2)})
+            print(f"publication of {receipt['route_count']} routes in {publication.total_chunks} chunks with {n} "
+                  f"worker(s): {seconds:.2f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
+    parser.add_argument("--routes", type=int, default=500)
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+    with tempfile.TemporaryDirectory() as tmp:
+        publication = publication_parallelism(Path(tmp), args.routes, args.workers)
+        by = {r["workers"]: r["seconds"] for r in publication}
+        ratio = round(by[max(by)] / by[min(by)], 3) if len(by) > 1 else None
+        (RESULTS / "publication.json").write_text(json.dumps({**meta, "runs": publication,
+                                                              "ratio_most_to_fewest": ratio}, indent=2))
+        print(f"publication time ratio {max(by)} workers / {min(by)} worker: {ratio}")
+        imports = import_rss(Path(tmp), args.import_mb)
+        (RESULTS / "import.json").write_text(json.dumps({**meta, "runs": imports}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
