@@ -34,6 +34,22 @@ def wait(check: Any, timeout_s: float, what: str) -> Any:
     raise TimeoutError(what)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes and all their descendants (live ones)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                continue
+    return total
+
+
 def provisioned(deps: Dependencies, site: str) -> None:
     deps.submitter().submit(kind="provision", site_id=site, principal="bench", params=PROVISION)
     wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 1, 60, f"{site} provisioned")
@@ -81,8 +97,9 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
             provisioned(deps, site)
             wait(lambda: deps.sites.get(site).live_seq == 1, 60, "first publication")  # noqa: B023
             runtime.stop(first)
-            for _ in range(n):  # the environments under test are up before the publication exists
-                runtime.start_worker("publications", 1)
+            workers_up = [runtime.start_worker("publications", 1) for _ in range(n)]  # up before the publication
+            cloud = next(c for c in runtime.children if c.name == "cloud")
+            cpu_before = {"cloud": cpu_seconds([cloud.pid]), "workers": cpu_seconds([w.pid for w in workers_up])}
             with tempfile.TemporaryDirectory() as tmp:
                 wxr = Path(tmp) / "posts.xml"
                 # singles + home pages + archives: about 1.4 routes per post with 20 categories and 50 tags
@@ -92,15 +109,19 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
                                  params=submitter.stage_upload(site, wxr))
             wait(lambda: (s := deps.sites.get(site)) is not None and s.live_seq == 2, 900,  # noqa: B023
                  "publication live")
+            cpu = {"cloud": cpu_seconds([cloud.pid]) - cpu_before["cloud"],
+                   "workers": cpu_seconds([w.pid for w in workers_up]) - cpu_before["workers"]}
             publication = deps.publications.get(site, 2)
             record = deps.sites.get(site)
             # from the commit that wrote the publication (outbox row) to the promotion, both durable timestamps
             seconds = record.live_at - publication.created_at
             receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
             out.append({"workers": n, "routes": receipt["route_count"], "chunks": publication.total_chunks,
-                        "seconds": round(seconds, 2)})
+                        "seconds": round(seconds, 2), "cpu_seconds_moto": round(cpu["cloud"], 2),
+                        "cpu_seconds_workers": round(cpu["workers"], 2)})
             print(f"publication of {receipt['route_count']} routes in {publication.total_chunks} chunks with {n} "
-                  f"worker(s): {seconds:.2f} s", flush=True)
+                  f"worker(s): {seconds:.2f} s; CPU moto {cpu['cloud']:.2f} s, workers {cpu['workers']:.2f} s "
+                  f"(includes the import before it)", flush=True)
     return out
 
 
@@ -114,14 +135,16 @@ def main() -> None:
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
     with tempfile.TemporaryDirectory() as tmp:
-        publication = publication_parallelism(Path(tmp), args.routes, args.workers)
-        by = {r["workers"]: r["seconds"] for r in publication}
-        ratio = round(by[max(by)] / by[min(by)], 3) if len(by) > 1 else None
-        (RESULTS / "publication.json").write_text(json.dumps({**meta, "runs": publication,
-                                                              "ratio_most_to_fewest": ratio}, indent=2))
-        print(f"publication time ratio {max(by)} workers / {min(by)} worker: {ratio}")
-        imports = import_rss(Path(tmp), args.import_mb)
-        (RESULTS / "import.json").write_text(json.dumps({**meta, "runs": imports}, indent=2))
+        if args.workers:
+            publication = publication_parallelism(Path(tmp), args.routes, args.workers)
+            by = {r["workers"]: r["seconds"] for r in publication}
+            ratio = round(by[max(by)] / by[min(by)], 3) if len(by) > 1 else None
+            (RESULTS / "publication.json").write_text(json.dumps({**meta, "runs": publication,
+                                                                  "ratio_most_to_fewest": ratio}, indent=2))
+            print(f"publication time ratio {max(by)} workers / {min(by)} worker: {ratio}")
+        if args.import_mb:
+            imports = import_rss(Path(tmp), args.import_mb)
+            (RESULTS / "import.json").write_text(json.dumps({**meta, "runs": imports}, indent=2))
 
 
 if __name__ == "__main__":

@@ -6,22 +6,19 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies
+from functions.runtime import dependencies, drop_malformed, fifo_processor
+from functions.runtime import warm as runtime_warm
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.model import QueueMessage
-from sitedispatch.observability import count, logger, metrics, tracer
+from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.worker import OperationsWorker, Result
 
-# skip_group_on_error: a failing site never fails another site's messages in the same batch.
-processor = SqsFifoPartialProcessor(skip_group_on_error=True)
-# A batch whose every record was deferred is not an invocation error (no Lambda error metric, no alarm): report the
-# records as failures and return normally. The FIFO processor's constructor does not take this flag.
-processor.raise_on_entire_batch_failure = False
+processor = fifo_processor()  # one failing site never fails another site's messages in the same batch
 
 
 class NotDone(Exception):
@@ -37,9 +34,7 @@ def worker() -> OperationsWorker:
 
 
 def warm() -> None:
-    """Build clients and the worker ahead of the first event (what provisioned concurrency does on AWS)."""
-    dependencies().warm()
-    worker()
+    runtime_warm(worker)
 
 
 def parse_message(body: str) -> QueueMessage | None:
@@ -54,11 +49,7 @@ def parse_message(body: str) -> QueueMessage | None:
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     message = parse_message(record.body)
     if message is None:
-        # Nothing durable to link it to: acknowledge loudly rather than let it poison its group.
-        count("MalformedMessage")
-        logger.error("malformed operations message dropped", extra={"message_id": record.message_id,
-                                                                   "body_prefix": record.body[:200]})
-        return {"outcome": "malformed"}
+        return drop_malformed(record, "operations")
     deps = dependencies()
     visibility = SqsVisibility(deps.sqs, deps.settings.operations_queue_url, record.receipt_handle)
     result = worker().process(message, visibility)

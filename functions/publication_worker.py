@@ -5,18 +5,18 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies
+from functions.runtime import dependencies, drop_malformed, fifo_processor
+from functions.runtime import warm as runtime_warm
 from sitedispatch.model import PublicationMessage
-from sitedispatch.observability import count, logger, metrics, tracer
+from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.publication.worker import PublicationWorker
 
-processor = SqsFifoPartialProcessor(skip_group_on_error=True)
-processor.raise_on_entire_batch_failure = False  # a failed chunk is retried by redelivery, not an invocation error
+processor = fifo_processor()  # a failed chunk is retried by redelivery, never blocking another chunk
 
 
 @lru_cache(maxsize=1)
@@ -25,9 +25,7 @@ def worker() -> PublicationWorker:
 
 
 def warm() -> None:
-    """Build clients and the worker ahead of the first event (what provisioned concurrency does on AWS)."""
-    dependencies().warm()
-    worker()
+    runtime_warm(worker)
 
 
 @tracer.capture_method
@@ -35,10 +33,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     try:
         message = PublicationMessage.from_body(record.body)
     except (ValueError, TypeError, KeyError):
-        count("MalformedMessage")
-        logger.error("malformed publications message dropped", extra={"message_id": record.message_id,
-                                                                      "body_prefix": record.body[:200]})
-        return {"outcome": "malformed"}
+        return drop_malformed(record, "publications")
     result = worker().process(message)
     return {"outcome": result.outcome.value, "reason": result.reason}
 

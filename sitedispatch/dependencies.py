@@ -90,8 +90,7 @@ class Dependencies:
 
     def warm(self) -> Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""
-        for model in self.models.all():
-            _ = model._get_connection().connection.client
+        _ = self.models.Operation._get_connection().connection.client  # one client serves every table
         _ = (self.sqs, self.s3, self.operations, self.sites, self.commits, self.blobs, self.queue,
              self.publications, self.publication_queue)
         return self

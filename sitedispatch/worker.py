@@ -140,7 +140,7 @@ class OperationsWorker:
                                  clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility)
             mutation = handler(ctx, payload)
             lease = ctx.lease
-            revision_id = ctx.content.put_manifest(mutation.manifest)
+            revision_id = mutation.store(ctx.content)
             now = d.clock.now()
             commit = Commit(
                 operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,

@@ -9,17 +9,27 @@ from typing import Any
 from ..context import HandlerContext
 from ..model import Kind
 from ..wordpress.content import Manifest
+from ..wordpress.store import ContentStore
 
 
 @dataclass(frozen=True)
 class Mutation:
-    """A handler's result: the site's next content (bodies already written), a summary recorded with the commit,
-    and which revision to publish after the commit (default: the new head)."""
+    """A handler's result: the site's next content (bodies already written) as a Manifest to store, or as the id of
+    a manifest the handler already streamed to storage; a summary recorded with the commit; and which revision to
+    publish after the commit (default: the new head)."""
 
-    manifest: Manifest
+    manifest: Manifest | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     publish_revision: str | None = None
     publish: bool = True  # False: nothing visible changed, so no publication follows the commit
+    revision_id: str | None = None  # set when the handler stored the manifest itself (huge sites)
+
+    def store(self, content: ContentStore) -> str:
+        if self.revision_id is not None:
+            return self.revision_id
+        if self.manifest is None:
+            raise ValueError("a mutation needs a manifest or the revision id of a stored one")
+        return content.put_manifest(self.manifest)
 
 
 HandlerFn = Callable[[HandlerContext, Any], Mutation]

@@ -25,8 +25,11 @@ def import_wxr(ctx: HandlerContext, payload: ImportInput) -> Mutation:
             if n % HEARTBEAT_EVERY_ITEMS == 0:
                 ctx.heartbeat()
     source.read()  # anything after the closing tag still counts toward the digest
+    tally = merger.tally
     if source.sha256.hexdigest() != payload.source_digest:
         raise PermanentError(f"{payload.source_key}: content does not match its digest", code="digest_mismatch")
-    manifest = merger.result()
-    return Mutation(manifest=manifest, summary={**merger.tally.as_dict(), "bodies_written": writer.written,
-                                                "bytes": source.size, "totals": manifest.counts()})
+    merged = merger.result()
+    del merger  # its post index is no longer needed: only the merged bytes are
+    revision_id = ctx.content.put_manifest_stream(merged.frame, merged.canonical_posts())
+    return Mutation(revision_id=revision_id, summary={**tally.as_dict(), "bodies_written": writer.written,
+                                                      "bytes": source.size, "totals": merged.counts})

@@ -118,16 +118,8 @@ class Manifest(_Frozen):
         return cls.model_validate_json(data)
 
     def counts(self) -> dict[str, int]:
-        by_type: dict[str, int] = {}
-        for post in self.posts:
-            by_type[post.type] = by_type.get(post.type, 0) + 1
-        return {
-            "posts": by_type.get("post", 0), "pages": by_type.get("page", 0),
-            "attachments": by_type.get("attachment", 0), "other": sum(
-                n for t, n in by_type.items() if t not in {"post", "page", "attachment"}),
-            "terms": len(self.terms), "authors": len(self.authors), "events": len(self.events),
-            "comments": sum(p.comment_count for p in self.posts),
-        }
+        return content_counts([p.type for p in self.posts], sum(p.comment_count for p in self.posts),
+                              terms=len(self.terms), authors=len(self.authors), events=len(self.events))
 
     def normalised(self) -> Manifest:
         """Sorted collections: the same content in any insertion order has the same bytes."""
@@ -137,6 +129,31 @@ class Manifest(_Frozen):
             "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
             "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
         })
+
+
+def content_counts(types: list[str], comments: int, *, terms: int, authors: int, events: int) -> dict[str, int]:
+    """What a revision holds, by kind of post; the summary every content-changing commit records."""
+    by_type: dict[str, int] = {}
+    for kind in types:
+        by_type[kind] = by_type.get(kind, 0) + 1
+    return {
+        "posts": by_type.get("post", 0), "pages": by_type.get("page", 0),
+        "attachments": by_type.get("attachment", 0),
+        "other": sum(n for t, n in by_type.items() if t not in {"post", "page", "attachment"}),
+        "terms": terms, "authors": authors, "events": events, "comments": comments,
+    }
+
+
+def canonical_frame(manifest_without_posts: Manifest) -> tuple[bytes, bytes]:
+    """The canonical bytes of a manifest around its post list: prefix + b"[" + b",".join(posts) + b"]" + suffix
+    equals `Manifest.canonical_bytes()` when the posts are each PostRef's canonical bytes sorted by id. This lets a
+    huge manifest be written as a stream without ever holding it as one object."""
+    marker = "posts-placeholder-8f2c1e"
+    document = manifest_without_posts.model_dump(mode="json")
+    document["posts"] = marker
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    prefix, suffix = text.split(json.dumps(marker), 1)
+    return prefix.encode(), suffix.encode()
 
 
 def snapshot_key(site_id: str, revision_id: str) -> str:

@@ -6,10 +6,11 @@ listed twice), so the guid alone does not identify an item; with the WXR post id
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .content import Author, Manifest, PostBody, PostRef, Term, summarise
+from .content import Author, Manifest, PostBody, PostRef, Term, content_counts, summarise
 from .wxr import WxrAuthor, WxrEvent, WxrItem, WxrTerm
 
 TAXONOMIES = {"category", "post_tag"}
@@ -35,6 +36,33 @@ class ImportTally:
                 "comments": self.comments}
 
 
+@dataclass(frozen=True)
+class Merged:
+    """The merge's outcome, ready to stream: the manifest without its posts, the posts (compressed canonical bytes,
+    in id order; `canonical_posts()` yields them plain) and what the revision holds."""
+
+    frame: Manifest
+    packed_posts: list[bytes]
+    counts: dict[str, int]
+
+    def canonical_posts(self) -> Iterator[bytes]:
+        return (zlib.decompress(data) for data in self.packed_posts)
+
+
+# One post while merging, kept compact: (id, type, approved comments, zlib-compressed canonical PostRef bytes).
+# A pydantic PostRef per post costs several times its serialized size, and a 100 MB export holds ~33,000 posts:
+# compressed entries keep the whole index near 10 MB.
+Entry = tuple[int, str, int, bytes]
+
+
+def _pack(ref: PostRef) -> bytes:
+    return zlib.compress(ref.canonical_bytes(), 1)
+
+
+def _unpack(data: bytes) -> PostRef:
+    return PostRef.model_validate_json(zlib.decompress(data))
+
+
 class ManifestMerger:
     """Accumulates a WXR stream on top of `head`. Bodies are handed to `write_body` as they come (never kept)."""
 
@@ -44,7 +72,8 @@ class ManifestMerger:
         self.authors = {a.login: a for a in head.authors}
         self.terms: dict[tuple[str, str], Term] = {(t.taxonomy, t.slug): t for t in head.terms}
         self.term_parents: dict[tuple[str, str], str] = {}
-        self.posts = {(p.guid, p.source_id): p for p in head.posts}
+        self.posts: dict[tuple[str, int], Entry] = {
+            (p.guid, p.source_id): (p.id, p.type, p.comment_count, _pack(p)) for p in head.posts}
         self.ids = {p.id for p in head.posts}
         self.wxr_to_id: dict[int, int] = {}
         self.parent_wxr: dict[tuple[str, int], int] = {}
@@ -86,7 +115,7 @@ class ManifestMerger:
         key = (item.guid, item.wxr_id)
         existing = self.posts.get(key)
         if existing is not None:
-            post_id = existing.id
+            post_id = existing[0]
         elif item.wxr_id > 0 and item.wxr_id not in self.ids:
             post_id = item.wxr_id
         else:
@@ -105,32 +134,37 @@ class ManifestMerger:
             status=item.status if item.status in STATUSES else "draft",  # type: ignore[arg-type]
             title=item.title, slug=item.slug, author_id=author.id if author else 1, date_gmt=item.date_gmt,
             modified_gmt=item.date_gmt, term_ids=term_ids,
-            parent=existing.parent if existing else 0, menu_order=item.menu_order,
+            parent=_unpack(existing[3]).parent if existing else 0, menu_order=item.menu_order,
             comment_count=item.comment_count, sticky=item.sticky, protected=item.protected,
             summary=summarise(body), body=self.write_body(body), source_id=item.wxr_id,
         )
+        data = _pack(ref)
         if existing is None:
             self.tally.bump(self.tally.created, item.type)
-        elif existing == ref:
+        elif existing[3] == data:
             self.tally.bump(self.tally.unchanged, item.type)
         else:
             self.tally.bump(self.tally.updated, item.type)
-        self.posts[key] = ref
+        self.posts[key] = (post_id, ref.type, ref.comment_count, data)
 
-    def result(self) -> Manifest:
-        """The merged manifest: parents resolved (WXR ids may point forward), collections sorted."""
-        posts = []
-        for key, post in self.posts.items():
-            parent_wxr = self.parent_wxr.get(key)
-            if parent_wxr is not None:
-                post = post.model_copy(update={"parent": self.wxr_to_id.get(parent_wxr, 0)})
-            posts.append(post)
+    def result(self) -> Merged:
+        """Parents resolved (WXR ids may point forward), terms re-parented, posts in id order."""
+        for key, parent_wxr in self.parent_wxr.items():
+            post_id, kind, comments, data = self.posts[key]
+            parent = self.wxr_to_id.get(parent_wxr, 0)
+            ref = _unpack(data)
+            if ref.parent != parent:
+                self.posts[key] = (post_id, kind, comments, _pack(ref.model_copy(update={"parent": parent})))
         terms = []
         for term_key, term in self.terms.items():
             parent_slug = self.term_parents.get(term_key)
             if parent_slug and (term_key[0], parent_slug) in self.terms:
                 term = term.model_copy(update={"parent": self.terms[(term_key[0], parent_slug)].id})
             terms.append(term)
-        return self.head.model_copy(update={
-            "authors": tuple(self.authors.values()), "terms": tuple(terms), "posts": tuple(posts),
+        frame = self.head.model_copy(update={
+            "authors": tuple(self.authors.values()), "terms": tuple(terms), "posts": (),
         }).normalised()
+        entries = sorted(self.posts.values(), key=lambda entry: entry[0])
+        counts = content_counts([e[1] for e in entries], sum(e[2] for e in entries), terms=len(frame.terms),
+                                authors=len(frame.authors), events=len(frame.events))
+        return Merged(frame, [e[3] for e in entries], counts)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
 from ..ports import BlobStore
-from .content import Manifest, PostBody, body_key, snapshot_key
+from .content import Manifest, PostBody, body_key, canonical_frame, snapshot_key
 
 WRITE_CONCURRENCY = 8
+SPOOL_IN_MEMORY_BYTES = 4 * 1024 * 1024
 
 
 class ContentStore:
@@ -23,6 +27,25 @@ class ContentStore:
     def put_manifest(self, manifest: Manifest) -> str:
         revision_id = manifest.revision_id
         self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), manifest.canonical_bytes())
+        return revision_id
+
+    def put_manifest_stream(self, frame: Manifest, posts: Iterable[bytes]) -> str:
+        """Write a manifest whose posts arrive as canonical PostRef bytes in id order, spooled to disk while hashed;
+        returns its revision id. Same bytes, same id as `put_manifest` of the equivalent Manifest."""
+        prefix, suffix = canonical_frame(frame)
+        digest = hashlib.sha256()
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES) as spool:
+            def emit(data: bytes) -> None:
+                digest.update(data)
+                spool.write(data)
+
+            emit(prefix + b"[")
+            for n, post in enumerate(posts):
+                emit(b"," + post if n else post)
+            emit(b"]" + suffix)
+            spool.seek(0)
+            revision_id = digest.hexdigest()
+            self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), spool)
         return revision_id
 
     def body(self, digest: str) -> PostBody:

@@ -110,3 +110,30 @@ def test_a_file_changed_after_staging_is_refused_by_its_digest(harness: Harness,
 def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> None:
     result = harness.import_file(FIXTURES / "fixture-1.2.xml", site="bare-site")
     assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
+
+
+def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
+    """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
+    Manifest serialized whole, or revisions of the same content would differ by how they were written."""
+    from sitedispatch.wordpress.content import Manifest, PostRef, default_site
+    from sitedispatch.wordpress.merge import ManifestMerger
+    from sitedispatch.wordpress.store import ContentStore
+    from sitedispatch.wordpress.wxr import parse_wxr
+
+    head, _ = default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
+                           locale="en_US", timezone="UTC", admin_login="admin", created_at=1_700_000_000.0)
+    merger = ManifestMerger(head, lambda body: body.digest)
+    with THEME_TEST_DATA.open("rb") as fh:
+        for event in parse_wxr(fh):
+            merger.add(event)
+    merged = merger.result()
+    whole = merged.frame.model_copy(update={"posts": tuple(PostRef.model_validate_json(p)
+                                                          for p in merged.canonical_posts())})
+
+    revision_id = ContentStore(harness.world.blobs, "acme-blog").put_manifest_stream(merged.frame,
+                                                                                     merged.canonical_posts())
+
+    assert revision_id == whole.revision_id
+    stored = harness.world.blobs.get(f"sites/acme-blog/snapshots/{revision_id}.json")
+    assert stored == whole.canonical_bytes() and Manifest.from_bytes(stored) == whole
+    assert merged.counts == whole.counts()
