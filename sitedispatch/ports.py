@@ -35,7 +35,7 @@ class OperationStore(Protocol):
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
 
     def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
-        """Spend one attempt: runnable and attempt < budget, else NotRunnable."""
+        """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable."""
 
     def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         """running -> queued, only while `fence` is still the operation's fence (else StaleFence)."""

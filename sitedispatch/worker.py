@@ -119,7 +119,7 @@ class OperationsWorker:
         try:
             op = d.operations.start_attempt(op.operation_id, lease.fence, now)
         except NotRunnable:
-            return self._not_runnable(op.operation_id, lease, message)
+            return self._not_runnable(op.operation_id, lease, message, visibility)
         obs.bind(attempt=op.attempt, fence=lease.fence)
         # Tie the message's visibility to the lease from the start (heartbeats extend both): if this process dies,
         # the message is back within two leases rather than the queue's default visibility (6 x the timeout).
@@ -224,14 +224,19 @@ class OperationsWorker:
                                                   "error": error.message})
         return Result(Outcome.DEAD, error.code)
 
-    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage) -> Result:
-        """start_attempt refused: terminal meanwhile, or the budget is spent (crash loop)."""
+    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility
+                      ) -> Result:
+        """start_attempt refused: terminal meanwhile, a concurrent delivery started a newer attempt, or the budget is
+        spent (crash loop)."""
         d = self.d
         op = d.operations.get(operation_id)
-        if op is None or op.status.terminal:
-            d.sites.release_lease(lease)
-            return self._ack("terminal_meanwhile", message)
         d.sites.release_lease(lease)
+        if op is None or op.status.terminal:
+            return self._ack("terminal_meanwhile", message)
+        if op.fence is not None and op.fence > lease.fence:
+            return self._defer(visibility, d.settings.defer_max_s, "lease_lost:newer_attempt")
+        if op.attempt < op.attempt_budget:
+            return self._defer(visibility, 1.0, "attempt_race")
         error = ErrorInfo("AttemptsExhausted", "attempts_exhausted",
                           f"attempt budget {op.attempt_budget} spent without a commit", False)
         return self._dead(op, None, error, message)

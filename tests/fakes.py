@@ -88,7 +88,8 @@ class MemoryOperationStore:
     def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
+            ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
+                  and (op.fence is None or op.fence < fence))
             self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
                          attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
                          not_before=None)

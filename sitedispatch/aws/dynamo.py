@@ -123,7 +123,9 @@ class DynamoOperationStore:
             item.update(
                 actions=[M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence),
                          M.started_at.set(now), M.updated_at.set(now), M.not_before.remove()],
-                condition=M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget),
+                # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
+                condition=M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget)
+                & (M.fence.does_not_exist() | (M.fence < fence)),
             )
         except UpdateError as exc:
             if _condition_failed(exc):

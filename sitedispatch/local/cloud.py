@@ -45,12 +45,22 @@ def patch_moto_long_poll() -> None:
     Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
 
 
+def patch_moto_module_scan() -> None:
+    """moto's server lists its package directory (one listdir and ~150 isdir calls) on every request to resolve the
+    backend; measured at 12% of its CPU under an S3 PUT load. The list never changes while it runs: compute it once."""
+    from moto import backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+
+
 def quiet_moto() -> None:
-    """Patch the long poll and silence werkzeug's per-request log lines."""
+    """Patch the long poll and the per-request module scan; silence werkzeug's per-request log lines."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     patch_moto_long_poll()
+    patch_moto_module_scan()
 
 
 def local_environment(settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S

@@ -148,3 +148,32 @@ def test_stale_fence_is_rejected_by_dynamodb_not_by_the_client(cloud: Cloud) -> 
     with pytest.raises(StaleFence):
         cloud.deps.commits.commit(PreparedCommit(commit, old, 0, {}), now)
     assert cloud.deps.commits.get(op_id) is None
+
+
+def test_the_same_message_processed_by_two_workers_at_once_commits_once(cloud: Cloud) -> None:
+    """Two workers, one message, truly concurrent (threads against DynamoDB on moto): the lease claim and the fenced
+    commit let exactly one of them commit; the other defers or finds the commit."""
+    import threading
+
+    from tests.fakes import RecordingVisibility
+
+    op_id = submit(cloud, "acme-blog", key="k")
+    workers = [cloud.deps.worker(), cloud.deps.worker()]
+    barrier = threading.Barrier(2)
+    results: list[Any] = []
+
+    def deliver(worker: Any) -> None:
+        barrier.wait()
+        results.append(worker.process(QueueMessage(op_id, "acme-blog"), RecordingVisibility()))
+
+    threads = [threading.Thread(target=deliver, args=(w,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert len(results) == 2
+    assert [c.operation_id for c in cloud.deps.commits.history("acme-blog")] == [op_id]
+    assert cloud.deps.operations.get(op_id).status == Status.SUCCEEDED  # type: ignore[union-attr]
+    assert sorted(r.reason for r in results)[0] in {"already_committed", "committed", "lease_held"}
+    assert sum(r.reason == "committed" for r in results) == 1

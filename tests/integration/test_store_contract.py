@@ -236,3 +236,11 @@ def test_blob_compare_and_swap(cloud: Cloud) -> None:
         assert blobs.replace("k.json", b"3", etag) is False  # stale ETag
         assert blobs.get("k.json") == b"2"
         assert blobs.put_if_absent("k.json", b"x") is False and blobs.get("k.json") == b"2"
+
+
+def test_an_attempt_under_an_older_fence_never_overwrites_a_newer_one(stores: Stores) -> None:
+    stores.operations.create(new_op())
+    assert stores.operations.start_attempt("op_1", 2, NOW).fence == 2
+    with pytest.raises(NotRunnable):
+        stores.operations.start_attempt("op_1", 1, NOW)
+    assert stores.operations.get("op_1").fence == 2 and stores.operations.get("op_1").attempt == 1
