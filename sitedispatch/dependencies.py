@@ -43,8 +43,8 @@ class Dependencies:
         from .aws.tables import TableNames, build_models
 
         s = self.settings
-        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table),
-                            s.region)
+        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table,
+                                       s.counters_table), s.region)
 
     @cached_property
     def operations(self) -> Any:

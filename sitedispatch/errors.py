@@ -84,6 +84,17 @@ class Backpressure(SiteDispatchError):
         self.estimated_delay_s = estimated_delay_s
 
 
+class LimitReached(SiteDispatchError):
+    """A store refused an admission because a counter is at its maximum (mapped to Backpressure by the core)."""
+
+    code = "limit_reached"
+
+    def __init__(self, counter: str, value: int) -> None:
+        super().__init__(f"{counter} at {value}")
+        self.counter = counter
+        self.value = value
+
+
 class OperationFailure(SiteDispatchError):
     """Raised by handlers. Subclasses decide between retry and dead."""
 

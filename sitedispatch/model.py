@@ -80,6 +80,8 @@ class Operation:
     not_before: float | None = None
     error: ErrorInfo | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: str | None = None  # the reason, once `ops cancel` asked a running operation to stop
+    superseded_by: str | None = None
 
     @property
     def dedup_id(self) -> str:
@@ -108,6 +110,9 @@ class Site:
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     paused: bool = False
+    pause_reason: str | None = None
+    consecutive_failures: int = 0
+    avg_operation_s: float | None = None
     live_seq: int = 0
     live_revision: str | None = None
     live_at: float | None = None

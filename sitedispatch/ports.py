@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -26,8 +27,13 @@ class Clock(Protocol):
 
 
 class OperationStore(Protocol):
-    def create(self, op: Operation) -> None:
-        """Insert; raises AlreadyExists if the id is taken."""
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+        """Insert, and in the same transaction add 1 to each (counter, maximum) while under its maximum. Raises
+        AlreadyExists if the id is taken, LimitReached (writing nothing) if a counter is full."""
+
+    def counter(self, counter_id: str) -> int: ...
+
+    def counters(self, prefix: str = "") -> dict[str, int]: ...
 
     def get(self, operation_id: str) -> Operation | None: ...
 
@@ -40,8 +46,17 @@ class OperationStore(Protocol):
     def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         """running -> queued, only while `fence` is still the operation's fence (else StaleFence)."""
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
-        """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours)."""
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
+                  counters: Sequence[str] = ()) -> None:
+        """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours);
+        releases `counters` in the same transaction."""
+
+    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
+        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters`."""
+
+    def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
+        """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
 
     def list(self, *, site_id: str | None = None, status: Status | None = None,
              limit: int = 100) -> list[Operation]: ...
@@ -64,6 +79,12 @@ class SiteStore(Protocol):
 
     def list(self, limit: int = 100) -> list[Site]: ...
 
+    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+        """Pause (deliveries are deferred) or resume (also clears the failure count). NotFound if unknown."""
+
+    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`."""
+
     def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
         """Conditional: the live pointer moves only forward (live_seq < seq). False when it lost to a newer one."""
 
@@ -78,6 +99,8 @@ class PreparedCommit:
     expected_version: int
     result: dict[str, Any]
     publication: Publication | None = None
+    counters: tuple[str, ...] = ()  # admission counters released by this terminal transition
+    avg_operation_s: float | None = None  # the site's updated running average of operation time
 
 
 class PublicationStore(Protocol):

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     sites_table: str
     commits_table: str
     publications_table: str
+    counters_table: str
     bucket: str
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
@@ -35,6 +36,15 @@ class Settings(BaseSettings):
     defer_max_s: float = Field(default=30.0, gt=0,
                                description="longest deferral while another operation holds the lease")
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
+    max_outstanding_global: int = Field(default=10_000, ge=1, description="accepted, not yet terminal, in all")
+    max_outstanding_per_principal: int = Field(default=2_000, ge=1)
+    max_queued_per_site: int = Field(default=50, ge=1, description="keeps one site's FIFO group short")
+    expected_concurrency: int = Field(default=10, ge=1, description="operations running at once (the event "
+                                      "source mapping's maximum concurrency), for delay estimates")
+    default_operation_s: float = Field(default=30.0, gt=0, description="operation time assumed before one is measured")
+    pause_deferral_s: float = Field(default=300.0, gt=0, description="how long a paused site's message waits "
+                                    "before it is looked at again")
+    auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
     reference_latency_s: float = Field(

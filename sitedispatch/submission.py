@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from . import observability as obs
-from .errors import AlreadyExists, IdempotencyConflict, InvalidInput
+from .admission import backpressure, limits_for
+from .errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached
 from .model import (
     PRINCIPAL_PATTERN,
     SITE_ID_PATTERN,
@@ -90,7 +91,14 @@ class Submitter:
             idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
         )
         try:
-            d.operations.create(op)
+            d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)])
+        except LimitReached as full:
+            obs.count("Backpressured")
+            limit = next(limit for limit in limits_for(d.settings, op) if limit.counter == full.counter)
+            site = d.sites.get(site_id)
+            per_operation = (site.avg_operation_s if site and site.avg_operation_s else
+                             d.settings.default_operation_s)
+            raise backpressure(limit, full.value, per_operation) from None
         except AlreadyExists:
             # A concurrent submit with the same key won the race.
             existing = d.operations.get(operation_id)

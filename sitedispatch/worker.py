@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from . import observability as obs
+from .admission import counters_for
 from .backoff import full_jitter
 from .context import HandlerContext
 from .errors import AlreadyCommitted, LeaseHeld, NotRunnable, PermanentError, StaleFence
@@ -43,6 +44,10 @@ from .ports import (
 )
 from .schemas import load_input
 from .settings import Settings
+
+SUPERSEDABLE = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer one does everything an older one would
+SUPERSESSION_SCAN = 50
+AVERAGE_WEIGHT = 0.3  # of the latest operation in the site's running average of operation time
 
 
 class Outcome(StrEnum):
@@ -106,7 +111,12 @@ class OperationsWorker:
             error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
             return self._dead(op, None, error, message)
         if site.paused:
-            return self._defer(visibility, d.settings.defer_max_s, "site_paused")
+            # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
+            return self._defer(visibility, d.settings.pause_deferral_s, "site_paused")
+        if op.kind in SUPERSEDABLE and op.status in {Status.ACCEPTED, Status.QUEUED}:
+            newer = self._newer_of_same_kind(op)
+            if newer is not None:
+                return self._supersede(op, newer, message)
         if op.not_before and op.not_before > now:
             return self._defer(visibility, op.not_before - now, "backoff_pending")
 
@@ -121,6 +131,8 @@ class OperationsWorker:
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
         obs.bind(attempt=op.attempt, fence=lease.fence)
+        if op.cancel_requested:
+            return self._cancelled(op, lease, message)
         # Tie the message's visibility to the lease from the start (heartbeats extend both): if this process dies,
         # the message is back within two leases rather than the queue's default visibility (6 x the timeout).
         visibility.change(d.settings.lease_seconds * 2)
@@ -154,8 +166,12 @@ class OperationsWorker:
             result = {"version": commit.version, "revision_id": revision_id}
             if publication:
                 result["publication"] = {"seq": publication.seq, "revision_id": publication.revision_id}
+            took = now - (op.started_at or now)
+            average = took if site.avg_operation_s is None else (
+                AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
             d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
-                                            result=result, publication=publication), now)
+                                            result=result, publication=publication, counters=counters_for(op),
+                                            avg_operation_s=round(average, 3)), now)
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
             earlier = d.commits.get(op.operation_id)
@@ -163,6 +179,9 @@ class OperationsWorker:
                 self._send_pending_publication(earlier.site_id, earlier.version)
             return Result(Outcome.SUCCEEDED, "already_committed", commit=earlier)
         except (StaleFence, NotRunnable) as lost:
+            current = d.operations.get(op.operation_id)
+            if current is not None and current.cancel_requested and not current.status.terminal:
+                return self._cancelled(current, lease, message)
             # Someone else holds the site now (our lease expired, or a duplicate delivery took it): our work is void.
             # Come back later; the next delivery sees the winner's outcome.
             obs.count("LeaseLost")
@@ -191,6 +210,37 @@ class OperationsWorker:
         if publication is not None and publication.status == PublicationStatus.PENDING:
             self.d.publication_queue.send(PublicationMessage(site_id, publication.revision_id, seq))
 
+    def _newer_of_same_kind(self, op: Operation) -> Operation | None:
+        for other in self.d.operations.list(site_id=op.site_id, limit=SUPERSESSION_SCAN):
+            if other.created_at <= op.created_at:
+                break  # newest first: nothing newer left
+            if other.kind == op.kind and other.status in {Status.ACCEPTED, Status.QUEUED, Status.RUNNING}:
+                return other
+        return None
+
+    def _supersede(self, op: Operation, newer: Operation, message: QueueMessage) -> Result:
+        try:
+            self.d.operations.end(op.operation_id, Status.SUPERSEDED, self.d.clock.now(), counters_for(op),
+                                  from_statuses=(Status.ACCEPTED, Status.QUEUED),
+                                  reason=f"superseded by {newer.operation_id}", superseded_by=newer.operation_id)
+        except NotRunnable:
+            return self._ack("supersede_race", message)
+        obs.count("OperationSuperseded")
+        obs.logger.info("superseded", extra={"superseded_by": newer.operation_id})
+        return Result(Outcome.ACKED, "superseded")
+
+    def _cancelled(self, op: Operation, lease: Lease, message: QueueMessage) -> Result:
+        """A cancel was recorded while the operation was running: it ends cancelled and commits nothing."""
+        self.d.sites.release_lease(lease)
+        try:
+            self.d.operations.end(op.operation_id, Status.CANCELLED, self.d.clock.now(), counters_for(op),
+                                  from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
+                                  reason=op.cancel_requested or "cancelled")
+        except NotRunnable:
+            return self._ack("cancel_race", message)
+        obs.count("OperationCancelled")
+        return Result(Outcome.ACKED, "cancelled")
+
     def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
                visibility: Visibility) -> Result:
         d = self.d
@@ -198,6 +248,7 @@ class OperationsWorker:
             return self._dead(op, fence, ErrorInfo(error.error_class, error.code,
                                                    f"attempt budget {op.attempt_budget} spent; last error: "
                                                    f"{error.message}", False), message)
+        self._count_failure(op, error)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         now = d.clock.now()
         try:
@@ -209,10 +260,20 @@ class OperationsWorker:
         obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
         return Result(Outcome.RETRYING, error.code, delay_s=delay)
 
+    def _count_failure(self, op: Operation, error: ErrorInfo) -> None:
+        """Site health: N failed attempts in a row pause the site, so one broken site stops consuming attempts."""
+        site = self.d.sites.record_failure(op.site_id, self.d.settings.auto_pause_failures,
+                                           f"{self.d.settings.auto_pause_failures} consecutive failures; last: "
+                                           f"{op.kind.value} {op.operation_id} {error.code}")
+        if site.paused:
+            obs.count("SiteAutoPaused")
+
     def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage) -> Result:
         d = self.d
+        if error.code != "site_not_registered":
+            self._count_failure(op, error)
         try:
-            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now())
+            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op))
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
         d.queue.dead_letter(message, op.dedup_id, {

@@ -10,11 +10,20 @@ import contextlib
 import hashlib
 import io
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from sitedispatch.errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotFound, NotRunnable, StaleFence
+from sitedispatch.errors import (
+    AlreadyCommitted,
+    AlreadyExists,
+    Conflict,
+    LeaseHeld,
+    LimitReached,
+    NotFound,
+    NotRunnable,
+    StaleFence,
+)
 from sitedispatch.model import (
     RUNNABLE,
     Commit,
@@ -56,6 +65,11 @@ class MemoryDb:
     sites: dict[str, Site] = field(default_factory=dict)
     commits: dict[str, Commit] = field(default_factory=dict)
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def release(self, counters: Sequence[str]) -> None:
+        for counter in counters:
+            self.counters[counter] = self.counters.get(counter, 0) - 1
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -63,11 +77,22 @@ class MemoryOperationStore:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
-    def create(self, op: Operation) -> None:
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
         with self.db.lock:
+            for counter, maximum in limits:
+                if self.db.counters.get(counter, 0) >= maximum:
+                    raise LimitReached(counter, self.db.counters[counter])
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
+            for counter, _ in limits:
+                self.db.counters[counter] = self.db.counters.get(counter, 0) + 1
             self.db.operations[op.operation_id] = op
+
+    def counter(self, counter_id: str) -> int:
+        return self.db.counters.get(counter_id, 0)
+
+    def counters(self, prefix: str = "") -> dict[str, int]:
+        return {k: v for k, v in self.db.counters.items() if k.startswith(prefix)}
 
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
@@ -102,12 +127,30 @@ class MemoryOperationStore:
             self._update(operation_id, ok, StaleFence, status=Status.QUEUED, error=error, not_before=not_before,
                          updated_at=now)
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
+                  counters: Sequence[str] = ()) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ok = op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
             self._update(operation_id, ok, NotRunnable, status=Status.DEAD, error=error, finished_at=now,
                          updated_at=now)
+            self.db.release(counters)
+
+    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            ok = op is not None and op.status in from_statuses
+            self._update(operation_id, ok, NotRunnable, status=status, finished_at=now, updated_at=now,
+                         error=ErrorInfo(status.value, status.value, reason, False),
+                         superseded_by=superseded_by)
+            self.db.release(counters)
+
+    def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            self._update(operation_id, op is not None and op.status in RUNNABLE, NotRunnable,
+                         cancel_requested=reason or "cancelled", updated_at=now)
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         ops = [op for op in self.db.operations.values()
@@ -161,6 +204,26 @@ class MemorySiteStore:
     def list(self, limit: int = 100) -> list[Site]:
         return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
+    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            if site is None:
+                raise NotFound(f"site {site_id} not found")
+            updated = replace(site, paused=paused, pause_reason=reason if paused else None,
+                              consecutive_failures=site.consecutive_failures if paused else 0)
+            self.db.sites[site_id] = updated
+            return updated
+
+    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+        with self.db.lock:
+            site = self.db.sites[site_id]
+            failures = site.consecutive_failures + 1
+            pause = failures >= pause_at and not site.paused
+            updated = replace(site, consecutive_failures=failures, paused=site.paused or pause,
+                              pause_reason=reason if pause else site.pause_reason)
+            self.db.sites[site_id] = updated
+            return updated
+
     def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
         with self.db.lock:
             site = self.db.sites.get(site_id)
@@ -184,7 +247,7 @@ class MemoryCommitStore:
             if not self.sites._holds(lease) or site is None or site.head_version != prepared.expected_version:
                 raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")
             op = self.db.operations.get(c.operation_id)
-            if op is None or op.status != Status.RUNNING or op.fence != lease.fence:
+            if op is None or op.status != Status.RUNNING or op.fence != lease.fence or op.cancel_requested:
                 raise NotRunnable(c.operation_id)
             pub = prepared.publication
             if pub is not None and (pub.site_id, pub.seq) in self.db.publications:
@@ -192,8 +255,11 @@ class MemoryCommitStore:
             if pub is not None:
                 self.db.publications[(pub.site_id, pub.seq)] = pub
             self.db.commits[c.operation_id] = c
-            self.db.sites[c.site_id] = replace(site, head_version=c.version, head_revision=c.revision_id,
-                                               lease_owner=None, lease_expires_at=None)
+            self.db.sites[c.site_id] = replace(
+                site, head_version=c.version, head_revision=c.revision_id, lease_owner=None, lease_expires_at=None,
+                consecutive_failures=0,
+                avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s)
+            self.db.release(prepared.counters)
             self.db.operations[c.operation_id] = replace(op, status=Status.SUCCEEDED, result=prepared.result,
                                                          finished_at=now, updated_at=now, error=None)
 

@@ -6,12 +6,22 @@ Every guard is a condition expression evaluated by DynamoDB; ConditionalCheckFai
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from ..errors import AlreadyCommitted, AlreadyExists, Conflict, LeaseHeld, NotFound, NotRunnable, StaleFence
+from ..errors import (
+    AlreadyCommitted,
+    AlreadyExists,
+    Conflict,
+    LeaseHeld,
+    LimitReached,
+    NotFound,
+    NotRunnable,
+    StaleFence,
+)
 from ..model import (
     RUNNABLE,
     Commit,
@@ -50,7 +60,7 @@ def _to_operation(item: Any) -> Operation:
         fence=None if item.fence is None else int(item.fence), queued_at=item.queued_at,
         started_at=item.started_at, finished_at=item.finished_at, not_before=item.not_before,
         error=ErrorInfo(error["error_class"], error["code"], error["message"], error["retryable"]) if error else None,
-        result=item.result or {},
+        result=item.result or {}, cancel_requested=item.cancel_requested, superseded_by=item.superseded_by,
     )
 
 
@@ -59,6 +69,8 @@ def _to_site(item: Any) -> Site:
         site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
         head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
         lease_owner=item.lease_owner, lease_expires_at=item.lease_expires_at, paused=bool(item.paused),
+        pause_reason=item.pause_reason, consecutive_failures=int(item.consecutive_failures or 0),
+        avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
         live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
     )
 
@@ -80,22 +92,58 @@ def _to_commit(item: Any) -> Commit:
     )
 
 
+def _failed_positions(exc: TransactWriteError) -> set[int]:
+    """Positions of the items whose condition failed. pynamodb sends a transaction's items grouped by kind, in this
+    order: condition checks, deletes, puts, updates; positions count in that order, not in the order of the calls."""
+    return {n for n, reason in enumerate(exc.cancellation_reasons)
+            if reason is not None and reason.code == "ConditionalCheckFailed"}
+
+
+def _transact(connection: Any) -> TransactWrite:
+    return TransactWrite(connection=connection)
+
+
+def _decrement(tx: TransactWrite, counter_model: Any, counters: Sequence[str]) -> None:
+    for counter in counters:
+        tx.update(counter_model(counter), actions=[counter_model.value.add(-1)])
+
+
 class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
         self.M: Any = models.Operation
+        self.C: Any = models.Counter
 
-    def create(self, op: Operation) -> None:
-        M = self.M
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+        M, C = self.M, self.C
         item = M(op.operation_id, site_id=op.site_id, principal=op.principal, kind=op.kind.value,
                  status=op.status.value, input_key=op.input_key, input_digest=op.input_digest,
                  idempotency_key=op.idempotency_key, created_at=op.created_at, updated_at=op.updated_at,
                  attempt=op.attempt, attempt_budget=op.attempt_budget, epoch=op.epoch)
         try:
-            item.save(condition=M.operation_id.does_not_exist())
-        except PutError as exc:
-            if _condition_failed(exc):
+            with _transact(M._get_connection().connection) as tx:
+                for counter, maximum in limits:
+                    tx.update(C(counter), actions=[C.value.add(1)],
+                              condition=C.value.does_not_exist() | (C.value < maximum))
+                tx.save(item, condition=M.operation_id.does_not_exist())
+        except TransactWriteError as exc:
+            # pynamodb sends puts before updates: [operation row, counter 1, counter 2, ...]
+            failed = _failed_positions(exc)
+            if 0 in failed:
                 raise AlreadyExists(op.operation_id) from exc
+            for position, (counter, _) in enumerate(limits, start=1):
+                if position in failed:
+                    raise LimitReached(counter, self.counter(counter)) from exc
             raise
+
+    def counter(self, counter_id: str) -> int:
+        try:
+            return int(self.C.get(counter_id, consistent_read=True).value or 0)
+        except DoesNotExist:
+            return 0
+
+    def counters(self, prefix: str = "") -> dict[str, int]:
+        return {item.counter_id: int(item.value or 0) for item in self.C.scan()
+                if item.counter_id.startswith(prefix)}
 
     def get(self, operation_id: str) -> Operation | None:
         try:
@@ -146,17 +194,45 @@ class DynamoOperationStore:
                 raise StaleFence(operation_id) from exc
             raise
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float) -> None:
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
+                  counters: Sequence[str] = ()) -> None:
         M = self.M
         condition = M.status.is_in(*RUNNABLE_VALUES)
         if fence is not None:
             condition &= M.fence == fence
+        self._end(operation_id, [M.status.set(Status.DEAD.value), M.error.set(_error_dict(error))], condition,
+                  counters, now)
+
+    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
+        """-> cancelled or superseded, from one of `from_statuses` only, releasing the operation's counters."""
+        M = self.M
+        actions = [M.status.set(status.value),
+                   M.error.set({"error_class": status.value, "code": status.value, "message": reason,
+                                "retryable": False})]
+        if superseded_by:
+            actions.append(M.superseded_by.set(superseded_by))
+        self._end(operation_id, actions, M.status.is_in(*(s.value for s in from_statuses)), counters, now)
+
+    def _end(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str], now: float
+             ) -> None:
+        M = self.M
         try:
-            M(operation_id).update(
-                actions=[M.status.set(Status.DEAD.value), M.error.set(_error_dict(error)),
-                         M.finished_at.set(now), M.updated_at.set(now)],
-                condition=condition,
-            )
+            with _transact(M._get_connection().connection) as tx:
+                tx.update(M(operation_id), actions=[*actions, M.finished_at.set(now), M.updated_at.set(now)],
+                          condition=condition)
+                _decrement(tx, self.C, counters)
+        except TransactWriteError as exc:
+            if 0 in _failed_positions(exc):  # [operation update, counter updates...]
+                raise NotRunnable(operation_id) from exc
+            raise
+
+    def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
+        """Mark a running operation so that its commit is refused (the commit checks this attribute)."""
+        M = self.M
+        try:
+            M(operation_id).update(actions=[M.cancel_requested.set(reason or "cancelled"), M.updated_at.set(now)],
+                                   condition=M.status.is_in(*RUNNABLE_VALUES))
         except UpdateError as exc:
             if _condition_failed(exc):
                 raise NotRunnable(operation_id) from exc
@@ -250,6 +326,31 @@ class DynamoSiteStore:
         sites = [_to_site(item) for item in self.M.scan(limit=limit)]
         return sorted(sites, key=lambda s: s.site_id)
 
+    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+        M = self.M
+        actions = [M.paused.set(paused), M.pause_reason.set(reason) if paused else M.pause_reason.remove()]
+        if not paused:
+            actions.append(M.consecutive_failures.set(0))
+        item = M(site_id)
+        try:
+            item.update(actions=actions, condition=M.site_id.exists())
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                raise NotFound(f"site {site_id} not found") from exc
+            raise
+        return _to_site(item)
+
+    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+        """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once)."""
+        M = self.M
+        item = M(site_id)
+        item.update(actions=[M.consecutive_failures.add(1)], condition=M.site_id.exists())
+        if int(item.consecutive_failures) >= pause_at and not item.paused:
+            with contextlib.suppress(UpdateError):
+                item.update(actions=[M.paused.set(True), M.pause_reason.set(reason)],
+                            condition=M.paused == False)  # noqa: E712 - a DynamoDB condition, not a comparison
+        return _to_site(item)
+
     def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
         M = self.M
         try:
@@ -280,10 +381,13 @@ class DynamoCommitStore:
         try:
             with TransactWrite(connection=connection) as tx:
                 tx.save(record, condition=C.operation_id.does_not_exist())
+                site_actions = [S.head_version.set(c.version), S.head_revision.set(c.revision_id),
+                                S.lease_owner.remove(), S.lease_expires_at.remove(), S.consecutive_failures.set(0)]
+                if prepared.avg_operation_s is not None:
+                    site_actions.append(S.avg_operation_s.set(prepared.avg_operation_s))
                 tx.update(
                     S(c.site_id),
-                    actions=[S.head_version.set(c.version), S.head_revision.set(c.revision_id),
-                             S.lease_owner.remove(), S.lease_expires_at.remove()],
+                    actions=site_actions,
                     condition=(S.fence == lease.fence) & (S.lease_owner == lease.owner)
                     & (S.head_version == prepared.expected_version),
                 )
@@ -291,22 +395,26 @@ class DynamoCommitStore:
                     Op(c.operation_id),
                     actions=[Op.status.set(Status.SUCCEEDED.value), Op.result.set(prepared.result),
                              Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()],
-                    condition=(Op.status == Status.RUNNING.value) & (Op.fence == lease.fence),
+                    condition=(Op.status == Status.RUNNING.value) & (Op.fence == lease.fence)
+                    & Op.cancel_requested.does_not_exist(),
                 )
                 if prepared.publication is not None:
                     pub = prepared.publication
                     tx.save(P(pub.site_id, pub.seq, revision_id=pub.revision_id, operation_id=pub.operation_id,
                               status=pub.status.value, created_at=pub.created_at),
                             condition=P.seq.does_not_exist())
+                _decrement(tx, self.models.Counter, prepared.counters)
         except TransactWriteError as exc:
-            reasons = [r.code if r else None for r in exc.cancellation_reasons]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            # puts, then updates: [commit record, (publication), site, operation, counters...]
+            failed = _failed_positions(exc)
+            has_publication = int(prepared.publication is not None)
+            if 0 in failed:
                 raise AlreadyCommitted(c.operation_id) from exc
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if 1 + has_publication in failed:
                 raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current") from exc
-            if len(reasons) > 2 and reasons[2] == "ConditionalCheckFailed":
+            if 2 + has_publication in failed:
                 raise NotRunnable(c.operation_id) from exc
-            if len(reasons) > 3 and reasons[3] == "ConditionalCheckFailed":
+            if has_publication and 1 in failed:
                 # Sequences are head versions and the head moved under our fence: cannot happen unless the
                 # publications table was written by hand. Refuse loudly rather than overwrite.
                 raise Conflict(f"publication {c.site_id}#{c.version} already exists") from exc

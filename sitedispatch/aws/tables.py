@@ -20,6 +20,7 @@ class TableNames:
     sites: str
     commits: str
     publications: str
+    counters: str
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class Models:
     Site: Any
     Commit: Any
     Publication: Any
+    Counter: Any
 
     def all(self) -> tuple[Any, ...]:
-        return (self.Operation, self.Site, self.Commit, self.Publication)
+        return (self.Operation, self.Site, self.Commit, self.Publication, self.Counter)
 
 
 def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
@@ -77,6 +79,8 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         not_before = NumberAttribute(null=True)
         error = JSONAttribute(null=True)
         result = JSONAttribute(null=True)
+        cancel_requested = UnicodeAttribute(null=True)
+        superseded_by = UnicodeAttribute(null=True)
         by_site = OperationsBySite()
         by_status = OperationsByStatus()
 
@@ -91,6 +95,9 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         lease_owner = UnicodeAttribute(null=True)
         lease_expires_at = NumberAttribute(null=True)
         paused = BooleanAttribute(default=False)
+        pause_reason = UnicodeAttribute(null=True)
+        consecutive_failures = NumberAttribute(default=0)
+        avg_operation_s = NumberAttribute(null=True)
         live_seq = NumberAttribute(default=0)
         live_revision = UnicodeAttribute(null=True)
         live_at = NumberAttribute(null=True)
@@ -125,7 +132,13 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         done_chunks = NumberSetAttribute(null=True)
         finished_at = NumberAttribute(null=True)
 
-    models = Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem)
+    class CounterItem(Model):
+        Meta = meta(names.counters)
+        counter_id = UnicodeAttribute(hash_key=True)
+        value = NumberAttribute(default=0)
+
+    models = Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem,
+                    Counter=CounterItem)
     _share_one_connection(models)
     return models
 
@@ -164,7 +177,7 @@ class TableSpec:
 
 
 TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable",
-                     "publications": "PublicationsTable"}
+                     "publications": "PublicationsTable", "counters": "CountersTable"}
 
 
 def table_specs() -> dict[str, TableSpec]:

@@ -80,3 +80,21 @@ def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds
             console.print(f"[yellow]still {op.status.value} after {timeout:g}s[/]")
         if op.status != Status.SUCCEEDED:
             raise typer.Exit(1)
+
+
+@app.command("cancel")
+def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "",
+           json: JsonOpt = False) -> None:
+    """Cancel a queued operation at once, or a running one cooperatively (it will not commit)."""
+    from ..control import cancel as cancel_operation
+
+    with reported(json):
+        d = deps()
+        op = cancel_operation(d.operations, d.clock, operation_id, reason)
+        if json:
+            emit_json(op)
+        elif op.status == Status.CANCELLED:
+            console.print(f"cancelled {operation_id}")
+        else:
+            console.print(f"cancel requested: {operation_id} is {op.status.value} and will end cancelled "
+                          "without committing")

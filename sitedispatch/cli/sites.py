@@ -30,7 +30,9 @@ def get(site_id: str, json: JsonOpt = False) -> None:
             ["head version", site.head_version], ["head revision", site.head_revision or "-"],
             ["fence", site.fence], ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}"
                                     if site.lease_owner else "free"],
-            ["paused", site.paused],
+            ["paused", f"yes: {site.pause_reason}" if site.paused else "no"],
+            ["consecutive failures", site.consecutive_failures],
+            ["average operation", f"{site.avg_operation_s:.2f}s" if site.avg_operation_s else "-"],
             ["live revision", site.live_revision or "-"], ["live seq", site.live_seq],
             ["live since", when(site.live_at)],
         ])
@@ -70,3 +72,24 @@ def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sam
                        "seq": site.live_seq, "bytes": len(body), "content": body.decode("utf-8", "replace")})
         else:
             sys.stdout.write(body.decode("utf-8", "replace"))
+
+
+@app.command("pause")
+def pause(site_id: str, reason: Annotated[str, typer.Option(help="why (shown by sites get)")] = "paused by operator",
+          json: JsonOpt = False) -> None:
+    """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched."""
+    from ..control import set_paused
+
+    with reported(json):
+        site = set_paused(deps().sites, site_id, True, reason)
+        emit_json(site) if json else sys.stdout.write(f"paused {site_id}: {reason}\n")
+
+
+@app.command("resume")
+def resume(site_id: str, json: JsonOpt = False) -> None:
+    """Resume a paused site (also clears its consecutive-failure count)."""
+    from ..control import set_paused
+
+    with reported(json):
+        site = set_paused(deps().sites, site_id, False, None)
+        emit_json(site) if json else sys.stdout.write(f"resumed {site_id}\n")

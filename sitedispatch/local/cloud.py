@@ -54,13 +54,37 @@ def patch_moto_module_scan() -> None:
     backends.list_of_moto_modules = lambda: modules
 
 
+DYNAMODB_OPERATIONS = ("get_item", "put_item", "update_item", "delete_item", "query", "scan", "transact_write_items",
+                       "transact_get_items", "batch_get_item", "batch_write_item")
+
+
+def patch_moto_dynamodb_isolation() -> None:
+    """moto applies TransactWriteItems item by item and, when one fails, restores a deep copy of every table the
+    transaction touched: a write that another request made meanwhile is lost, and readers can see half a
+    transaction. DynamoDB isolates transactions (serializable with other writes). Found by a concurrent submit
+    flood (operation rows lost, counters off by two); moto's DynamoDB calls are serialized here to match."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    for name in DYNAMODB_OPERATIONS:
+        original = getattr(DynamoDBBackend, name)
+
+        def serialized(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, serialized)
+
+
 def quiet_moto() -> None:
-    """Patch the long poll and the per-request module scan; silence werkzeug's per-request log lines."""
+    """Make moto behave like AWS where our guarantees depend on it (transaction isolation), remove two of its hot
+    spots (a busy long poll, a directory scan per request), and silence werkzeug's per-request log lines."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     patch_moto_long_poll()
     patch_moto_module_scan()
+    patch_moto_dynamodb_isolation()
 
 
 def local_environment(settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S

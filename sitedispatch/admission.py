@@ -1,0 +1,64 @@
+"""Admission control: outstanding operations per principal, per site and in all, bounded at submit.
+
+Each limit is a DynamoDB counter incremented in the same transaction that writes the operation row, conditional on
+staying under its maximum, and decremented in the same transaction that makes the operation terminal. So a refusal
+writes nothing, an acceptance is counted exactly once, and nothing accepted is ever dropped to make room.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import Backpressure
+from .model import Operation
+from .settings import Settings
+
+GLOBAL = "global"
+
+
+def principal_counter(principal: str) -> str:
+    return f"principal#{principal}"
+
+
+def site_counter(site_id: str) -> str:
+    return f"site#{site_id}"
+
+
+def counters_for(op: Operation) -> tuple[str, ...]:
+    """The counters an operation occupies from acceptance until it is terminal."""
+    return (GLOBAL, principal_counter(op.principal), site_counter(op.site_id))
+
+
+@dataclass(frozen=True)
+class Limit:
+    counter: str
+    maximum: int
+    name: str  # what the user is told: "site", "principal", "global"
+    parallelism: int  # how many of these operations run at once (a site runs one at a time)
+
+
+def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
+    return (
+        Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
+        Limit(principal_counter(op.principal), settings.max_outstanding_per_principal, "principal",
+              settings.expected_concurrency),
+        Limit(site_counter(op.site_id), settings.max_queued_per_site, "site", 1),
+    )
+
+
+def backpressure(limit: Limit, value: int, operation_seconds: float) -> Backpressure:
+    """The refusal users get: which limit, how full, when to retry and how long work now waits.
+
+    estimated_delay_s: the backlog ahead, run `parallelism` at a time, at the measured time per operation;
+    retry_after_s: about one operation time, when one slot of this limit frees up.
+    """
+    waves = math.ceil(max(value, 1) / max(limit.parallelism, 1))
+    estimated = round(waves * operation_seconds, 1)
+    retry_after = round(max(1.0, operation_seconds), 1)
+    return Backpressure(
+        f"{limit.name} limit reached: {value} of {limit.maximum} outstanding operations; retry in about "
+        f"{retry_after:g}s (work queued now would wait about {estimated:g}s)",
+        limit=limit.name, value=value, maximum=limit.maximum, retry_after_s=retry_after,
+        estimated_delay_s=estimated,
+    )

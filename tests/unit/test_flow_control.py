@@ -1,0 +1,178 @@
+"""Admission limits (backpressure, nothing written on refusal), cancellation, pause, auto-pause, supersession."""
+
+from __future__ import annotations
+
+import pytest
+
+from sitedispatch.control import cancel, set_paused
+from sitedispatch.errors import Backpressure, Conflict, TransientError
+from sitedispatch.model import Kind, Status
+from sitedispatch.worker import Outcome
+from tests.factories import PROVISION
+from tests.unit.conftest import Harness
+
+
+def refused(harness: Harness, **kwargs: object) -> Backpressure:
+    with pytest.raises(Backpressure) as caught:
+        harness.submitter.submit(**{"kind": "provision", "principal": "tenant-a", "params": PROVISION,
+                                    **kwargs})  # type: ignore[arg-type]
+    return caught.value
+
+
+@pytest.mark.parametrize(("limit", "policy", "submits"), [
+    ("site", {"max_queued_per_site": 2}, [("acme-blog", "tenant-a")] * 3),
+    ("principal", {"max_outstanding_per_principal": 2}, [("site-one", "tenant-a"), ("site-two", "tenant-a"),
+                                                          ("site-three", "tenant-a")]),
+    ("global", {"max_outstanding_global": 2}, [("site-one", "tenant-a"), ("site-two", "tenant-b"),
+                                               ("site-three", "tenant-c")]),
+])
+def test_a_full_limit_refuses_with_backpressure_and_writes_nothing(limit: str, policy: dict, submits: list) -> None:
+    harness = Harness(**policy)
+    for site, principal in submits[:-1]:
+        harness.submit(site=site, principal=principal)
+    ops_before = dict(harness.world.db.operations)
+    sent_before = len(harness.world.queue.sent)
+    site, principal = submits[-1]
+
+    error = refused(harness, site_id=site, principal=principal)
+
+    assert (error.limit, error.value, error.maximum) == (limit, 2, 2)
+    assert error.retry_after_s >= 1 and error.estimated_delay_s > 0
+    assert limit in str(error) and "retry in" in str(error)
+    assert harness.world.db.operations == ops_before and len(harness.world.queue.sent) == sent_before
+
+
+def test_terminal_operations_release_their_counters() -> None:
+    harness = Harness(max_queued_per_site=1)
+    first = harness.submit()
+    refused(harness, site_id="acme-blog")
+    assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
+    assert harness.world.db.counters == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0}
+    harness.submit(kind="publish", params={})  # accepted again
+
+
+def test_estimated_delay_uses_the_sites_measured_operation_time() -> None:
+    harness = Harness(max_queued_per_site=1)
+    harness.deliver(harness.submit(key="one"))
+    site = harness.world.sites.get("acme-blog")
+    from dataclasses import replace
+
+    harness.world.db.sites["acme-blog"] = replace(site, avg_operation_s=12.0)  # type: ignore[arg-type]
+    harness.submit(kind="publish", params={}, key="two")
+
+    error = refused(harness, site_id="acme-blog", kind="publish", params={})
+
+    assert error.retry_after_s == 12.0 and error.estimated_delay_s == 12.0  # one ahead, one at a time
+
+
+def test_cancel_of_a_queued_operation_is_immediate_and_its_message_is_then_acknowledged(harness: Harness) -> None:
+    op_id = harness.submit()
+
+    op = cancel(harness.world.operations, harness.world.clock, op_id, "changed my mind")
+
+    assert op.status == Status.CANCELLED and op.error.message == "changed my mind"  # type: ignore[union-attr]
+    assert harness.world.db.counters["site#acme-blog"] == 0
+    result, _ = harness.deliver(op_id)
+    assert result.outcome == Outcome.ACKED and result.reason == "already_cancelled"
+    assert harness.world.db.commits == {}
+    with pytest.raises(Conflict):
+        cancel(harness.world.operations, harness.world.clock, op_id, "again")
+
+
+def test_cancel_of_a_running_operation_is_cooperative_and_nothing_commits(harness: Harness) -> None:
+    op_id = harness.submit()
+
+    def cancelled_midway(inner, ctx, payload):  # type: ignore[no-untyped-def]
+        mutation = inner(ctx, payload)
+        requested = cancel(harness.world.operations, harness.world.clock, op_id, "operator said stop")
+        assert requested.status == Status.RUNNING and requested.cancel_requested == "operator said stop"
+        return mutation
+
+    harness.wrap(Kind.PROVISION, cancelled_midway)
+
+    result, _ = harness.deliver(op_id)
+
+    assert result.outcome == Outcome.ACKED and result.reason == "cancelled"
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.status == Status.CANCELLED
+    site = harness.world.sites.get("acme-blog")
+    assert harness.world.db.commits == {} and site is not None and site.head_version == 0
+    assert site.lease_owner is None and harness.world.db.counters["site#acme-blog"] == 0
+
+
+def test_a_paused_site_defers_without_attempts_and_resumes(harness: Harness) -> None:
+    op_id = harness.submit()
+    set_paused(harness.world.sites, "acme-blog", True, "migration in progress")
+    other = harness.submit(site="other-site")
+
+    result, visibility = harness.deliver(op_id)
+
+    assert result.outcome == Outcome.DEFERRED and result.reason == "site_paused"
+    assert visibility.changes[0] >= harness.settings.pause_deferral_s * 0.8
+    assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
+    assert harness.deliver(other)[0].outcome == Outcome.SUCCEEDED  # other sites untouched
+    set_paused(harness.world.sites, "acme-blog", False, None)
+    assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_consecutive_failures_pause_the_site_automatically_with_a_reason() -> None:
+    harness = Harness(auto_pause_failures=3, attempt_budget=10)
+
+    def broken(inner, ctx, payload):  # type: ignore[no-untyped-def]
+        raise TransientError("database unreachable", code="db_down")
+
+    harness.wrap(Kind.PROVISION, broken)
+    op_id = harness.submit()
+    for _ in range(3):
+        result, _ = harness.deliver(op_id)
+        assert result.outcome == Outcome.RETRYING
+        harness.world.clock.advance(result.delay_s + 1)
+
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and site.paused and "3 consecutive failures" in (site.pause_reason or "")
+    assert "db_down" in (site.pause_reason or "")
+    result, _ = harness.deliver(op_id)
+    assert result.reason == "site_paused"
+    assert harness.world.operations.get(op_id).attempt == 3  # type: ignore[union-attr]
+
+
+def test_a_success_resets_the_failure_count(harness: Harness) -> None:
+    failures = iter([TransientError("blip")])
+
+    def flaky(inner, ctx, payload):  # type: ignore[no-untyped-def]
+        error = next(failures, None)
+        if error:
+            raise error
+        return inner(ctx, payload)
+
+    harness.wrap(Kind.PROVISION, flaky)
+    op_id = harness.submit()
+    first, _ = harness.deliver(op_id)
+    assert harness.world.sites.get("acme-blog").consecutive_failures == 1  # type: ignore[union-attr]
+    harness.world.clock.advance(first.delay_s + 1)
+    harness.deliver(op_id)
+    assert harness.world.sites.get("acme-blog").consecutive_failures == 0  # type: ignore[union-attr]
+
+
+def test_a_chain_of_queued_publishes_collapses_into_the_newest(harness: Harness) -> None:
+    harness.provisioned()
+    chain = []
+    for n in range(3):
+        chain.append(harness.submit(kind="publish", params={}, key=f"publish-{n}"))
+        harness.world.clock.advance(1)
+
+    outcomes = [harness.deliver(op_id)[0] for op_id in chain]
+
+    assert [o.reason for o in outcomes] == ["superseded", "superseded", "committed"]
+    first, second, newest = (harness.world.operations.get(op_id) for op_id in chain)
+    assert first.status == second.status == Status.SUPERSEDED  # type: ignore[union-attr]
+    assert first.superseded_by == second.superseded_by == chain[2]  # type: ignore[union-attr]
+    assert newest.status == Status.SUCCEEDED  # type: ignore[union-attr]
+    assert harness.world.db.counters["site#acme-blog"] == 0
+
+
+def test_provisions_and_imports_are_never_superseded(harness: Harness) -> None:
+    first = harness.submit(key="a")
+    harness.world.clock.advance(1)
+    harness.submit(key="b")
+    assert harness.deliver(first)[0].reason == "committed"
