@@ -51,7 +51,8 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
     with LocalRuntime(workdir) as runtime:
         console.print(f"[bold]starting the local runtime[/]: moto server, {WORKER_PROCESSES} workers x {per_worker} "
                       f"environments (logs in {workdir}/)")
-        env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s})
+        env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s, "max_queued_per_site": 3,
+                                             "pause_deferral_s": 2})
         for _ in range(WORKER_PROCESSES):
             runtime.start_worker("operations", per_worker)
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
@@ -67,6 +68,7 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
                 params={"title": f"Demo {s}", "admin_email": f"admin@{s}.example"}).operation, sites))
         final = _follow(deps, submitted, console, timeout_s)
         imports = _import_phase(deps, console, sites[:IMPORT_SITES], timeout_s)
+        flow = _flow_control_phase(deps, console, sites[-1], timeout_s)
 
     runs = [SiteRun(op.site_id, op.operation_id, op.status.value,
                     (op.started_at or t0) - (op.queued_at or op.created_at),
@@ -78,10 +80,11 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
     starts = [op.started_at for op in final if op.started_at]
     spread = (max(starts) - min(starts)) if starts else float("nan")
     ok = all(r.status == Status.SUCCEEDED.value for r in runs)
-    ok = ok and all(i["published"] for i in imports)
+    ok = ok and all(i["published"] for i in imports) and flow["refused"] and flow["superseded"] >= 1
     summary = {"sites": n_sites, "all_succeeded": ok, "start_spread_s": round(spread, 3),
                "fleet_ready_s": round(ours, 3), "cron_fleet_ready_s": round(cron_total, 1),
-               "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs], "imports": imports}
+               "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs], "imports": imports,
+               "flow_control": flow}
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
@@ -119,6 +122,41 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
         time.sleep(0.2)
     return [results.get(site, {"site": site, "status": "timed out", "published": False, "routes": 0,
                                "bytes": 0, "live_after_s": None, "posts": 0}) for site in sites]
+
+
+def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout_s: float) -> dict[str, Any]:
+    """Backpressure and supersession, visibly: hold a site, queue publishes past its limit, release it."""
+    from ..control import set_paused
+    from ..errors import Backpressure
+
+    console.print(f"[bold]flow control[/]: {site} paused; publishes queued until its limit "
+                  f"({deps.settings.max_queued_per_site}) is reached")
+    set_paused(deps.sites, site, True, "demo: holding the queue")
+    submitter = deps.submitter()
+    accepted: list[str] = []
+    refusal = None
+    for n in range(deps.settings.max_queued_per_site + 1):
+        try:
+            accepted.append(submitter.submit(kind="publish", site_id=site, principal="demo", params={},
+                                             idempotency_key=f"publish-{n}").operation.operation_id)
+        except Backpressure as error:
+            refusal = error
+            console.print(f"  refused (exit 75 in the CLI): {error}")
+    set_paused(deps.sites, site, False, None)
+    console.print(f"  {site} resumed: the older queued publishes are superseded by the newest")
+    deadline = time.monotonic() + timeout_s
+    final = []
+    while time.monotonic() < deadline:
+        final = [deps.operations.get(op_id) for op_id in accepted]
+        if all(op is not None and op.status.terminal for op in final):
+            break
+        time.sleep(0.2)
+    statuses = [op.status.value if op else "missing" for op in final]
+    for op_id, status in zip(accepted, statuses, strict=True):
+        console.print(f"  {op_id}  {status}")
+    return {"accepted": len(accepted), "refused": refusal is not None,
+            "retry_after_s": refusal.retry_after_s if refusal else None,
+            "superseded": statuses.count("superseded"), "succeeded": statuses.count("succeeded")}
 
 
 def _receipt(deps: Dependencies, site: str, revision: str | None) -> dict[str, Any]:
