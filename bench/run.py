@@ -90,6 +90,7 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
         with LocalRuntime(workdir / f"publish-{n}") as runtime:
             env = runtime.start_cloud(0)
             runtime.start_worker("operations", 1)
+            runtime.start_worker("bulk", 1)
             os.environ.update(env)
             deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
             site = f"pub-{n}"

@@ -51,7 +51,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     if message is None:
         return drop_malformed(record, "operations")
     deps = dependencies()
-    visibility = SqsVisibility(deps.sqs, deps.settings.operations_queue_url, record.receipt_handle)
+    visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
     result = worker().process(message, visibility)
     if not result.outcome.delete_message:
         raise NotDone(result)

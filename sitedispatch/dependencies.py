@@ -19,6 +19,12 @@ class SystemClock:
         time.sleep(seconds)
 
 
+def operation_lanes() -> list[str]:
+    from .resources import QUEUES
+
+    return [role for role, spec in QUEUES.items() if spec.function == "operations"]
+
+
 @dataclass
 class Dependencies:
     settings: Settings
@@ -85,8 +91,22 @@ class Dependencies:
     @cached_property
     def queue(self) -> Any:
         from .aws.sqs import SqsOperationQueue
+        from .resources import QUEUES
 
-        return SqsOperationQueue(self.sqs, self.settings.operations_queue_url, self.settings.operations_dlq_url)
+        return SqsOperationQueue(self.sqs, {lane: (getattr(self.settings, QUEUES[lane].url_field),
+                                                   getattr(self.settings, QUEUES[lane].dlq_url_field))
+                                            for lane in operation_lanes()})
+
+    def queue_url_for_arn(self, arn: str) -> str:
+        """The URL of the queue an event record came from (its eventSourceARN ends with the queue name)."""
+        from .resources import QUEUES
+
+        name = arn.rsplit(":", 1)[-1]
+        for spec in QUEUES.values():
+            url = getattr(self.settings, spec.url_field)
+            if url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return str(url)
+        raise KeyError(f"no queue named {name}")
 
     def warm(self) -> Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""

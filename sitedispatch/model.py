@@ -38,6 +38,16 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Sta
 RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
 
 
+INTERACTIVE = "operations"  # the lanes are the names of the operations queues in sitedispatch.resources.QUEUES
+BULK = "bulk"
+BULK_KINDS = frozenset({Kind.IMPORT})
+
+
+def lane_for(kind: Kind) -> str:
+    """Which operations queue a kind's messages travel on."""
+    return BULK if kind in BULK_KINDS else INTERACTIVE
+
+
 def operation_id_for(principal: str, site_id: str, kind: str, idempotency_key: str) -> str:
     """Deterministic operation id: the same (principal, site, kind, key) always names the same operation."""
     material = "\x1f".join((principal, site_id, kind, idempotency_key)).encode()

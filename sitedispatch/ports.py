@@ -152,10 +152,10 @@ class BlobStore(Protocol):
 
 
 class OperationQueue(Protocol):
-    def send(self, message: QueueMessage, dedup_id: str) -> str:
-        """Send with MessageGroupId = site id; returns the message id."""
+    def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
+        """Send on the lane's queue with MessageGroupId = site id; returns the message id."""
 
-    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str: ...
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str: ...
 
 
 class Visibility(Protocol):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import observability as obs
-from .model import QueueMessage, Status
+from .model import QueueMessage, Status, lane_for
 from .ports import Clock, OperationQueue, OperationStore
 
 ORPHAN_GRACE_S = 30.0
@@ -49,7 +49,7 @@ class Reconciler:
             if op.created_at > cutoff:
                 continue
             # Re-sending is always safe: the worker skips anything already done, and dedup ids match the epoch.
-            self.queue.send(QueueMessage(op.operation_id, op.site_id), op.dedup_id)
+            self.queue.send(QueueMessage(op.operation_id, op.site_id), op.dedup_id, lane_for(op.kind))
             self.operations.mark_queued(op.operation_id, self.clock.now())
             orphans += 1
         sweep.repaired["orphans_resent"] = orphans

@@ -63,6 +63,10 @@ FUNCTIONS: dict[str, FunctionSpec] = {
 QUEUES: dict[str, QueueSpec] = {
     "operations": QueueSpec("operations", "OperationsQueue", "operations_queue_url",
                             "OperationsDeadLetterQueue", "operations_dlq_url", function="operations"),
+    # Bulk work (imports) has its own lane, so a tenant's thousand imports never stand between anyone's provision
+    # and a free worker: each lane's event source mapping has its own maximum concurrency.
+    "bulk": QueueSpec("bulk", "BulkOperationsQueue", "bulk_queue_url", "BulkOperationsDeadLetterQueue",
+                      "bulk_dlq_url", function="operations"),
     "publications": QueueSpec("publications", "PublicationsQueue", "publications_queue_url",
                               "PublicationsDeadLetterQueue", "publications_dlq_url", function="publications"),
 }

@@ -20,6 +20,8 @@ class Settings(BaseSettings):
     region: str = Field(default="us-east-1", description="AWS region of every resource")
     operations_queue_url: str
     operations_dlq_url: str
+    bulk_queue_url: str
+    bulk_dlq_url: str
     publications_queue_url: str
     publications_dlq_url: str
     operations_table: str

@@ -18,6 +18,7 @@ from .model import (
     Operation,
     QueueMessage,
     Status,
+    lane_for,
     operation_id_for,
     sha256_hex,
 )
@@ -106,7 +107,7 @@ class Submitter:
             return self._same_or_conflict(existing, digest)
         # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
         sent_at = d.clock.now()
-        d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id)
+        d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id, lane_for(kind_enum))
         d.operations.mark_queued(operation_id, sent_at)
         obs.count("OperationAccepted")
         refreshed = d.operations.get(operation_id) or op

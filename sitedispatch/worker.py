@@ -29,6 +29,7 @@ from .model import (
     PublicationStatus,
     QueueMessage,
     Status,
+    lane_for,
 )
 from .ports import (
     BlobStore,
@@ -276,7 +277,7 @@ class OperationsWorker:
             d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op))
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
-        d.queue.dead_letter(message, op.dedup_id, {
+        d.queue.dead_letter(message, op.dedup_id, lane=lane_for(op.kind), attributes={
             "operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
             "attempt": str(op.attempt), "input_digest": op.input_digest, "error_code": error.code,
         })

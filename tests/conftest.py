@@ -58,12 +58,14 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     import functions.operations_worker as operations
     import functions.publication_worker as publications
     from functions.runtime import dependencies
+    from sitedispatch.aws.sqs import queue_arn_from_url
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
     for cache in (dependencies, operations.worker, publications.worker):
         cache.cache_clear()
     handled = 0
     queues = [(cloud.settings.operations_queue_url, operations.handler),
+              (cloud.settings.bulk_queue_url, operations.handler),
               (cloud.settings.publications_queue_url, publications.handler)]
     for _ in range(max_rounds):
         idle = True
@@ -74,7 +76,7 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
             if not messages:
                 continue
             idle = False
-            event = sqs_event(messages, "arn:aws:sqs:us-east-1:123456789012:q.fifo", "us-east-1")
+            event = sqs_event(messages, queue_arn_from_url(url, "us-east-1"), "us-east-1")
             response = handler(event, LambdaContext("Pump", 60, 512, "us-east-1", time.time()))
             settle(cloud.deps.sqs, url, messages, response)
             handled += len(messages)

@@ -14,6 +14,8 @@ def settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "operations_queue_url": "http://127.0.0.1:1/123456789012/ops.fifo",
         "operations_dlq_url": "http://127.0.0.1:1/123456789012/ops-dlq.fifo",
+        "bulk_queue_url": "http://127.0.0.1:1/123456789012/bulk.fifo",
+        "bulk_dlq_url": "http://127.0.0.1:1/123456789012/bulk-dlq.fifo",
         "publications_queue_url": "http://127.0.0.1:1/123456789012/pub.fifo",
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
         "operations_table": "ops", "sites_table": "sites", "commits_table": "commits",

@@ -357,6 +357,7 @@ class SentMessage:
     message: QueueMessage
     dedup_id: str
     attributes: dict[str, str] = field(default_factory=dict)
+    lane: str = "operations"
 
 
 class MemoryQueue:
@@ -364,12 +365,12 @@ class MemoryQueue:
         self.sent: list[SentMessage] = []
         self.dead: list[SentMessage] = []
 
-    def send(self, message: QueueMessage, dedup_id: str) -> str:
-        self.sent.append(SentMessage(message, dedup_id))
+    def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
+        self.sent.append(SentMessage(message, dedup_id, lane=lane))
         return f"m{len(self.sent)}"
 
-    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str:
-        self.dead.append(SentMessage(message, dedup_id, dict(attributes)))
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
+        self.dead.append(SentMessage(message, dedup_id, dict(attributes), lane=lane))
         return f"d{len(self.dead)}"
 
 

@@ -11,21 +11,22 @@ MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
 
 
 class SqsOperationQueue:
-    def __init__(self, client: Any, queue_url: str, dlq_url: str) -> None:
-        self.client = client
-        self.queue_url = queue_url
-        self.dlq_url = dlq_url
+    """The operations lanes: lane name -> (queue URL, dead-letter queue URL)."""
 
-    def send(self, message: QueueMessage, dedup_id: str) -> str:
+    def __init__(self, client: Any, lanes: dict[str, tuple[str, str]]) -> None:
+        self.client = client
+        self.lanes = lanes
+
+    def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
         response = self.client.send_message(
-            QueueUrl=self.queue_url, MessageBody=message.to_body(),
+            QueueUrl=self.lanes[lane][0], MessageBody=message.to_body(),
             MessageGroupId=message.site_id, MessageDeduplicationId=dedup_id,
         )
         return str(response["MessageId"])
 
-    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str]) -> str:
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         response = self.client.send_message(
-            QueueUrl=self.dlq_url, MessageBody=message.to_body(), MessageGroupId=message.site_id,
+            QueueUrl=self.lanes[lane][1], MessageBody=message.to_body(), MessageGroupId=message.site_id,
             MessageDeduplicationId=f"{dedup_id}-dead-a{attributes.get('attempt', '0')}",
             MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items() if v},
         )

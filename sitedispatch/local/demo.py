@@ -55,6 +55,7 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
                                              "pause_deferral_s": 2})
         for _ in range(WORKER_PROCESSES):
             runtime.start_worker("operations", per_worker)
+        runtime.start_worker("bulk", IMPORT_SITES)
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
         os.environ.update(env)
         deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]

@@ -52,7 +52,8 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     # Given a provisioned, published site and a long import (lease 3 s, kept alive by heartbeats while the worker
     # lives; the function timeout is long enough for the whole import)
     env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": 3})
-    worker = runtime.start_worker("operations", 1)
+    runtime.start_worker("operations", 1)
+    worker = runtime.start_worker("bulk", 1)  # imports travel in the bulk lane
     runtime.start_worker("publications", 2)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -78,7 +79,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     assert deps.commits.get(op_id) is None
 
     # Then a restarted worker completes it once the lease and visibility lapse
-    runtime.start_worker("operations", 1)
+    runtime.start_worker("bulk", 1)
     final = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
                      timeout_s=90, what="import terminal after restart")
     wait_for(lambda: deps.sites.get("crash-site").live_seq == 2, timeout_s=60,  # type: ignore[union-attr]

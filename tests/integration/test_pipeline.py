@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sitedispatch.aws.sqs import queue_arn_from_url
 from sitedispatch.errors import IdempotencyConflict
 from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 from sitedispatch.model import QueueMessage, Status, sha256_hex
@@ -37,7 +38,7 @@ def receive(cloud: Cloud, n: int = 10) -> list[dict[str, Any]]:
 
 def invoke(module: Any, cloud: Cloud, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """Invoke the real handler with the real event, then settle the batch as the event source mapping does."""
-    event = sqs_event(messages, "arn:aws:sqs:us-east-1:123456789012:ops.fifo", "us-east-1")
+    event = sqs_event(messages, queue_arn_from_url(cloud.settings.operations_queue_url, "us-east-1"), "us-east-1")
     response = module.handler(event, LambdaContext("OperationsWorker", 30, 512, "us-east-1", time.time()))
     settle(cloud.deps.sqs, cloud.settings.operations_queue_url, messages, response)
     return response
@@ -114,7 +115,7 @@ def test_entrypoint_commits_once_across_duplicate_messages(cloud: Cloud, entrypo
     op = cloud.deps.operations.get(op_id)
     assert op is not None
     # a duplicate outside SQS's deduplication (as a reconciler re-send or a redrive would produce)
-    cloud.deps.queue.send(QueueMessage(op_id, "acme-blog"), f"{op.dedup_id}-dup")
+    cloud.deps.queue.send(QueueMessage(op_id, "acme-blog"), f"{op.dedup_id}-dup", "operations")
 
     first = receive(cloud, 1)
     assert invoke(entrypoint, cloud, first)["batchItemFailures"] == []

@@ -30,7 +30,7 @@ def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_mes
     assert ProvisionInput.model_validate_json(stored).title == "Acme Blog"
     [sent] = harness.world.queue.sent
     assert json.loads(sent.message.to_body()) == {"operation_id": op.operation_id, "site_id": "acme-blog"}
-    assert sent.dedup_id == f"{op.operation_id}-e0"
+    assert sent.dedup_id == f"{op.operation_id}-e0" and sent.lane == "operations"
     assert harness.world.sites.get("acme-blog").principal == "tenant-a"  # type: ignore[union-attr]
 
 
@@ -103,3 +103,12 @@ def test_every_kind_validates_its_own_input(harness: Harness, kind: str, params:
         harness.submitter.submit(kind=kind, site_id="acme-blog", principal="p", params=params)
     assert refused.value.field == field
     assert _nothing_written(harness)
+
+
+def test_imports_travel_in_the_bulk_lane(harness: Harness) -> None:
+    from tests.unit.conftest import FIXTURES
+
+    harness.submitter.submit(kind="import", site_id="acme-blog", principal="p",
+                             params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml"))
+    harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
+    assert [m.lane for m in harness.world.queue.sent] == ["bulk", "operations"]
