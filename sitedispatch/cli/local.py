@@ -86,8 +86,9 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
             runtime.start_worker("bulk", concurrency)
             runtime.start_worker("publications", concurrency)
         runtime.start_scheduler()
-        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}, {workers} operations and "
-                      f"{workers} bulk and {workers} publications workers x {concurrency} environments, scheduler; logs in {workdir}/")
+        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
+                      f"{workers} bulk and {workers} publications workers x {concurrency} environments; scheduler; "
+                      f"logs in {workdir}/")
         console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
         while not stop.wait(1.0):
             dead = [c.name for c in runtime.children if not c.alive()]
