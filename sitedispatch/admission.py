@@ -47,14 +47,18 @@ def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
     )
 
 
+def estimated_wait_s(ahead: int, operation_seconds: float, parallelism: int = 1) -> float:
+    """How long work waits behind `ahead` operations run `parallelism` at a time, each taking `operation_seconds`."""
+    return round(math.ceil(ahead / max(parallelism, 1)) * operation_seconds, 1) if ahead > 0 else 0.0
+
+
 def backpressure(limit: Limit, value: int, operation_seconds: float) -> Backpressure:
     """The refusal users get: which limit, how full, when to retry and how long work now waits.
 
     estimated_delay_s: the backlog ahead, run `parallelism` at a time, at the measured time per operation;
     retry_after_s: about one operation time, when one slot of this limit frees up.
     """
-    waves = math.ceil(max(value, 1) / max(limit.parallelism, 1))
-    estimated = round(waves * operation_seconds, 1)
+    estimated = estimated_wait_s(max(value, 1), operation_seconds, limit.parallelism)
     retry_after = round(max(1.0, operation_seconds), 1)
     return Backpressure(
         f"{limit.name} limit reached: {value} of {limit.maximum} outstanding operations; retry in about "

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Status
-from .ports import OperationStore
+from .admission import estimated_wait_s
+from .model import Operation, Status
+from .ports import OperationStore, SiteStore
 from .resources import QUEUES
 
 
@@ -20,17 +21,44 @@ class QueueStatus:
 
 
 @dataclass(frozen=True)
+class SiteDelay:
+    site_id: str
+    backlog: int
+    operation_s: float  # the site's measured average operation time (or the default before one is measured)
+    estimated_delay_s: float  # for work submitted now: the backlog, one at a time
+
+
+@dataclass(frozen=True)
 class StatusReport:
     queues: list[QueueStatus]
     backlog_by_status: dict[str, int]
     backlog_by_principal: dict[str, int] = field(default_factory=dict)
+    delay_by_site: list[SiteDelay] = field(default_factory=list)
+
+
+SITES_SHOWN = 20
+
+
+def operation_seconds(sites: SiteStore, site_id: str, default_s: float) -> float:
+    site = sites.get(site_id)
+    return site.avg_operation_s if site is not None and site.avg_operation_s else default_s
+
+
+def estimated_delay_for(op: Operation, operations: OperationStore, sites: SiteStore, default_s: float) -> float:
+    """For a waiting operation: the site's earlier unfinished operations, one at a time, at its measured pace."""
+    if op.status.terminal or op.status == Status.RUNNING:
+        return 0.0
+    ahead = sum(1 for other in operations.list(site_id=op.site_id, limit=1000)
+                if other.created_at < op.created_at and not other.status.terminal)
+    return estimated_wait_s(ahead, operation_seconds(sites, op.site_id, default_s))
 
 
 def _count(attributes: dict[str, str], name: str) -> int:
     return int(attributes.get(name, "0"))
 
 
-def collect_status(sqs: Any, settings: Any, operations: OperationStore, now: float) -> StatusReport:
+def collect_status(sqs: Any, settings: Any, operations: OperationStore, sites: SiteStore, now: float
+                   ) -> StatusReport:
     """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
 
     SQS exposes no oldest-message age through its API (only through CloudWatch), so the operations queue's oldest
@@ -53,4 +81,12 @@ def collect_status(sqs: Any, settings: Any, operations: OperationStore, now: flo
         age = (now - oldest) if (role == "operations" and oldest is not None) else None
         queues.append(QueueStatus(role, _count(attrs, names[0]), _count(attrs, names[1]),
                                   _count(dlq, "ApproximateNumberOfMessages"), age))
-    return StatusReport(queues, backlog_by_status, by_principal)
+    by_site: dict[str, int] = {}
+    for op in waiting:
+        by_site[op.site_id] = by_site.get(op.site_id, 0) + 1
+    busiest = sorted(by_site.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
+    delays = []
+    for site_id, backlog in busiest:
+        pace = operation_seconds(sites, site_id, settings.default_operation_s)
+        delays.append(SiteDelay(site_id, backlog, round(pace, 2), estimated_wait_s(backlog, pace)))
+    return StatusReport(queues, backlog_by_status, by_principal, delays)

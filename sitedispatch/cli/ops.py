@@ -10,7 +10,7 @@ import typer
 from ..errors import InvalidInput, NotFound
 from ..model import Operation, Status
 from .context import deps
-from .output import STATUS_STYLE, console, emit_json, reported, table, when
+from .output import STATUS_STYLE, console, emit_json, plain, reported, table, when
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -40,10 +40,19 @@ def render(op: Operation) -> None:
 
 @app.command("get")
 def get(operation_id: str, json: JsonOpt = False) -> None:
-    """Show one operation."""
+    """Show one operation (a waiting one with its estimated delay)."""
+    from ..status import estimated_delay_for
+
     with reported(json):
+        d = deps()
         op = _get(operation_id)
-        emit_json(op) if json else render(op)
+        delay = estimated_delay_for(op, d.operations, d.sites, d.settings.default_operation_s)
+        if json:
+            emit_json({**plain(op), "estimated_delay_s": delay})
+            return
+        render(op)
+        if not op.status.terminal and op.status != Status.RUNNING:
+            console.print(f"estimated delay: about {delay:g}s (earlier operations of {op.site_id}, one at a time)")
 
 
 @app.command("list")

@@ -108,3 +108,7 @@ def render_status(report: Any) -> None:
     if report.backlog_by_principal:
         table("backlog per principal", ["principal", "operations"],
               [[k, v] for k, v in sorted(report.backlog_by_principal.items())])
+    if report.delay_by_site:
+        table("estimated delay per site (busiest first)", ["site", "backlog", "operation time (s)",
+                                                            "estimated delay (s)"],
+              [[d.site_id, d.backlog, d.operation_s, d.estimated_delay_s] for d in report.delay_by_site])

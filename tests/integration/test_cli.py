@@ -115,8 +115,25 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
     assert operations["visible"] == 2 and operations["in_flight"] == 0 and operations["dlq_depth"] == 0
     assert operations["oldest_age_s"] is not None and operations["oldest_age_s"] >= 0
     assert report["backlog_by_status"]["queued"] == 2 and report["backlog_by_principal"] == {"tenant-a": 2}
+    # no operation measured yet: each site's one waiting operation at the default pace
+    assert {(d["site_id"], d["backlog"], d["estimated_delay_s"]) for d in report["delay_by_site"]} == {
+        ("site-one", 1, 30.0), ("site-two", 1, 30.0)}
     code, out = run(cli, "status")
-    assert code == 0 and "operations" in out and "DLQ depth" in out
+    assert code == 0 and "operations" in out and "DLQ depth" in out and "estimated delay" in out
+
+
+def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, cloud: Cloud) -> None:
+    ids = []
+    for n in range(3):
+        code, out = run(cli, "submit", "publish", "--site", "queue-site", "--idempotency-key", f"p{n}", "--json")
+        ids.append(json.loads(out)["operation_id"])
+    site = cloud.deps.sites.get("queue-site")
+    assert site is not None
+    cloud.deps.models.Site(site.site_id).update(actions=[cloud.deps.models.Site.avg_operation_s.set(4.0)])
+    delays = [json.loads(run(cli, "ops", "get", op_id, "--json")[1])["estimated_delay_s"] for op_id in ids]
+    assert delays == [0.0, 4.0, 8.0]  # one at a time behind the earlier ones, at the site's measured 4 s
+    code, out = run(cli, "ops", "get", ids[2])
+    assert code == 0 and "estimated delay: about 8s" in out
 
 
 def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
