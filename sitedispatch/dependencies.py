@@ -77,6 +77,14 @@ class Dependencies:
         return DynamoPublicationStore(self.models)
 
     @cached_property
+    def retry_budget(self) -> Any:
+        from .aws.dynamo import DynamoCounters
+        from .retry_budget import RetryBudget
+
+        s = self.settings
+        return RetryBudget(DynamoCounters(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
+
+    @cached_property
     def publication_queue(self) -> Any:
         from .aws.sqs import SqsPublicationQueue
 
@@ -126,7 +134,7 @@ class Dependencies:
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
-                                           self.publications, self.publication_queue))
+                                           self.publications, self.publication_queue, self.retry_budget))
 
     def publication_worker(self) -> Any:
         from .publication.worker import PublicationDeps, PublicationWorker

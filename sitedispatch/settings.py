@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     default_operation_s: float = Field(default=30.0, gt=0, description="operation time assumed before one is measured")
     pause_deferral_s: float = Field(default=300.0, gt=0, description="how long a paused site's message waits "
                                     "before it is looked at again")
+    retry_budget_ratio: float = Field(default=0.1, gt=0, le=1, description="retries allowed per recent execution")
+    retry_budget_min_retries: int = Field(default=10, ge=1, description="retries before the budget applies at all")
+    retry_budget_defer_s: float = Field(default=60.0, gt=0, description="delay of a retry while the budget is spent")
     auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")

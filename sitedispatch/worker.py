@@ -43,6 +43,7 @@ from .ports import (
     SiteStore,
     Visibility,
 )
+from .retry_budget import RetryBudget
 from .schemas import load_input
 from .settings import Settings
 
@@ -84,6 +85,7 @@ class WorkerDeps:
     rng: random.Random
     publications: PublicationStore
     publication_queue: PublicationQueue
+    retry_budget: RetryBudget
 
 
 class OperationsWorker:
@@ -134,6 +136,7 @@ class OperationsWorker:
         obs.bind(attempt=op.attempt, fence=lease.fence)
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
+        d.retry_budget.record_attempt(op.attempt, now)
         # Tie the message's visibility to the lease from the start (heartbeats extend both): if this process dies,
         # the message is back within two leases rather than the queue's default visibility (6 x the timeout).
         visibility.change(d.settings.lease_seconds * 2)
@@ -251,6 +254,10 @@ class OperationsWorker:
                                                    f"{error.message}", False), message)
         self._count_failure(op, error)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
+        if d.retry_budget.exhausted(d.clock.now()):
+            # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
+            delay = max(delay, d.settings.retry_budget_defer_s * (1 + d.rng.random()))
+            obs.count("RetryBudgetExhausted")
         now = d.clock.now()
         try:
             d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now)

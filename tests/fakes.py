@@ -306,6 +306,18 @@ class MemoryPublicationStore:
         return sorted(pubs, key=lambda p: p.seq, reverse=True)[:limit]
 
 
+class MemoryCounters:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def add(self, counter_id: str, amount: int) -> None:
+        with self.db.lock:
+            self.db.counters[counter_id] = self.db.counters.get(counter_id, 0) + amount
+
+    def value(self, counter_id: str) -> int:
+        return self.db.counters.get(counter_id, 0)
+
+
 class MemoryPublicationQueue:
     def __init__(self) -> None:
         self.sent: list[PublicationMessage] = []

@@ -431,6 +431,22 @@ class DynamoCommitStore:
         return [_to_commit(item) for item in items]
 
 
+class DynamoCounters:
+    """Plain counters (the retry budget's per-minute counts) in the counters table."""
+
+    def __init__(self, models: Models) -> None:
+        self.C: Any = models.Counter
+
+    def add(self, counter_id: str, amount: int) -> None:
+        self.C(counter_id).update(actions=[self.C.value.add(amount)])
+
+    def value(self, counter_id: str) -> int:
+        try:
+            return int(self.C.get(counter_id).value or 0)
+        except DoesNotExist:
+            return 0
+
+
 class DynamoPublicationStore:
     def __init__(self, models: Models) -> None:
         self.M: Any = models.Publication

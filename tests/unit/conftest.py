@@ -10,10 +10,11 @@ import pytest
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
+from sitedispatch.retry_budget import RetryBudget
 from sitedispatch.submission import SubmitDeps, Submitter
 from sitedispatch.worker import OperationsWorker, Result, WorkerDeps
 from tests.factories import PROVISION, settings
-from tests.fakes import MemoryWorld, RecordingVisibility
+from tests.fakes import MemoryCounters, MemoryWorld, RecordingVisibility
 
 
 class Harness:
@@ -30,7 +31,9 @@ class Harness:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
                                            w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue))
+                                           w.publication_queue, RetryBudget(MemoryCounters(w.db),
+                                                                            self.settings.retry_budget_ratio,
+                                                                            self.settings.retry_budget_min_retries)))
 
     def publisher(self) -> PublicationWorker:
         w = self.world

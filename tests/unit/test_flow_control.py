@@ -47,7 +47,8 @@ def test_terminal_operations_release_their_counters() -> None:
     first = harness.submit()
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    assert harness.world.db.counters == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0}
+    admission = {k: v for k, v in harness.world.db.counters.items() if not k.startswith(("executions#", "retries#"))}
+    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0}
     harness.submit(kind="publish", params={})  # accepted again
 
 
@@ -176,3 +177,26 @@ def test_provisions_and_imports_are_never_superseded(harness: Harness) -> None:
     harness.world.clock.advance(1)
     harness.submit(key="b")
     assert harness.deliver(first)[0].reason == "committed"
+
+
+def test_a_retry_storm_spends_the_global_budget_and_later_retries_wait_longer() -> None:
+    """Retries may be ~10% of recent executions: once a failing dependency makes them more, retries are deferred
+    for a longer window instead of piling onto it."""
+    harness = Harness(retry_budget_ratio=0.1, retry_budget_min_retries=3, retry_budget_defer_s=60.0,
+                      auto_pause_failures=100)
+
+    def down(inner, ctx, payload):  # type: ignore[no-untyped-def]
+        raise TransientError("dependency down")
+
+    harness.wrap(Kind.PROVISION, down)
+    ops = [harness.submit(site=f"storm-{n}") for n in range(6)]
+    first = [harness.deliver(op_id)[0] for op_id in ops]  # 6 executions, no retries yet
+    assert all(r.outcome == Outcome.RETRYING and r.delay_s <= 2.0 for r in first)
+    harness.world.clock.advance(2.5)
+
+    second = [harness.deliver(op_id)[0] for op_id in ops]  # retries: 6 of 12 executions, far over 10%
+
+    assert all(r.outcome == Outcome.RETRYING for r in second)
+    # the budget applies from the third retry on (retry_budget_min_retries): those wait 60 to 120 s, not <= 4 s
+    assert all(r.delay_s <= 4.0 for r in second[:2])
+    assert all(60.0 <= r.delay_s <= 120.0 for r in second[2:])
