@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,25 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
         if idle:
             return handled
     raise AssertionError(f"queues still busy after {max_rounds} rounds")
+
+
+@contextmanager
+def cli_runner() -> Iterator[Any]:
+    """A typer CliRunner whose CLI builds its dependencies afresh from this test's environment."""
+    from typer.testing import CliRunner
+
+    from sitedispatch.cli import context as cli_context
+
+    cli_context.deps.cache_clear()
+    yield CliRunner()
+    cli_context.deps.cache_clear()
+
+
+def run_cli(runner: Any, *args: str) -> tuple[int, str]:
+    """Exit code and output (stdout only for --json, so documents parse). Unexpected exceptions propagate."""
+    from sitedispatch.cli.main import app
+
+    result = runner.invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout if "--json" in args else result.output

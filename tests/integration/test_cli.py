@@ -10,23 +10,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sitedispatch.cli import context as cli_context
-from sitedispatch.cli.main import app
-from tests.conftest import Cloud
+from tests.conftest import Cloud, cli_runner, run_cli
 
 
 @pytest.fixture
 def cli(cloud: Cloud) -> Iterator[CliRunner]:
-    cli_context.deps.cache_clear()
-    yield CliRunner()
-    cli_context.deps.cache_clear()
+    with cli_runner() as runner:
+        yield runner
 
 
-def run(runner: CliRunner, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout if "--json" in args else result.output
+run = run_cli
 
 
 def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:

@@ -10,13 +10,11 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
-from sitedispatch.cli import context as cli_context
-from sitedispatch.cli.main import app
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.errors import Backpressure
 from sitedispatch.local.cloud import create_resources, local_environment
 from sitedispatch.model import Status
-from tests.conftest import Cloud, pump
+from tests.conftest import Cloud, cli_runner, pump, run_cli
 from tests.factories import PROVISION
 
 
@@ -81,16 +79,11 @@ def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Clou
 
 @pytest.fixture
 def cli(limited: Cloud) -> Iterator[CliRunner]:
-    cli_context.deps.cache_clear()
-    yield CliRunner()
-    cli_context.deps.cache_clear()
+    with cli_runner() as runner:
+        yield runner
 
 
-def run(runner: CliRunner, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout if "--json" in args else result.output
+run = run_cli
 
 
 def test_cli_backpressure_is_exit_75_with_retry_after(cli: CliRunner) -> None:
