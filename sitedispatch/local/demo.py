@@ -25,8 +25,9 @@ PROGRESS = {Status.ACCEPTED: 5, Status.QUEUED: 10, Status.RUNNING: 20}
 WORKER_PROCESSES = 2
 PUBLICATION_ENVIRONMENTS = 4
 IMPORT_SITES = 3
-THEME_TEST_DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "themeunittestdata.wordpress.xml"
-BUNDLED_WXR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wxr" / "fixture-1.2.xml"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wxr"
+THEME_TEST_DATA = FIXTURES / "themeunittestdata.wordpress.xml"  # WordPress's theme unit test data
+BUNDLED_WXR = FIXTURES / "fixture-1.2.xml"
 
 
 @dataclass(frozen=True)

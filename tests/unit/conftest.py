@@ -89,4 +89,4 @@ def harness() -> Harness:
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
-THEME_TEST_DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "themeunittestdata.wordpress.xml"
+THEME_TEST_DATA = FIXTURES / "themeunittestdata.wordpress.xml"  # WordPress's theme unit test data (see README)

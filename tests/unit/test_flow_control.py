@@ -200,3 +200,40 @@ def test_a_retry_storm_spends_the_global_budget_and_later_retries_wait_longer() 
     # the budget applies from the third retry on (retry_budget_min_retries): those wait 60 to 120 s, not <= 4 s
     assert all(r.delay_s <= 4.0 for r in second[:2])
     assert all(60.0 <= r.delay_s <= 120.0 for r in second[2:])
+
+
+def test_publications_progress_while_the_site_is_busy_with_an_operation(harness: Harness) -> None:
+    """Operation-first: a long operation holds the site's lease; the publication lane still finishes its work
+    (publications never take the lease), so the site's new revision goes live meanwhile."""
+    from tests.unit.conftest import FIXTURES
+
+    harness.provisioned()
+    harness.import_file(FIXTURES / "fixture-1.2.xml")  # commit 2; its publication is queued
+    harness.world.sites.claim_lease("acme-blog", "op_long_running", harness.world.clock.now(), 600)
+    held = harness.submit(kind="wp_cron", params={})
+    assert harness.deliver(held)[0].reason == "lease_held"
+
+    harness.drain_publications()
+
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and site.live_seq == 2 and site.lease_owner == "op_long_running"
+
+
+def test_operations_progress_while_publications_are_backlogged(harness: Harness) -> None:
+    """Publication-first: a backlog of publication chunks is queued; operations of the same site still commit
+    (they never wait for publications), and the backlog then drains to the newest revision."""
+    from tests.unit.conftest import FIXTURES, THEME_TEST_DATA
+
+    harness = Harness(publication_chunk_routes=3)
+    harness.provisioned()
+    harness.import_file(THEME_TEST_DATA, key="big")
+    harness.publisher().process(harness.world.publication_queue.sent.pop(0))  # planned: many chunks queued
+    backlog = len(harness.world.publication_queue.sent)
+    assert backlog > 20
+
+    result = harness.import_file(FIXTURES / "fixture-1.2.xml", key="small")
+
+    assert result.outcome == Outcome.SUCCEEDED and result.commit.version == 3  # type: ignore[union-attr]
+    harness.drain_publications()
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and site.live_seq == 3 and site.live_revision == result.commit.revision_id  # type: ignore[union-attr]
