@@ -37,4 +37,4 @@ def wp_cron(ctx: HandlerContext, payload: WpCronInput) -> Mutation:
             events.append(event.model_copy(update={"timestamp": event.timestamp + missed * interval}))
     manifest = head.model_copy(update={"posts": tuple(posts), "events": tuple(events)}).normalised()
     return Mutation(manifest=manifest, summary={"as_of": now, "published_posts": published, "ran_events": ran},
-                    publish=bool(published) or manifest.revision_id != head.revision_id)
+                    publish=bool(published or ran))  # events change only when some ran

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
+from ..model import sha256_hex
 from ..ports import BlobStore
 from .content import Manifest, PostBody, body_key, canonical_frame, snapshot_key
 
@@ -25,8 +26,9 @@ class ContentStore:
         return Manifest.from_bytes(self.blobs.get(snapshot_key(self.site_id, revision_id)))
 
     def put_manifest(self, manifest: Manifest) -> str:
-        revision_id = manifest.revision_id
-        self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), manifest.canonical_bytes())
+        data = manifest.canonical_bytes()  # serialized once: the bytes name the revision and are what is stored
+        revision_id = sha256_hex(data)
+        self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), data)
         return revision_id
 
     def put_manifest_stream(self, frame: Manifest, posts: Iterable[bytes]) -> str:

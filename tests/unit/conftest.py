@@ -78,6 +78,18 @@ class Harness:
     def import_file(self, path: Path, site: str = "acme-blog", key: str | None = None) -> Result:
         return self.run("import", site=site, key=key, **self.submitter.stage_upload(site, path))
 
+    def fail_first(self, kind: Kind, *errors: Exception) -> None:
+        """The kind's handler raises `errors` one per attempt, then works."""
+        pending = iter(errors)
+
+        def flaky(inner: Callable[..., Any], ctx: Any, payload: Any) -> Any:
+            error = next(pending, None)
+            if error:
+                raise error
+            return inner(ctx, payload)
+
+        self.wrap(kind, flaky)
+
     def wrap(self, kind: Kind, around: Callable[..., Any]) -> None:
         inner = self.handlers[kind]
         self.handlers[kind] = lambda ctx, payload: around(inner, ctx, payload)

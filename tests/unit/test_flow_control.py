@@ -138,15 +138,7 @@ def test_consecutive_failures_pause_the_site_automatically_with_a_reason() -> No
 
 
 def test_a_success_resets_the_failure_count(harness: Harness) -> None:
-    failures = iter([TransientError("blip")])
-
-    def flaky(inner, ctx, payload):  # type: ignore[no-untyped-def]
-        error = next(failures, None)
-        if error:
-            raise error
-        return inner(ctx, payload)
-
-    harness.wrap(Kind.PROVISION, flaky)
+    harness.fail_first(Kind.PROVISION, TransientError("blip"))
     op_id = harness.submit()
     first, _ = harness.deliver(op_id)
     assert harness.world.sites.get("acme-blog").consecutive_failures == 1  # type: ignore[union-attr]

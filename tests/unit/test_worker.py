@@ -96,15 +96,7 @@ def test_paused_site_defers_without_spending_an_attempt(harness: Harness) -> Non
 
 
 def test_transient_failures_retry_with_backoff_then_commit_once_on_attempt_three(harness: Harness) -> None:
-    failures = iter([TransientError("database busy"), RuntimeError("connection reset")])
-
-    def flaky(inner, ctx, payload):  # type: ignore[no-untyped-def]
-        error = next(failures, None)
-        if error:
-            raise error
-        return inner(ctx, payload)
-
-    harness.wrap(Kind.PROVISION, flaky)
+    harness.fail_first(Kind.PROVISION, TransientError("database busy"), RuntimeError("connection reset"))
     op_id = harness.submit()
     worker = harness.worker(seed=3)
     delays = []
