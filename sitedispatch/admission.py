@@ -8,13 +8,19 @@ writes nothing, an acceptance is counted exactly once, and nothing accepted is e
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import Backpressure
-from .model import Operation
+from .model import Operation, lane_for
+from .ports import Slot
 from .settings import Settings
 
 GLOBAL = "global"
+
+
+RUNNING_PREFIX = "running#"
 
 
 def principal_counter(principal: str) -> str:
@@ -25,9 +31,33 @@ def site_counter(site_id: str) -> str:
     return f"site#{site_id}"
 
 
+def running_counter(lane: str, principal: str) -> str:
+    return f"{RUNNING_PREFIX}{lane}#{principal}"
+
+
+def running_slot(settings: Settings, op: Operation) -> Slot:
+    """Execution fairness: a principal runs at most `max_running_per_principal` attempts at once in each lane, so
+    one tenant with many sites cannot occupy every execution environment of a lane."""
+    return Slot(running_counter(lane_for(op.kind), op.principal), settings.max_running_per_principal)
+
+
 def counters_for(op: Operation) -> tuple[str, ...]:
     """The counters an operation occupies from acceptance until it is terminal."""
     return (GLOBAL, principal_counter(op.principal), site_counter(op.site_id))
+
+
+def is_admission_counter(counter_id: str) -> bool:
+    return counter_id == GLOBAL or counter_id.startswith((principal_counter(""), site_counter(""), RUNNING_PREFIX))
+
+
+def recount(outstanding: Iterable[Operation]) -> dict[str, int]:
+    """What the admission and running counters must hold, from the operations that are not terminal."""
+    expected: Counter[str] = Counter()
+    for op in outstanding:
+        expected.update(counters_for(op))
+        if op.running_slot:
+            expected[op.running_slot] += 1
+    return dict(expected)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ def cancel(operations: OperationStore, clock: Clock, operation_id: str, reason: 
     if op.status in {Status.ACCEPTED, Status.QUEUED}:
         try:
             operations.end(operation_id, Status.CANCELLED, clock.now(), counters_for(op),
-                           from_statuses=(Status.ACCEPTED, Status.QUEUED), reason=reason or "cancelled")
+                           from_statuses=(Status.ACCEPTED, Status.QUEUED), reason=reason or "cancelled",
+                           slot=op.running_slot)
         except NotRunnable:
             pass  # it started meanwhile: fall through to the cooperative cancel
         else:

@@ -92,6 +92,7 @@ class Operation:
     result: dict[str, Any] = field(default_factory=dict)
     cancel_requested: str | None = None  # the reason, once `ops cancel` asked a running operation to stop
     superseded_by: str | None = None
+    running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
 
     @property
     def dedup_id(self) -> str:

@@ -20,6 +20,14 @@ from .model import (
 )
 
 
+@dataclass(frozen=True)
+class Slot:
+    """A place under a running cap: `counter` may count at most `maximum` attempts at once."""
+
+    counter: str
+    maximum: int
+
+
 class Clock(Protocol):
     def now(self) -> float: ...
 
@@ -35,25 +43,38 @@ class OperationStore(Protocol):
 
     def counters(self, prefix: str = "") -> dict[str, int]: ...
 
+    def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
+        """Set a drifted counter to `value`, only if it still holds `observed` and has not moved since
+        `quiet_since` (so a recount that raced with traffic never overwrites it). False when it moved."""
+
     def get(self, operation_id: str) -> Operation | None: ...
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
 
-    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
-        """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable."""
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
+        """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
+        Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
+        writing nothing) unless the row still holds one from an attempt that died."""
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
-        """running -> queued, only while `fence` is still the operation's fence (else StaleFence)."""
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
+                       slot: str | None = None) -> None:
+        """running -> queued, only while `fence` is still the operation's fence (else StaleFence), releasing the
+        running `slot` the row holds."""
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = ()) -> None:
+                  counters: Sequence[str] = (), slot: str | None = None) -> None:
         """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours);
-        releases `counters` in the same transaction."""
+        releases `counters` and the running `slot` in the same transaction."""
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
-        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters`."""
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
+            slot: str | None = None) -> None:
+        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters` and the
+        running `slot`.
+
+        Every transition that releases a slot is conditional on the row holding exactly that slot (none when
+        `slot` is None), so each slot is released once; a mismatch is NotRunnable (a race: look again)."""
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
@@ -101,6 +122,7 @@ class PreparedCommit:
     publication: Publication | None = None
     counters: tuple[str, ...] = ()  # admission counters released by this terminal transition
     avg_operation_s: float | None = None  # the site's updated running average of operation time
+    slot: str | None = None  # the running slot the operation holds, released by the commit
 
 
 class PublicationStore(Protocol):

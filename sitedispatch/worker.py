@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from . import observability as obs
-from .admission import counters_for
+from .admission import counters_for, running_slot
 from .backoff import full_jitter
 from .context import HandlerContext
-from .errors import AlreadyCommitted, LeaseHeld, NotRunnable, PermanentError, StaleFence
+from .errors import AlreadyCommitted, LeaseHeld, LimitReached, NotRunnable, PermanentError, StaleFence
 from .handlers import HandlerFn
 from .model import (
     Commit,
@@ -130,7 +130,13 @@ class OperationsWorker:
             return self._defer(visibility, wait, "lease_held")
 
         try:
-            op = d.operations.start_attempt(op.operation_id, lease.fence, now)
+            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op))
+        except LimitReached:
+            # The principal already runs its share of this lane: give the environment to someone else.
+            d.sites.release_lease(lease)
+            obs.count("PrincipalRunningCapDeferred")
+            return self._defer(visibility, min(site.avg_operation_s or d.settings.defer_max_s,
+                                               d.settings.defer_max_s), "principal_running_cap")
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
         obs.bind(attempt=op.attempt, fence=lease.fence)
@@ -175,7 +181,7 @@ class OperationsWorker:
                 AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
             d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
                                             result=result, publication=publication, counters=counters_for(op),
-                                            avg_operation_s=round(average, 3)), now)
+                                            avg_operation_s=round(average, 3), slot=op.running_slot), now)
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
             earlier = d.commits.get(op.operation_id)
@@ -226,7 +232,8 @@ class OperationsWorker:
         try:
             self.d.operations.end(op.operation_id, Status.SUPERSEDED, self.d.clock.now(), counters_for(op),
                                   from_statuses=(Status.ACCEPTED, Status.QUEUED),
-                                  reason=f"superseded by {newer.operation_id}", superseded_by=newer.operation_id)
+                                  reason=f"superseded by {newer.operation_id}", superseded_by=newer.operation_id,
+                                  slot=op.running_slot)
         except NotRunnable:
             return self._ack("supersede_race", message)
         obs.count("OperationSuperseded")
@@ -239,7 +246,7 @@ class OperationsWorker:
         try:
             self.d.operations.end(op.operation_id, Status.CANCELLED, self.d.clock.now(), counters_for(op),
                                   from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
-                                  reason=op.cancel_requested or "cancelled")
+                                  reason=op.cancel_requested or "cancelled", slot=op.running_slot)
         except NotRunnable:
             return self._ack("cancel_race", message)
         obs.count("OperationCancelled")
@@ -260,7 +267,7 @@ class OperationsWorker:
             obs.count("RetryBudgetExhausted")
         now = d.clock.now()
         try:
-            d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now)
+            d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now, slot=op.running_slot)
         except (StaleFence, NotRunnable):
             return self._defer(visibility, d.settings.defer_max_s, "retry_lost_race")
         visibility.change(delay)
@@ -281,7 +288,8 @@ class OperationsWorker:
         if error.code != "site_not_registered":
             self._count_failure(op, error)
         try:
-            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op))
+            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op),
+                                   slot=op.running_slot)
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
         d.queue.dead_letter(message, op.dedup_id, lane=lane_for(op.kind), attributes={

@@ -37,7 +37,7 @@ from sitedispatch.model import (
     Site,
     Status,
 )
-from sitedispatch.ports import PreparedCommit
+from sitedispatch.ports import PreparedCommit, Slot
 
 
 class FakeClock:
@@ -66,10 +66,15 @@ class MemoryDb:
     commits: dict[str, Commit] = field(default_factory=dict)
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    counters_changed_at: dict[str, float] = field(default_factory=dict)
 
-    def release(self, counters: Sequence[str]) -> None:
+    def bump(self, counter: str, delta: int, now: float) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + delta
+        self.counters_changed_at[counter] = now
+
+    def release(self, counters: Sequence[str], now: float) -> None:
         for counter in counters:
-            self.counters[counter] = self.counters.get(counter, 0) - 1
+            self.bump(counter, -1, now)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -85,7 +90,7 @@ class MemoryOperationStore:
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
             for counter, _ in limits:
-                self.db.counters[counter] = self.db.counters.get(counter, 0) + 1
+                self.db.bump(counter, 1, op.created_at)
             self.db.operations[op.operation_id] = op
 
     def counter(self, counter_id: str) -> int:
@@ -93,6 +98,15 @@ class MemoryOperationStore:
 
     def counters(self, prefix: str = "") -> dict[str, int]:
         return {k: v for k, v in self.db.counters.items() if k.startswith(prefix)}
+
+    def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
+        with self.db.lock:
+            changed_at = self.db.counters_changed_at.get(counter_id)
+            if self.db.counters.get(counter_id, 0) != observed or (changed_at is not None and changed_at > quiet_since):
+                return False
+            self.db.counters[counter_id] = value
+            self.db.counters_changed_at[counter_id] = now
+            return True
 
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
@@ -110,41 +124,55 @@ class MemoryOperationStore:
             self._update(operation_id, True, NotRunnable, status=Status.QUEUED, queued_at=now, updated_at=now)
             return True
 
-    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
                   and (op.fence is None or op.fence < fence))
+            take = ok and slot is not None and op is not None and op.running_slot is None
+            if take and self.db.counters.get(slot.counter, 0) >= slot.maximum:
+                raise LimitReached(slot.counter, self.db.counters[slot.counter])
             self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
                          attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
                          not_before=None)
+            if take:
+                self.db.bump(slot.counter, 1, now)
+                self._update(operation_id, True, NotRunnable, running_slot=slot.counter)
             return self.db.operations[operation_id]
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
+    def _holds_slot(self, op: Operation | None, slot: str | None) -> bool:
+        return op is not None and op.running_slot == slot
+
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
+                       slot: str | None = None) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status == Status.RUNNING and op.fence == fence
+            ok = (op is not None and op.status == Status.RUNNING and op.fence == fence
+                  and self._holds_slot(op, slot))
             self._update(operation_id, ok, StaleFence, status=Status.QUEUED, error=error, not_before=not_before,
-                         updated_at=now)
+                         updated_at=now, running_slot=None)
+            self.db.release((slot,) if slot else (), now)
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = ()) -> None:
+                  counters: Sequence[str] = (), slot: str | None = None) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
+            ok = (op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
+                  and self._holds_slot(op, slot))
             self._update(operation_id, ok, NotRunnable, status=Status.DEAD, error=error, finished_at=now,
-                         updated_at=now)
-            self.db.release(counters)
+                         updated_at=now, running_slot=None)
+            self.db.release((*counters, *((slot,) if slot else ())), now)
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
+            slot: str | None = None) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status in from_statuses
+            ok = op is not None and op.status in from_statuses and self._holds_slot(op, slot)
             self._update(operation_id, ok, NotRunnable, status=status, finished_at=now, updated_at=now,
                          error=ErrorInfo(status.value, status.value, reason, False),
-                         superseded_by=superseded_by)
-            self.db.release(counters)
+                         superseded_by=superseded_by, running_slot=None)
+            self.db.release((*counters, *((slot,) if slot else ())), now)
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         with self.db.lock:
@@ -247,7 +275,8 @@ class MemoryCommitStore:
             if not self.sites._holds(lease) or site is None or site.head_version != prepared.expected_version:
                 raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")
             op = self.db.operations.get(c.operation_id)
-            if op is None or op.status != Status.RUNNING or op.fence != lease.fence or op.cancel_requested:
+            if (op is None or op.status != Status.RUNNING or op.fence != lease.fence or op.cancel_requested
+                    or (prepared.slot is not None and op.running_slot != prepared.slot)):
                 raise NotRunnable(c.operation_id)
             pub = prepared.publication
             if pub is not None and (pub.site_id, pub.seq) in self.db.publications:
@@ -259,9 +288,10 @@ class MemoryCommitStore:
                 site, head_version=c.version, head_revision=c.revision_id, lease_owner=None, lease_expires_at=None,
                 consecutive_failures=0,
                 avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s)
-            self.db.release(prepared.counters)
+            self.db.release((*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
             self.db.operations[c.operation_id] = replace(op, status=Status.SUCCEEDED, result=prepared.result,
-                                                         finished_at=now, updated_at=now, error=None)
+                                                         finished_at=now, updated_at=now, error=None,
+                                                         running_slot=None)
 
     def get(self, operation_id: str) -> Commit | None:
         return self.db.commits.get(operation_id)

@@ -34,7 +34,7 @@ from ..model import (
     Site,
     Status,
 )
-from ..ports import PreparedCommit
+from ..ports import PreparedCommit, Slot
 from .tables import Models
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -61,6 +61,7 @@ def _to_operation(item: Any) -> Operation:
         started_at=item.started_at, finished_at=item.finished_at, not_before=item.not_before,
         error=ErrorInfo(error["error_class"], error["code"], error["message"], error["retryable"]) if error else None,
         result=item.result or {}, cancel_requested=item.cancel_requested, superseded_by=item.superseded_by,
+        running_slot=item.running_slot,
     )
 
 
@@ -103,9 +104,9 @@ def _transact(connection: Any) -> TransactWrite:
     return TransactWrite(connection=connection)
 
 
-def _decrement(tx: TransactWrite, counter_model: Any, counters: Sequence[str]) -> None:
+def _decrement(tx: TransactWrite, counter_model: Any, counters: Sequence[str], now: float) -> None:
     for counter in counters:
-        tx.update(counter_model(counter), actions=[counter_model.value.add(-1)])
+        tx.update(counter_model(counter), actions=[counter_model.value.add(-1), counter_model.changed_at.set(now)])
 
 
 class DynamoOperationStore:
@@ -122,7 +123,7 @@ class DynamoOperationStore:
         try:
             with _transact(M._get_connection().connection) as tx:
                 for counter, maximum in limits:
-                    tx.update(C(counter), actions=[C.value.add(1)],
+                    tx.update(C(counter), actions=[C.value.add(1), C.changed_at.set(op.created_at)],
                               condition=C.value.does_not_exist() | (C.value < maximum))
                 tx.save(item, condition=M.operation_id.does_not_exist())
         except TransactWriteError as exc:
@@ -145,6 +146,18 @@ class DynamoOperationStore:
         return {item.counter_id: int(item.value or 0) for item in self.C.scan()
                 if item.counter_id.startswith(prefix)}
 
+    def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
+        C = self.C
+        unchanged = (C.value == observed) if observed else (C.value.does_not_exist() | (C.value == 0))
+        try:
+            C(counter_id).update(actions=[C.value.set(value), C.changed_at.set(now)],
+                                 condition=unchanged & (C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)))
+            return True
+        except UpdateError as exc:
+            if _condition_failed(exc):
+                return False
+            raise
+
     def get(self, operation_id: str) -> Operation | None:
         try:
             return _to_operation(self.M.get(operation_id, consistent_read=True))
@@ -164,47 +177,64 @@ class DynamoOperationStore:
                 return False
             raise
 
-    def start_attempt(self, operation_id: str, fence: int, now: float) -> Operation:
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
         M = self.M
+        actions = [M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence), M.started_at.set(now),
+                   M.updated_at.set(now), M.not_before.remove()]
+        # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
+        runnable = (M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget)
+                    & (M.fence.does_not_exist() | (M.fence < fence)))
+        if slot is not None:
+            try:
+                with _transact(M._get_connection().connection) as tx:
+                    tx.update(M(operation_id), actions=[*actions, M.running_slot.set(slot.counter)],
+                              condition=runnable & M.running_slot.does_not_exist())
+                    tx.update(self.C(slot.counter), actions=[self.C.value.add(1), self.C.changed_at.set(now)],
+                              condition=self.C.value.does_not_exist() | (self.C.value < slot.maximum))
+            except TransactWriteError as exc:
+                failed = _failed_positions(exc)  # [operation update, counter update]
+                if 0 not in failed and 1 in failed:
+                    raise LimitReached(slot.counter, self.counter(slot.counter)) from exc
+                if 0 not in failed:
+                    raise
+                # Not runnable, or the row already holds a slot (an earlier attempt died): keep that slot.
+                runnable &= M.running_slot.exists()
+            else:
+                op = self.get(operation_id)
+                assert op is not None
+                return op
         item = M(operation_id)
         try:
-            item.update(
-                actions=[M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence),
-                         M.started_at.set(now), M.updated_at.set(now), M.not_before.remove()],
-                # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
-                condition=M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget)
-                & (M.fence.does_not_exist() | (M.fence < fence)),
-            )
+            item.update(actions=actions, condition=runnable)
         except UpdateError as exc:
             if _condition_failed(exc):
                 raise NotRunnable(operation_id) from exc
             raise
         return _to_operation(item)
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
+                       slot: str | None = None) -> None:
         M = self.M
+        actions = [M.status.set(Status.QUEUED.value), M.error.set(_error_dict(error)), M.not_before.set(not_before),
+                   M.updated_at.set(now)]
         try:
-            M(operation_id).update(
-                actions=[M.status.set(Status.QUEUED.value), M.error.set(_error_dict(error)),
-                         M.not_before.set(not_before), M.updated_at.set(now)],
-                condition=(M.status == Status.RUNNING.value) & (M.fence == fence),
-            )
-        except UpdateError as exc:
-            if _condition_failed(exc):
-                raise StaleFence(operation_id) from exc
-            raise
+            self._transition(operation_id, actions, (M.status == Status.RUNNING.value) & (M.fence == fence), (),
+                             slot, now)
+        except NotRunnable as exc:
+            raise StaleFence(operation_id) from exc
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = ()) -> None:
+                  counters: Sequence[str] = (), slot: str | None = None) -> None:
         M = self.M
         condition = M.status.is_in(*RUNNABLE_VALUES)
         if fence is not None:
             condition &= M.fence == fence
         self._end(operation_id, [M.status.set(Status.DEAD.value), M.error.set(_error_dict(error))], condition,
-                  counters, now)
+                  counters, now, slot)
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None) -> None:
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
+            slot: str | None = None) -> None:
         """-> cancelled or superseded, from one of `from_statuses` only, releasing the operation's counters."""
         M = self.M
         actions = [M.status.set(status.value),
@@ -212,16 +242,37 @@ class DynamoOperationStore:
                                 "retryable": False})]
         if superseded_by:
             actions.append(M.superseded_by.set(superseded_by))
-        self._end(operation_id, actions, M.status.is_in(*(s.value for s in from_statuses)), counters, now)
+        self._end(operation_id, actions, M.status.is_in(*(s.value for s in from_statuses)), counters, now, slot)
 
-    def _end(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str], now: float
-             ) -> None:
+    def _end(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str], now: float,
+             slot: str | None) -> None:
         M = self.M
+        self._transition(operation_id, [*actions, M.finished_at.set(now), M.updated_at.set(now)], condition,
+                         counters, slot, now)
+
+    def _transition(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str],
+                    slot: str | None, now: float) -> None:
+        """Update the operation row and release `counters` and its running `slot` in one transaction. The row must
+        hold exactly the slot given (none when None), so a slot is released once, by whoever holds it."""
+        M = self.M
+        if slot is not None:
+            actions = [*actions, M.running_slot.remove()]
+            condition &= M.running_slot == slot
+            counters = (*counters, slot)
+        else:
+            condition &= M.running_slot.does_not_exist()
+        if not counters:
+            try:
+                M(operation_id).update(actions=actions, condition=condition)
+            except UpdateError as exc:
+                if _condition_failed(exc):
+                    raise NotRunnable(operation_id) from exc
+                raise
+            return
         try:
             with _transact(M._get_connection().connection) as tx:
-                tx.update(M(operation_id), actions=[*actions, M.finished_at.set(now), M.updated_at.set(now)],
-                          condition=condition)
-                _decrement(tx, self.C, counters)
+                tx.update(M(operation_id), actions=actions, condition=condition)
+                _decrement(tx, self.C, counters, now)
         except TransactWriteError as exc:
             if 0 in _failed_positions(exc):  # [operation update, counter updates...]
                 raise NotRunnable(operation_id) from exc
@@ -391,19 +442,21 @@ class DynamoCommitStore:
                     condition=(S.fence == lease.fence) & (S.lease_owner == lease.owner)
                     & (S.head_version == prepared.expected_version),
                 )
-                tx.update(
-                    Op(c.operation_id),
-                    actions=[Op.status.set(Status.SUCCEEDED.value), Op.result.set(prepared.result),
-                             Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()],
-                    condition=(Op.status == Status.RUNNING.value) & (Op.fence == lease.fence)
-                    & Op.cancel_requested.does_not_exist(),
-                )
+                op_actions = [Op.status.set(Status.SUCCEEDED.value), Op.result.set(prepared.result),
+                              Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()]
+                op_condition = ((Op.status == Status.RUNNING.value) & (Op.fence == lease.fence)
+                                & Op.cancel_requested.does_not_exist())
+                if prepared.slot is not None:
+                    op_actions.append(Op.running_slot.remove())
+                    op_condition &= Op.running_slot == prepared.slot
+                tx.update(Op(c.operation_id), actions=op_actions, condition=op_condition)
                 if prepared.publication is not None:
                     pub = prepared.publication
                     tx.save(P(pub.site_id, pub.seq, revision_id=pub.revision_id, operation_id=pub.operation_id,
                               status=pub.status.value, created_at=pub.created_at),
                             condition=P.seq.does_not_exist())
-                _decrement(tx, self.models.Counter, prepared.counters)
+                _decrement(tx, self.models.Counter,
+                           (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
         except TransactWriteError as exc:
             # puts, then updates: [commit record, (publication), site, operation, counters...]
             failed = _failed_positions(exc)

@@ -81,6 +81,7 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         result = JSONAttribute(null=True)
         cancel_requested = UnicodeAttribute(null=True)
         superseded_by = UnicodeAttribute(null=True)
+        running_slot = UnicodeAttribute(null=True)
         by_site = OperationsBySite()
         by_status = OperationsByStatus()
 
@@ -136,6 +137,7 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         Meta = meta(names.counters)
         counter_id = UnicodeAttribute(hash_key=True)
         value = NumberAttribute(default=0)
+        changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
 
     models = Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem,
                     Counter=CounterItem)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -12,12 +12,13 @@ from sitedispatch.errors import (
     AlreadyExists,
     Conflict,
     LeaseHeld,
+    LimitReached,
     NotFound,
     NotRunnable,
     StaleFence,
 )
 from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Status
-from sitedispatch.ports import PreparedCommit
+from sitedispatch.ports import PreparedCommit, Slot
 from tests.conftest import Cloud
 from tests.fakes import MemoryWorld
 
@@ -244,3 +245,59 @@ def test_an_attempt_under_an_older_fence_never_overwrites_a_newer_one(stores: St
     with pytest.raises(NotRunnable):
         stores.operations.start_attempt("op_1", 1, NOW)
     assert stores.operations.get("op_1").fence == 2 and stores.operations.get("op_1").attempt == 1
+
+
+def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores: Stores) -> None:
+    slot = Slot("running#operations#p", 1)
+    for n in (1, 2):
+        stores.sites.register(f"site-{n}", "p", NOW)
+        stores.operations.create(new_op(f"op_{n}", f"site-{n}"))
+    first = stores.sites.claim_lease("site-1", "op_1", NOW, 30)
+    assert stores.operations.start_attempt("op_1", first.fence, NOW, slot).running_slot == slot.counter
+
+    other = stores.sites.claim_lease("site-2", "op_2", NOW, 30)
+    with pytest.raises(LimitReached):
+        stores.operations.start_attempt("op_2", other.fence, NOW, slot)
+    refused = stores.operations.get("op_2")
+    assert refused.status == Status.QUEUED and refused.attempt == 0 and refused.running_slot is None
+
+    # op_1's process died: the next attempt keeps the slot it holds instead of taking a second one
+    again = stores.sites.claim_lease("site-1", "op_1", NOW + 60, 30)
+    assert stores.operations.start_attempt("op_1", again.fence, NOW + 60, slot).attempt == 2
+    assert stores.operations.counter(slot.counter) == 1
+
+    with pytest.raises(StaleFence):  # a release must name the slot the row holds
+        stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60)
+    stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60, slot=slot.counter)
+    assert stores.operations.counter(slot.counter) == 0
+    assert stores.operations.get("op_1").running_slot is None
+
+    assert stores.operations.start_attempt("op_2", other.fence, NOW + 61, slot).running_slot == slot.counter
+    with pytest.raises(NotRunnable):
+        stores.operations.mark_dead("op_2", other.fence, ERR, NOW + 62, (), slot="running#bulk#p")
+    stores.operations.mark_dead("op_2", other.fence, ERR, NOW + 62, (), slot=slot.counter)
+    assert stores.operations.counter(slot.counter) == 0
+
+
+def test_a_commit_releases_the_slot_it_names(stores: Stores) -> None:
+    slot = Slot("running#operations#p", 5)
+    stores.sites.register("acme-blog", "p", NOW)
+    stores.operations.create(new_op())
+    lease = stores.sites.claim_lease("acme-blog", "op_1", NOW, 30)
+    stores.operations.start_attempt("op_1", lease.fence, NOW, slot)
+
+    stores.commits.commit(replace(prepared(lease), slot=slot.counter), NOW + 1)
+
+    assert stores.operations.counter(slot.counter) == 0
+    op = stores.operations.get("op_1")
+    assert op.status == Status.SUCCEEDED and op.running_slot is None
+
+
+def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> None:
+    stores.operations.create(new_op(), [("site#acme-blog", 10)])  # the counter moved at NOW
+    assert not stores.operations.repair_counter("site#acme-blog", 1, 0, NOW - 1, NOW + 200)  # not quiet
+    assert not stores.operations.repair_counter("site#acme-blog", 2, 0, NOW + 100, NOW + 200)  # not what it holds
+    assert stores.operations.repair_counter("site#acme-blog", 1, 0, NOW + 100, NOW + 200)
+    assert stores.operations.counter("site#acme-blog") == 0
+    assert stores.operations.repair_counter("site#never-seen", 0, 3, NOW + 100, NOW + 200)
+    assert stores.operations.counter("site#never-seen") == 3

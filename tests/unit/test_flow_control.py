@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from sitedispatch.admission import running_slot
 from sitedispatch.control import cancel, set_paused
-from sitedispatch.errors import Backpressure, Conflict, TransientError
+from sitedispatch.errors import Backpressure, Conflict, PermanentError, TransientError
 from sitedispatch.model import Kind, Status
 from sitedispatch.worker import Outcome
 from tests.factories import PROVISION
-from tests.unit.conftest import Harness
+from tests.unit.conftest import THEME_TEST_DATA, Harness
 
 
 def refused(harness: Harness, **kwargs: object) -> Backpressure:
@@ -48,7 +49,8 @@ def test_terminal_operations_release_their_counters() -> None:
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
     admission = {k: v for k, v in harness.world.db.counters.items() if not k.startswith(("executions#", "retries#"))}
-    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0}
+    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0,
+                         "running#operations#tenant-a": 0}
     harness.submit(kind="publish", params={})  # accepted again
 
 
@@ -229,3 +231,71 @@ def test_operations_progress_while_publications_are_backlogged(harness: Harness)
     harness.drain_publications()
     site = harness.world.sites.get("acme-blog")
     assert site is not None and site.live_seq == 3 and site.live_revision == result.commit.revision_id  # type: ignore[union-attr]
+
+
+def running(harness: Harness, op_id: str, lease_s: float = 60.0) -> None:
+    """An attempt of `op_id` that started in another environment and is still running (or died there)."""
+    w = harness.world
+    op = w.operations.get(op_id)
+    assert op is not None
+    lease = w.sites.claim_lease(op.site_id, op_id, w.clock.now(), lease_s)
+    w.operations.start_attempt(op_id, lease.fence, w.clock.now(), running_slot(harness.settings, op))
+
+
+def test_a_principal_runs_at_most_its_cap_per_lane_and_others_are_untouched() -> None:
+    harness = Harness(max_running_per_principal=2)
+    a1, a2, a3 = (harness.submit(site=f"a-site-{n}", principal="tenant-a") for n in range(3))
+    running(harness, a1)
+    running(harness, a2)
+
+    held, visibility = harness.deliver(a3)
+    other = harness.deliver(harness.submit(site="b-site", principal="tenant-b"))[0]
+    bulk = harness.import_file(THEME_TEST_DATA, site="a-site-2", key="import")  # the bulk lane has its own cap
+
+    assert held.outcome == Outcome.DEFERRED and held.reason == "principal_running_cap"
+    op = harness.world.operations.get(a3)
+    assert op is not None and op.attempt == 0 and op.status == Status.QUEUED  # no attempt spent
+    assert harness.world.sites.get("a-site-2").lease_owner is None  # type: ignore[union-attr]
+    assert 0 < visibility.changes[-1] <= harness.settings.defer_max_s * 1.2
+    assert other.outcome == Outcome.SUCCEEDED
+    assert (bulk.outcome, bulk.reason) == (Outcome.DEAD, "not_provisioned")  # it ran: the bulk lane had room
+    assert harness.world.db.counters["running#bulk#tenant-a"] == 0
+    assert harness.world.db.counters["running#operations#tenant-a"] == 2
+
+
+def test_a_slot_is_released_by_retry_and_commit_and_reused_after_a_crash() -> None:
+    harness = Harness(max_running_per_principal=1)
+    harness.fail_first(Kind.PROVISION, TransientError("upstream 503"))
+    first, second = harness.submit(site="one"), harness.submit(site="two")
+    counter = "running#operations#tenant-a"
+
+    assert harness.deliver(first)[0].outcome == Outcome.RETRYING
+    assert harness.world.db.counters[counter] == 0  # a waiting retry holds no slot
+    running(harness, second, lease_s=5.0)  # takes the slot, then its process dies
+    harness.world.clock.advance(3_600)
+    assert harness.deliver(first)[0].reason == "principal_running_cap"
+
+    again, _ = harness.deliver(second)  # the redelivery reuses the dead attempt's slot
+
+    assert again.outcome == Outcome.SUCCEEDED and harness.world.operations.get(second).attempt == 2  # type: ignore
+    assert harness.world.db.counters[counter] == 0
+    assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
+    assert harness.world.db.counters[counter] == 0
+
+
+@pytest.mark.parametrize("ending", ["permanent", "cancel"])
+def test_dead_and_cancelled_attempts_release_their_slot(ending: str) -> None:
+    harness = Harness(max_running_per_principal=1)
+    op_id = harness.submit()
+    if ending == "permanent":
+        harness.fail_first(Kind.PROVISION, PermanentError("bad input", code="bad_input"))
+    else:
+        running(harness, op_id, lease_s=5.0)
+        cancel(harness.world.operations, harness.world.clock, op_id, "stop")
+        harness.world.clock.advance(10)
+
+    result, _ = harness.deliver(op_id)
+
+    status = harness.world.operations.get(op_id).status  # type: ignore[union-attr]
+    assert (result.outcome, status) in {(Outcome.DEAD, Status.DEAD), (Outcome.ACKED, Status.CANCELLED)}
+    assert harness.world.db.counters["running#operations#tenant-a"] == 0
