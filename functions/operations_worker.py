@@ -46,13 +46,13 @@ def parse_message(body: str) -> QueueMessage | None:
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     message = parse_message(record.body)
     if message is None:
         return drop_malformed(record, "operations")
     deps = dependencies()
     visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
-    result = worker().process(message, visibility)
+    result = worker().process(message, visibility, request_id=getattr(lambda_context, "aws_request_id", ""))
     if not result.outcome.delete_message:
         raise NotDone(result)
     return {"outcome": result.outcome.value, "reason": result.reason}

@@ -50,7 +50,7 @@ class Dependencies:
 
         s = self.settings
         return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table,
-                                       s.counters_table), s.region)
+                                       s.counters_table, s.audit_table), s.region)
 
     @cached_property
     def operations(self) -> Any:
@@ -83,6 +83,12 @@ class Dependencies:
 
         s = self.settings
         return RetryBudget(DynamoCounters(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
+
+    @cached_property
+    def audit(self) -> Any:
+        from .aws.dynamo import DynamoAuditLog
+
+        return DynamoAuditLog(self.models)
 
     @cached_property
     def publication_queue(self) -> Any:
@@ -127,6 +133,16 @@ class Dependencies:
         from .submission import SubmitDeps, Submitter
 
         return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock))
+
+    def controls(self) -> Any:
+        from .control import ControlDeps, Controls
+
+        return Controls(ControlDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit,
+                                    self.clock))
+
+    def caller_identity(self) -> str:
+        """Who is calling, as AWS knows it (STS GetCallerIdentity): what the audit records on AWS."""
+        return str(self.session.client("sts").get_caller_identity()["Arn"])
 
     def worker(self) -> Any:
         from .handlers import handler_map

@@ -27,6 +27,12 @@ class Conflict(SiteDispatchError):
     code = "conflict"
 
 
+class Forbidden(Conflict):
+    """The caller may not see or act on this (another principal's site); exit 4 like every refusal."""
+
+    code = "forbidden"
+
+
 class IdempotencyConflict(Conflict):
     """Same idempotency key, different input."""
 

@@ -93,11 +93,26 @@ class Operation:
     cancel_requested: str | None = None  # the reason, once `ops cancel` asked a running operation to stop
     superseded_by: str | None = None
     running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
+    evidence: dict[str, Any] | None = None  # when dead: the compact evidence (the full document is in S3)
 
     @property
     def dedup_id(self) -> str:
         """SQS deduplication id: a redrive or replay (new epoch) is a new delivery, a resend is not."""
         return f"{self.operation_id}-e{self.epoch}"
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operator or producer action on accepted work: who, what, on what, why, when, and how it ended."""
+
+    at: float
+    actor: str  # the caller identity (STS ARN on AWS, the --as name locally)
+    action: str  # cancel, pause, resume, redrive, replay, ...
+    target: str  # an operation id or a site id
+    outcome: str  # ok | refused | denied
+    reason: str | None = None
+    site_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from .model import (
+    AuditEntry,
     Commit,
     ErrorInfo,
     Lease,
@@ -63,9 +64,10 @@ class OperationStore(Protocol):
         running `slot` the row holds."""
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None) -> None:
-        """-> dead with the error, only from a runnable status (and, given a fence, only while it is ours);
-        releases `counters` and the running `slot` in the same transaction."""
+                  counters: Sequence[str] = (), slot: str | None = None,
+                  evidence: dict[str, Any] | None = None) -> None:
+        """-> dead with the error and its `evidence`, only from a runnable status (and, given a fence, only while
+        it is ours); releases `counters` and the running `slot` in the same transaction."""
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
             from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
@@ -75,6 +77,12 @@ class OperationStore(Protocol):
 
         Every transition that releases a slot is conditional on the row holding exactly that slot (none when
         `slot` is None), so each slot is released once; a mismatch is NotRunnable (a race: look again)."""
+
+    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
+               new_input: tuple[str, str] | None = None) -> Operation:
+        """dead at `epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
+        given), re-admitted under `limits` in the same transaction. NotRunnable if it is not dead at `epoch` (a
+        second redrive), LimitReached if a counter is full; neither writes anything."""
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
@@ -178,6 +186,27 @@ class OperationQueue(Protocol):
         """Send on the lane's queue with MessageGroupId = site id; returns the message id."""
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str: ...
+
+    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+        """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
+
+
+class AuditLog(Protocol):
+    def record(self, entry: AuditEntry) -> None: ...
+
+    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
+             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """Entries between `since` and `until`, newest first, matching every filter given."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message found in a dead-letter queue, by the attributes the worker gave it."""
+
+    lane: str
+    attributes: dict[str, str]
+    sent_at: float | None
 
 
 class Visibility(Protocol):

@@ -78,7 +78,7 @@ SCHEDULES: dict[str, ScheduleSpec] = {
 BUCKET_LOGICAL_ID = "DispatchBucket"
 BUCKET_FIELD = "bucket"
 TABLE_FIELDS = {"operations": "operations_table", "sites": "sites_table", "commits": "commits_table",
-                "publications": "publications_table", "counters": "counters_table"}
+                "publications": "publications_table", "counters": "counters_table", "audit": "audit_table"}
 
 
 def visibility_timeout_s(function_timeout_s: int) -> int:

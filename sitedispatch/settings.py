@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     commits_table: str
     publications_table: str
     counters_table: str
+    audit_table: str
     bucket: str
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
@@ -54,6 +55,8 @@ class Settings(BaseSettings):
     auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
+    operators: str = Field(default="operator", description="comma-separated caller identities (locally the --as "
+                           "name; on AWS IAM ARNs, * as a wildcard) that act on every site")
     reference_latency_s: float = Field(
         default=0.0, ge=0,
         description="simulated service latency of the reference runtime's provisioning (a real WordPress install "

@@ -69,13 +69,7 @@ class Submitter:
             raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field="as")
         if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
-        payload = parse_input(kind_enum, params)
-        body = payload.canonical_bytes()
-        size = max(len(body), raw_size or 0)
-        if size > d.settings.max_input_bytes:
-            raise InvalidInput(f"input is {size} bytes, over the {d.settings.max_input_bytes}-byte limit",
-                               field="input")
-        digest = sha256_hex(body)
+        body, digest = self._validated(kind_enum, params, raw_size)
         key = idempotency_key or uuid.uuid4().hex
         operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
 
@@ -112,6 +106,22 @@ class Submitter:
         obs.count("OperationAccepted")
         refreshed = d.operations.get(operation_id) or op
         return Submitted(refreshed, created=True)
+
+    def _validated(self, kind: Kind, params: dict[str, Any], raw_size: int | None) -> tuple[bytes, str]:
+        payload = parse_input(kind, params)
+        body = payload.canonical_bytes()
+        size = max(len(body), raw_size or 0)
+        if size > self.d.settings.max_input_bytes:
+            raise InvalidInput(f"input is {size} bytes, over the {self.d.settings.max_input_bytes}-byte limit",
+                               field="input")
+        return body, sha256_hex(body)
+
+    def store_input(self, kind: Kind, site_id: str, params: dict[str, Any], raw_size: int | None = None
+                    ) -> tuple[str, str]:
+        """Validate and store a replacement input (a redrive with a corrected input): (key, digest)."""
+        body, digest = self._validated(kind, params, raw_size)
+        self.d.blobs.put_if_absent(input_key(site_id, digest), body)
+        return input_key(site_id, digest), digest
 
     def stage_upload(self, site_id: str, path: Path) -> dict[str, Any]:
         """Store a file for an `import` (streamed: hashed first, then PUT If-None-Match under its digest) and return

@@ -17,6 +17,7 @@ from .admission import counters_for, running_slot
 from .backoff import full_jitter
 from .context import HandlerContext
 from .errors import AlreadyCommitted, LeaseHeld, LimitReached, NotRunnable, PermanentError, StaleFence
+from .evidence import Evidence, build_evidence
 from .handlers import HandlerFn
 from .model import (
     Commit,
@@ -91,10 +92,13 @@ class WorkerDeps:
 class OperationsWorker:
     def __init__(self, deps: WorkerDeps) -> None:
         self.d = deps
+        self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
 
-    def process(self, message: QueueMessage, visibility: Visibility) -> Result:
-        """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`."""
+    def process(self, message: QueueMessage, visibility: Visibility, request_id: str = "") -> Result:
+        """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
+        `request_id` (the Lambda request) goes into dead-letter evidence."""
         d = self.d
+        self.request_id = request_id
         op = d.operations.get(message.operation_id)
         if op is None:
             return self._ack("unknown_operation", message)
@@ -200,12 +204,12 @@ class OperationsWorker:
         except PermanentError as exc:
             d.sites.release_lease(lease)
             error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
-            return self._dead(op, lease.fence, error, message)
+            return self._dead(op, lease.fence, error, message, exc)
         except Exception as exc:
             d.sites.release_lease(lease)
             code = getattr(exc, "code", None) or type(exc).__name__
             error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
-            return self._retry(op, lease.fence, error, message, visibility)
+            return self._retry(op, lease.fence, error, message, visibility, exc)
         if publication is not None:
             # The outbox row was written with the commit; this send is the fast path (a lost one is re-sent by the
             # next delivery of this operation or by the reconciler).
@@ -253,12 +257,12 @@ class OperationsWorker:
         return Result(Outcome.ACKED, "cancelled")
 
     def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
-               visibility: Visibility) -> Result:
+               visibility: Visibility, exc: BaseException) -> Result:
         d = self.d
         if op.attempt >= op.attempt_budget:
             return self._dead(op, fence, ErrorInfo(error.error_class, error.code,
                                                    f"attempt budget {op.attempt_budget} spent; last error: "
-                                                   f"{error.message}", False), message)
+                                                   f"{error.message}", False), message, exc)
         self._count_failure(op, error)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         if d.retry_budget.exhausted(d.clock.now()):
@@ -283,22 +287,28 @@ class OperationsWorker:
         if site.paused:
             obs.count("SiteAutoPaused")
 
-    def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage) -> Result:
+    def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage,
+              exc: BaseException | None = None) -> Result:
+        """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
+        transition carrying its compact copy, then the DLQ message carrying its key."""
         d = self.d
         if error.code != "site_not_registered":
             self._count_failure(op, error)
+        site = d.sites.get(op.site_id)
+        lane = lane_for(op.kind)
+        evidence = build_evidence(op, error, fence=fence, revision=site.head_revision if site else None,
+                                  now=d.clock.now(), request_id=self.request_id, lane=lane, exc=exc)
+        d.blobs.put_if_absent(evidence.key, evidence.document())
         try:
             d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op),
-                                   slot=op.running_slot)
+                                   slot=op.running_slot, evidence=evidence.row())
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
-        d.queue.dead_letter(message, op.dedup_id, lane=lane_for(op.kind), attributes={
-            "operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
-            "attempt": str(op.attempt), "input_digest": op.input_digest, "error_code": error.code,
-        })
+        d.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
         obs.count("OperationDead")
         obs.logger.error("operation dead", extra={"error_class": error.error_class, "error_code": error.code,
-                                                  "error": error.message})
+                                                  "error": error.message, "evidence": evidence.key,
+                                                  "recovery": evidence.recovery_command})
         return Result(Outcome.DEAD, error.code)
 
     def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility
@@ -315,7 +325,8 @@ class OperationsWorker:
         if op.attempt < op.attempt_budget:
             return self._defer(visibility, 1.0, "attempt_race")
         error = ErrorInfo("AttemptsExhausted", "attempts_exhausted",
-                          f"attempt budget {op.attempt_budget} spent without a commit", False)
+                          f"attempt budget {op.attempt_budget} spent without a commit (each attempt's process "
+                          "ended before it could record an outcome: a crash, a timeout or a kill)", False)
         return self._dead(op, None, error, message)
 
     def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
@@ -328,6 +339,13 @@ class OperationsWorker:
         obs.count("DuplicateAcknowledged")
         obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
         return Result(Outcome.ACKED, reason)
+
+
+def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:
+    """What a DLQ message carries besides the operation id: enough to filter and to find the evidence."""
+    return {"operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
+            "principal": op.principal, "epoch": str(op.epoch), "attempt": str(op.attempt),
+            "input_digest": op.input_digest, "error_code": evidence.error_code, "evidence_key": evidence.key}
 
 
 def _describe(exc: BaseException) -> str:

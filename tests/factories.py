@@ -19,7 +19,7 @@ def settings(**overrides: Any) -> Settings:
         "publications_queue_url": "http://127.0.0.1:1/123456789012/pub.fifo",
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
         "operations_table": "ops", "sites_table": "sites", "commits_table": "commits",
-        "publications_table": "publications", "counters_table": "counters", "bucket": "bucket",
+        "publications_table": "publications", "counters_table": "counters", "audit_table": "audit", "bucket": "bucket",
     }
     return Settings(**{**base, **overrides})
 

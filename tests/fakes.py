@@ -26,6 +26,7 @@ from sitedispatch.errors import (
 )
 from sitedispatch.model import (
     RUNNABLE,
+    AuditEntry,
     Commit,
     ErrorInfo,
     Lease,
@@ -37,7 +38,7 @@ from sitedispatch.model import (
     Site,
     Status,
 )
-from sitedispatch.ports import PreparedCommit, Slot
+from sitedispatch.ports import DeadLetter, PreparedCommit, Slot
 
 
 class FakeClock:
@@ -154,13 +155,14 @@ class MemoryOperationStore:
             self.db.release((slot,) if slot else (), now)
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None) -> None:
+                  counters: Sequence[str] = (), slot: str | None = None,
+                  evidence: dict[str, Any] | None = None) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ok = (op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
                   and self._holds_slot(op, slot))
             self._update(operation_id, ok, NotRunnable, status=Status.DEAD, error=error, finished_at=now,
-                         updated_at=now, running_slot=None)
+                         updated_at=now, running_slot=None, evidence=evidence)
             self.db.release((*counters, *((slot,) if slot else ())), now)
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
@@ -173,6 +175,25 @@ class MemoryOperationStore:
                          error=ErrorInfo(status.value, status.value, reason, False),
                          superseded_by=superseded_by, running_slot=None)
             self.db.release((*counters, *((slot,) if slot else ())), now)
+
+    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
+               new_input: tuple[str, str] | None = None) -> Operation:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            if op is None or op.status != Status.DEAD or op.epoch != epoch:
+                raise NotRunnable(operation_id)
+            for counter, maximum in limits:
+                if self.db.counters.get(counter, 0) >= maximum:
+                    raise LimitReached(counter, self.db.counters[counter])
+            for counter, _ in limits:
+                self.db.bump(counter, 1, now)
+            changes: dict[str, Any] = {}
+            if new_input is not None:
+                changes = {"input_key": new_input[0], "input_digest": new_input[1]}
+            self.db.operations[operation_id] = replace(
+                op, status=Status.ACCEPTED, epoch=epoch + 1, attempt=0, updated_at=now, error=None, evidence=None,
+                finished_at=None, not_before=None, queued_at=None, started_at=None, **changes)
+            return self.db.operations[operation_id]
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         with self.db.lock:
@@ -348,6 +369,21 @@ class MemoryCounters:
         return self.db.counters.get(counter_id, 0)
 
 
+class MemoryAuditLog:
+    def __init__(self) -> None:
+        self.entries: list[AuditEntry] = []
+
+    def record(self, entry: AuditEntry) -> None:
+        self.entries.append(entry)
+
+    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
+             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        wanted = {"actor": actor, "action": action, "target": target, "site_id": site_id}
+        found = [e for e in self.entries if since <= e.at <= until
+                 and all(v is None or getattr(e, k) == v for k, v in wanted.items())]
+        return sorted(found, key=lambda e: e.at, reverse=True)[:limit]
+
+
 class MemoryPublicationQueue:
     def __init__(self) -> None:
         self.sent: list[PublicationMessage] = []
@@ -415,6 +451,23 @@ class MemoryQueue:
         self.dead.append(SentMessage(message, dedup_id, dict(attributes), lane=lane))
         return f"d{len(self.dead)}"
 
+    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+        removed: list[DeadLetter] = []
+        kept: list[DeadLetter] = []
+        remaining: list[SentMessage] = []
+        for sent in self.dead:
+            letter = DeadLetter(sent.lane, dict(sent.attributes), None)
+            if sent.lane != lane or len(removed) + len(kept) >= max_messages:
+                remaining.append(sent)
+            elif remove(letter):
+                removed.append(letter)
+            else:
+                kept.append(letter)
+                remaining.append(sent)
+        self.dead = remaining
+        return removed, kept
+
 
 class RecordingVisibility:
     def __init__(self) -> None:
@@ -439,5 +492,6 @@ class MemoryWorld:
         self.sites = MemorySiteStore(self.db)
         self.commits = MemoryCommitStore(self.db)
         self.publications = MemoryPublicationStore(self.db)
+        self.audit = MemoryAuditLog()
 
 

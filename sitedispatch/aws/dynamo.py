@@ -6,6 +6,8 @@ Every guard is a condition expression evaluated by DynamoDB; ConditionalCheckFai
 from __future__ import annotations
 
 import contextlib
+import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +26,7 @@ from ..errors import (
 )
 from ..model import (
     RUNNABLE,
+    AuditEntry,
     Commit,
     ErrorInfo,
     Kind,
@@ -61,7 +64,7 @@ def _to_operation(item: Any) -> Operation:
         started_at=item.started_at, finished_at=item.finished_at, not_before=item.not_before,
         error=ErrorInfo(error["error_class"], error["code"], error["message"], error["retryable"]) if error else None,
         result=item.result or {}, cancel_requested=item.cancel_requested, superseded_by=item.superseded_by,
-        running_slot=item.running_slot,
+        running_slot=item.running_slot, evidence=item.evidence,
     )
 
 
@@ -224,13 +227,16 @@ class DynamoOperationStore:
             raise StaleFence(operation_id) from exc
 
     def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None) -> None:
+                  counters: Sequence[str] = (), slot: str | None = None,
+                  evidence: dict[str, Any] | None = None) -> None:
         M = self.M
         condition = M.status.is_in(*RUNNABLE_VALUES)
         if fence is not None:
             condition &= M.fence == fence
-        self._end(operation_id, [M.status.set(Status.DEAD.value), M.error.set(_error_dict(error))], condition,
-                  counters, now, slot)
+        actions = [M.status.set(Status.DEAD.value), M.error.set(_error_dict(error))]
+        if evidence is not None:
+            actions.append(M.evidence.set(evidence))
+        self._end(operation_id, actions, condition, counters, now, slot)
 
     def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
             from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
@@ -277,6 +283,33 @@ class DynamoOperationStore:
             if 0 in _failed_positions(exc):  # [operation update, counter updates...]
                 raise NotRunnable(operation_id) from exc
             raise
+
+    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
+               new_input: tuple[str, str] | None = None) -> Operation:
+        M, C = self.M, self.C
+        actions = [M.status.set(Status.ACCEPTED.value), M.epoch.set(epoch + 1), M.attempt.set(0),
+                   M.updated_at.set(now), M.error.remove(), M.evidence.remove(), M.finished_at.remove(),
+                   M.not_before.remove(), M.queued_at.remove(), M.started_at.remove()]
+        if new_input is not None:
+            actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1])]
+        try:
+            with _transact(M._get_connection().connection) as tx:
+                for counter, maximum in limits:
+                    tx.update(C(counter), actions=[C.value.add(1), C.changed_at.set(now)],
+                              condition=C.value.does_not_exist() | (C.value < maximum))
+                tx.update(M(operation_id), actions=actions,
+                          condition=(M.status == Status.DEAD.value) & (M.epoch == epoch))
+        except TransactWriteError as exc:
+            failed = _failed_positions(exc)  # updates in call order: [counters..., operation]
+            if len(limits) in failed:
+                raise NotRunnable(operation_id) from exc
+            for position, (counter, _) in enumerate(limits):
+                if position in failed:
+                    raise LimitReached(counter, self.counter(counter)) from exc
+            raise
+        op = self.get(operation_id)
+        assert op is not None
+        return op
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Mark a running operation so that its commit is refused (the commit checks this attribute)."""
@@ -541,3 +574,42 @@ class DynamoPublicationStore:
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         return [_to_publication(item) for item in self.M.query(site_id, scan_index_forward=False, limit=limit)]
+
+
+DAY_S = 86_400
+
+
+def audit_day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+class DynamoAuditLog:
+    def __init__(self, models: Models) -> None:
+        self.M: Any = models.Audit
+
+    def record(self, entry: AuditEntry) -> None:
+        self.M(audit_day(entry.at), f"{entry.at:017.6f}#{uuid.uuid4().hex[:8]}", at=entry.at, actor=entry.actor,
+               action=entry.action, target=entry.target, site_id=entry.site_id, reason=entry.reason,
+               outcome=entry.outcome, detail=entry.detail or None).save()
+
+    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
+             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        M = self.M
+        out: list[AuditEntry] = []
+        day = until
+        while day >= since - DAY_S and len(out) < limit:  # newest day first, each day newest first
+            for item in M.query(audit_day(day), M.entry_id.between(f"{since:017.6f}", f"{until:017.6f}~"),
+                                scan_index_forward=False):
+                entry = AuditEntry(at=float(item.at), actor=item.actor, action=item.action, target=item.target,
+                                   outcome=item.outcome, reason=item.reason, site_id=item.site_id,
+                                   detail=item.detail or {})
+                if _matches(entry, actor=actor, action=action, target=target, site_id=site_id):
+                    out.append(entry)
+                    if len(out) >= limit:
+                        break
+            day -= DAY_S
+        return out
+
+
+def _matches(entry: AuditEntry, **wanted: str | None) -> bool:
+    return all(value is None or getattr(entry, name) == value for name, value in wanted.items())

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ..model import PublicationMessage, QueueMessage
+from ..ports import DeadLetter
 
 MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
+SWEEP_HOLD_S = 60  # how long a DLQ sweep holds the messages it looks at (released at its end)
 
 
 class SqsOperationQueue:
@@ -31,6 +34,41 @@ class SqsOperationQueue:
             MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items() if v},
         )
         return str(response["MessageId"])
+
+
+    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+        """Receive the DLQ's messages (holding each for SWEEP_HOLD_S), delete the selected ones, and make the rest
+        visible again at the end. A FIFO queue hands out one message per group at a time, so a kept message hides
+        the ones behind it in its group until the next sweep (queue-repair runs them again)."""
+        url = self.lanes[lane][1]
+        removed: list[DeadLetter] = []
+        kept: list[tuple[DeadLetter, str]] = []
+        try:
+            while len(removed) + len(kept) < max_messages:
+                response = self.client.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=min(10, max_messages - len(removed) - len(kept)),
+                    VisibilityTimeout=SWEEP_HOLD_S, WaitTimeSeconds=0, MessageAttributeNames=["All"],
+                    AttributeNames=["SentTimestamp"])
+                messages = response.get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    letter = DeadLetter(lane, {k: v.get("StringValue", "") for k, v in
+                                               message.get("MessageAttributes", {}).items()},
+                                        int(message["Attributes"]["SentTimestamp"]) / 1000
+                                        if "SentTimestamp" in message.get("Attributes", {}) else None)
+                    if remove(letter):
+                        self.client.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+                        removed.append(letter)
+                    else:
+                        kept.append((letter, message["ReceiptHandle"]))
+        finally:
+            for start in range(0, len(kept), 10):
+                self.client.change_message_visibility_batch(QueueUrl=url, Entries=[
+                    {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                    for n, (_, handle) in enumerate(kept[start:start + 10])])
+        return removed, [letter for letter, _ in kept]
 
 
 class SqsPublicationQueue:

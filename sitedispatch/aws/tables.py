@@ -21,6 +21,7 @@ class TableNames:
     commits: str
     publications: str
     counters: str
+    audit: str
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class Models:
     Commit: Any
     Publication: Any
     Counter: Any
+    Audit: Any
 
     def all(self) -> tuple[Any, ...]:
-        return (self.Operation, self.Site, self.Commit, self.Publication, self.Counter)
+        return (self.Operation, self.Site, self.Commit, self.Publication, self.Counter, self.Audit)
 
 
 def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
@@ -82,6 +84,7 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         cancel_requested = UnicodeAttribute(null=True)
         superseded_by = UnicodeAttribute(null=True)
         running_slot = UnicodeAttribute(null=True)
+        evidence = JSONAttribute(null=True)
         by_site = OperationsBySite()
         by_status = OperationsByStatus()
 
@@ -139,8 +142,24 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         value = NumberAttribute(default=0)
         changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
 
+    class AuditItem(Model):
+        """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""
+
+        Meta = meta(names.audit)
+        day = UnicodeAttribute(hash_key=True)
+        entry_id = UnicodeAttribute(range_key=True)  # "{at:.6f}#{random}": time order, unique
+        at = NumberAttribute()
+        actor = UnicodeAttribute()
+        acting_as = UnicodeAttribute(null=True)
+        action = UnicodeAttribute()
+        target = UnicodeAttribute()
+        site_id = UnicodeAttribute(null=True)
+        reason = UnicodeAttribute(null=True)
+        outcome = UnicodeAttribute()
+        detail = JSONAttribute(null=True)
+
     models = Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem,
-                    Counter=CounterItem)
+                    Counter=CounterItem, Audit=AuditItem)
     _share_one_connection(models)
     return models
 
@@ -179,7 +198,7 @@ class TableSpec:
 
 
 TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable",
-                     "publications": "PublicationsTable", "counters": "CountersTable"}
+                     "publications": "PublicationsTable", "counters": "CountersTable", "audit": "AuditTable"}
 
 
 def table_specs() -> dict[str, TableSpec]:

@@ -9,13 +9,15 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InvalidInput
-from . import local, ops, sites
+from . import audit, dlq, local, ops, sites
 from .context import deps, use_env_file
 from .output import console, emit_json, render_status, reported
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(ops.app, name="ops")
 app.add_typer(sites.app, name="sites")
+app.add_typer(dlq.app, name="dlq")
+app.add_typer(audit.app, name="audit")
 app.add_typer(local.app, name="local")
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 

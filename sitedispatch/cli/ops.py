@@ -1,26 +1,26 @@
-"""`sitedispatch ops get|list|wait`."""
+"""`sitedispatch ops get|list|wait|cancel|replay`."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput
 from ..model import Operation, Status
-from .context import deps
+from .context import AsOpt, caller, deps
 from .output import STATUS_STYLE, console, emit_json, plain, reported, table, when
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+InputFileOpt = Annotated[Path | None, typer.Option("--input-file", help="a corrected input (JSON; for import, the "
+                                                                        "WXR file) replacing the failed one")]
 
 
-def _get(operation_id: str) -> Operation:
-    op = deps().operations.get(operation_id)
-    if op is None:
-        raise NotFound(f"operation {operation_id} not found")
-    return op
+def _get(operation_id: str, as_: str | None) -> Operation:
+    return deps().controls().operation(caller(as_), operation_id)
 
 
 def render(op: Operation) -> None:
@@ -39,13 +39,13 @@ def render(op: Operation) -> None:
 
 
 @app.command("get")
-def get(operation_id: str, json: JsonOpt = False) -> None:
+def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show one operation (a waiting one with its estimated delay)."""
     from ..status import estimated_delay_for
 
     with reported(json):
         d = deps()
-        op = _get(operation_id)
+        op = _get(operation_id, as_)
         delay = estimated_delay_for(op, d.operations, d.sites, d.settings.default_operation_s)
         if json:
             emit_json({**plain(op), "estimated_delay_s": delay})
@@ -58,14 +58,15 @@ def get(operation_id: str, json: JsonOpt = False) -> None:
 @app.command("list")
 def list_(site: Annotated[str | None, typer.Option(help="only this site")] = None,
           status: Annotated[str | None, typer.Option(help="only this status")] = None,
-          limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50, json: JsonOpt = False) -> None:
-    """List operations, newest first."""
+          limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50, as_: AsOpt = None,
+          json: JsonOpt = False) -> None:
+    """List operations, newest first (a principal sees its own)."""
     with reported(json):
         try:
             wanted = Status(status) if status else None
         except ValueError:
             raise InvalidInput(f"unknown status {status!r}", field="status") from None
-        ops = deps().operations.list(site_id=site, status=wanted, limit=limit)
+        ops = deps().controls().operations(caller(as_), site_id=site, status=wanted, limit=limit)
         if json:
             emit_json(ops)
             return
@@ -75,15 +76,15 @@ def list_(site: Annotated[str | None, typer.Option(help="only this site")] = Non
 
 
 @app.command("wait")
-def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds")] = 120.0,
+def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds")] = 120.0, as_: AsOpt = None,
          json: JsonOpt = False) -> None:
     """Wait until the operation is terminal. Exit 0 if it succeeded, 1 if it ended otherwise or timed out."""
     with reported(json):
         deadline = time.monotonic() + timeout
-        op = _get(operation_id)
+        op = _get(operation_id, as_)
         while not op.status.terminal and time.monotonic() < deadline:
             time.sleep(0.2)
-            op = _get(operation_id)
+            op = _get(operation_id, as_)
         emit_json(op) if json else render(op)
         if not op.status.terminal:
             console.print(f"[yellow]still {op.status.value} after {timeout:g}s[/]")
@@ -92,14 +93,11 @@ def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds
 
 
 @app.command("cancel")
-def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "",
+def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
            json: JsonOpt = False) -> None:
     """Cancel a queued operation at once, or a running one cooperatively (it will not commit)."""
-    from ..control import cancel as cancel_operation
-
     with reported(json):
-        d = deps()
-        op = cancel_operation(d.operations, d.clock, operation_id, reason)
+        op = deps().controls().cancel(caller(as_), operation_id, reason)
         if json:
             emit_json(op)
         elif op.status == Status.CANCELLED:
@@ -107,3 +105,14 @@ def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (rec
         else:
             console.print(f"cancel requested: {operation_id} is {op.status.value} and will end cancelled "
                           "without committing")
+
+
+@app.command("replay")
+def replay(operation_id: str, input_file: InputFileOpt = None,
+           reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
+           json: JsonOpt = False) -> None:
+    """Replay a dead operation (its DLQ message may be gone) in a new attempt epoch. Exit 4 if it is not dead."""
+    from .dlq import redrive_command
+
+    redrive_command(operation_id=operation_id, site=None, error_code=None, all_=False, dry_run=False,
+                    input_file=input_file, reason=reason, as_=as_, json=json, action="replay")

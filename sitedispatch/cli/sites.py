@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import NotFound
-from .context import deps
+from .context import AsOpt, caller, deps
 from .output import emit_json, reported, table, when
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
@@ -16,12 +15,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 
 @app.command("get")
-def get(site_id: str, json: JsonOpt = False) -> None:
+def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show a site: owner, head version and revision, lease and fence."""
     with reported(json):
-        site = deps().sites.get(site_id)
-        if site is None:
-            raise NotFound(f"site {site_id} not found")
+        site = deps().controls().site(caller(as_), site_id)
         if json:
             emit_json(site)
             return
@@ -39,12 +36,12 @@ def get(site_id: str, json: JsonOpt = False) -> None:
 
 
 @app.command("history")
-def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, json: JsonOpt = False) -> None:
+def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None,
+            json: JsonOpt = False) -> None:
     """The site's commits and publications, newest first."""
     with reported(json):
         d = deps()
-        if d.sites.get(site_id) is None:
-            raise NotFound(f"site {site_id} not found")
+        d.controls().site(caller(as_), site_id)
         commits = d.commits.history(site_id, limit=limit)
         publications = d.publications.list(site_id, limit=limit)
         if json:
@@ -76,20 +73,17 @@ def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sam
 
 @app.command("pause")
 def pause(site_id: str, reason: Annotated[str, typer.Option(help="why (shown by sites get)")] = "paused by operator",
-          json: JsonOpt = False) -> None:
+          as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched."""
-    from ..control import set_paused
-
     with reported(json):
-        site = set_paused(deps().sites, site_id, True, reason)
+        site = deps().controls().set_paused(caller(as_), site_id, True, reason)
         emit_json(site) if json else sys.stdout.write(f"paused {site_id}: {reason}\n")
 
 
 @app.command("resume")
-def resume(site_id: str, json: JsonOpt = False) -> None:
+def resume(site_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
+           json: JsonOpt = False) -> None:
     """Resume a paused site (also clears its consecutive-failure count)."""
-    from ..control import set_paused
-
     with reported(json):
-        site = set_paused(deps().sites, site_id, False, None)
+        site = deps().controls().set_paused(caller(as_), site_id, False, reason or None)
         emit_json(site) if json else sys.stdout.write(f"resumed {site_id}\n")

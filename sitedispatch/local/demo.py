@@ -128,12 +128,14 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
 
 def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout_s: float) -> dict[str, Any]:
     """Backpressure and supersession, visibly: hold a site, queue publishes past its limit, release it."""
-    from ..control import set_paused
+    from ..control import Caller
     from ..errors import Backpressure
+
+    operator = Caller("demo-operator", operator=True)
 
     console.print(f"[bold]flow control[/]: {site} paused; publishes queued until its limit "
                   f"({deps.settings.max_queued_per_site}) is reached")
-    set_paused(deps.sites, site, True, "demo: holding the queue")
+    deps.controls().set_paused(operator, site, True, "demo: holding the queue")
     submitter = deps.submitter()
     accepted: list[str] = []
     refusal = None
@@ -144,7 +146,7 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
         except Backpressure as error:
             refusal = error
             console.print(f"  refused (exit 75 in the CLI): {error}")
-    set_paused(deps.sites, site, False, None)
+    deps.controls().set_paused(operator, site, False, "demo: releasing the queue")
     console.print(f"  {site} resumed: the older queued publishes are superseded by the newest")
     deadline = time.monotonic() + timeout_s
     final = []

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sitedispatch.control import Caller, ControlDeps, Controls
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
@@ -15,6 +16,8 @@ from sitedispatch.submission import SubmitDeps, Submitter
 from sitedispatch.worker import OperationsWorker, Result, WorkerDeps
 from tests.factories import PROVISION, settings
 from tests.fakes import MemoryCounters, MemoryWorld, RecordingVisibility
+
+OPERATOR = Caller("ops-alice", operator=True)
 
 
 class Harness:
@@ -34,6 +37,10 @@ class Harness:
                                            w.publication_queue, RetryBudget(MemoryCounters(w.db),
                                                                             self.settings.retry_budget_ratio,
                                                                             self.settings.retry_budget_min_retries)))
+
+    def controls(self) -> Controls:
+        w = self.world
+        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock))
 
     def publisher(self) -> PublicationWorker:
         w = self.world
@@ -58,11 +65,13 @@ class Harness:
                                      params=PROVISION if params is None else params,
                                      idempotency_key=key).operation.operation_id
 
-    def deliver(self, operation_id: str, worker: OperationsWorker | None = None) -> tuple[Result, RecordingVisibility]:
+    def deliver(self, operation_id: str, worker: OperationsWorker | None = None, request_id: str = ""
+                ) -> tuple[Result, RecordingVisibility]:
         op = self.world.operations.get(operation_id)
         assert op is not None
         visibility = RecordingVisibility()
-        return (worker or self.worker()).process(QueueMessage(operation_id, op.site_id), visibility), visibility
+        result = (worker or self.worker()).process(QueueMessage(operation_id, op.site_id), visibility, request_id)
+        return result, visibility
 
     def provisioned(self, site: str = "acme-blog") -> str:
         """A provisioned site with its first publication live."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sitedispatch.admission import running_slot
-from sitedispatch.control import cancel, set_paused
 from sitedispatch.errors import Backpressure, Conflict, PermanentError, TransientError
 from sitedispatch.model import Kind, Status
 from sitedispatch.worker import Outcome
 from tests.factories import PROVISION
-from tests.unit.conftest import THEME_TEST_DATA, Harness
+from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
 
 
 def refused(harness: Harness, **kwargs: object) -> Backpressure:
@@ -71,7 +70,7 @@ def test_estimated_delay_uses_the_sites_measured_operation_time() -> None:
 def test_cancel_of_a_queued_operation_is_immediate_and_its_message_is_then_acknowledged(harness: Harness) -> None:
     op_id = harness.submit()
 
-    op = cancel(harness.world.operations, harness.world.clock, op_id, "changed my mind")
+    op = harness.controls().cancel(OPERATOR, op_id, "changed my mind")
 
     assert op.status == Status.CANCELLED and op.error.message == "changed my mind"  # type: ignore[union-attr]
     assert harness.world.db.counters["site#acme-blog"] == 0
@@ -79,7 +78,7 @@ def test_cancel_of_a_queued_operation_is_immediate_and_its_message_is_then_ackno
     assert result.outcome == Outcome.ACKED and result.reason == "already_cancelled"
     assert harness.world.db.commits == {}
     with pytest.raises(Conflict):
-        cancel(harness.world.operations, harness.world.clock, op_id, "again")
+        harness.controls().cancel(OPERATOR, op_id, "again")
 
 
 def test_cancel_of_a_running_operation_is_cooperative_and_nothing_commits(harness: Harness) -> None:
@@ -87,7 +86,7 @@ def test_cancel_of_a_running_operation_is_cooperative_and_nothing_commits(harnes
 
     def cancelled_midway(inner, ctx, payload):  # type: ignore[no-untyped-def]
         mutation = inner(ctx, payload)
-        requested = cancel(harness.world.operations, harness.world.clock, op_id, "operator said stop")
+        requested = harness.controls().cancel(OPERATOR, op_id, "operator said stop")
         assert requested.status == Status.RUNNING and requested.cancel_requested == "operator said stop"
         return mutation
 
@@ -105,7 +104,7 @@ def test_cancel_of_a_running_operation_is_cooperative_and_nothing_commits(harnes
 
 def test_a_paused_site_defers_without_attempts_and_resumes(harness: Harness) -> None:
     op_id = harness.submit()
-    set_paused(harness.world.sites, "acme-blog", True, "migration in progress")
+    harness.controls().set_paused(OPERATOR, "acme-blog", True, "migration in progress")
     other = harness.submit(site="other-site")
 
     result, visibility = harness.deliver(op_id)
@@ -114,7 +113,7 @@ def test_a_paused_site_defers_without_attempts_and_resumes(harness: Harness) -> 
     assert visibility.changes[0] >= harness.settings.pause_deferral_s * 0.8
     assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
     assert harness.deliver(other)[0].outcome == Outcome.SUCCEEDED  # other sites untouched
-    set_paused(harness.world.sites, "acme-blog", False, None)
+    harness.controls().set_paused(OPERATOR, "acme-blog", False, None)
     assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
 
 
@@ -291,7 +290,7 @@ def test_dead_and_cancelled_attempts_release_their_slot(ending: str) -> None:
         harness.fail_first(Kind.PROVISION, PermanentError("bad input", code="bad_input"))
     else:
         running(harness, op_id, lease_s=5.0)
-        cancel(harness.world.operations, harness.world.clock, op_id, "stop")
+        harness.controls().cancel(OPERATOR, op_id, "stop")
         harness.world.clock.advance(10)
 
     result, _ = harness.deliver(op_id)

@@ -1,0 +1,187 @@
+"""Dead letters with evidence, selective redrive and replay, audit and authorization (in-memory ports)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sitedispatch.control import Caller, DeadLetterFilter
+from sitedispatch.errors import Conflict, Forbidden, TransientError
+from sitedispatch.model import Kind, Status
+from sitedispatch.worker import Outcome
+from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
+
+TENANT_A = Caller("tenant-a", operator=False)
+TENANT_B = Caller("tenant-b", operator=False)
+EVIDENCE_FIELDS = {"operation_id", "site_id", "kind", "principal", "epoch", "attempt", "attempt_budget", "fence",
+                   "input_key", "input_digest", "revision", "error_class", "error_code", "error_message",
+                   "retryable", "traceback_digest", "traceback", "created_at", "started_at", "dead_at",
+                   "request_id", "lane", "recovery_command", "recovery", "key"}
+
+
+def poisoned_import(harness: Harness, site: str = "acme-blog") -> str:
+    """A provisioned site and an import of a malformed WXR file, delivered once: dead."""
+    harness.provisioned(site)
+    op_id = harness.submit(site=site, kind="import", key=f"import-{site}",
+                           params=harness.submitter.stage_upload(site, FIXTURES / "malformed.xml"))
+    result, _ = harness.deliver(op_id, request_id="req-123")
+    assert (result.outcome, result.reason) == (Outcome.DEAD, "wxr_malformed")
+    return op_id
+
+
+def test_a_poisoned_input_goes_dead_with_complete_evidence(harness: Harness) -> None:
+    op_id = poisoned_import(harness)
+
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.status == Status.DEAD and op.evidence is not None
+    document = harness.controls().evidence(OPERATOR, op_id)
+    assert set(document) == EVIDENCE_FIELDS
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None
+    assert document["operation_id"] == op_id and document["site_id"] == "acme-blog" and document["kind"] == "import"
+    assert document["principal"] == "tenant-a" and document["attempt"] == 1 and document["epoch"] == 0
+    assert document["input_digest"] == op.input_digest and document["revision"] == site.head_revision
+    assert document["fence"] == site.fence and document["request_id"] == "req-123"
+    assert document["error_class"] == "PermanentError" and document["error_code"] == "wxr_malformed"
+    assert "malformed WXR" in document["error_message"] and document["retryable"] is False
+    assert len(document["traceback_digest"]) == 16 and any("PermanentError" in line for line in document["traceback"])
+    assert document["recovery_command"] == f"sitedispatch dlq redrive --operation {op_id} --input-file FIXED_INPUT"
+    assert document["dead_at"] >= document["created_at"]
+    # the DLQ message links to it, and the row keeps the compact copy
+    [letter] = harness.world.queue.dead
+    assert letter.lane == "bulk" and letter.attributes["evidence_key"] == document["key"] == op.evidence["key"]
+    assert letter.attributes["error_code"] == "wxr_malformed" and letter.attributes["epoch"] == "0"
+    assert "traceback" not in op.evidence
+
+
+def test_the_recovery_command_with_a_fixed_input_completes_the_same_operation(harness: Harness) -> None:
+    op_id = poisoned_import(harness)
+    fixed = harness.submitter.store_input(Kind.IMPORT, "acme-blog",
+                                          harness.submitter.stage_upload("acme-blog", THEME_TEST_DATA))
+
+    report = harness.controls().redrive(OPERATOR, operation_id=op_id, new_input=fixed, reason="fixed the file")
+    result, _ = harness.deliver(op_id)
+
+    assert report.redriven == [op_id] and report.dlq_messages_removed == 1 and harness.world.queue.dead == []
+    assert result.outcome == Outcome.SUCCEEDED
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.status == Status.SUCCEEDED and op.epoch == 1 and op.attempt == 1
+    assert op.input_digest == fixed[1] and len(harness.world.db.commits) == 2  # provision + this import, once
+    [sent] = [m for m in harness.world.queue.sent if m.message.operation_id == op_id and m.dedup_id.endswith("-e1")]
+    assert sent.lane == "bulk"
+    [entry] = harness.world.audit.entries
+    assert (entry.actor, entry.action, entry.target, entry.outcome, entry.reason) == (
+        "ops-alice", "redrive", op_id, "ok", "fixed the file")
+    assert entry.detail["input_replaced"] is True and entry.detail["evidence"].startswith("evidence/acme-blog/")
+
+
+def test_redrive_twice_redrives_once() -> None:
+    harness = Harness(attempt_budget=2)
+    harness.fail_first(Kind.PROVISION, *[TransientError("upstream 503")] * 2)
+    op_id = harness.submit()
+    harness.deliver(op_id)
+    harness.world.clock.advance(3600)
+    assert harness.deliver(op_id)[0].outcome == Outcome.DEAD
+    controls = harness.controls()
+
+    first = controls.redrive(OPERATOR, operation_id=op_id)
+    second = controls.redrive(OPERATOR, operation_id=op_id)
+
+    assert first.redriven == [op_id] and second.redriven == [] and op_id in second.skipped
+    assert len([m for m in harness.world.queue.sent if m.message.operation_id == op_id]) == 2  # submit + 1 redrive
+    assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
+    assert controls.redrive(OPERATOR, operation_id=op_id).skipped[op_id] == "already succeeded (after a redrive, " \
+                                                                            "epoch 1)"
+
+
+def test_redrive_by_site_and_by_error_code_moves_only_the_matching_operations(harness: Harness) -> None:
+    bad_one = poisoned_import(harness, "site-one")
+    bad_two = poisoned_import(harness, "site-two")
+    unready = harness.submit(site="site-three", kind="publish", params={})  # never provisioned
+    assert harness.deliver(unready)[0].reason == "not_provisioned"
+    controls = harness.controls()
+    assert {op.operation_id for op in controls.dead_letters(OPERATOR)} == {bad_one, bad_two, unready}
+
+    dry = controls.redrive(OPERATOR, where=DeadLetterFilter(site_id="site-one"), dry_run=True)
+    assert dry.selected == [bad_one] and dry.redriven == []
+    assert harness.world.operations.get(bad_one).status == Status.DEAD  # type: ignore[union-attr]
+
+    by_site = controls.redrive(OPERATOR, where=DeadLetterFilter(site_id="site-one"))
+    assert by_site.redriven == [bad_one] and by_site.dlq_messages_removed == 1
+    by_code = controls.redrive(OPERATOR, where=DeadLetterFilter(error_code="not_provisioned"))
+    assert by_code.redriven == [unready] and by_code.dlq_messages_removed == 1
+
+    assert [letter.attributes["operation_id"] for letter in harness.world.queue.dead] == [bad_two]
+    assert harness.world.operations.get(bad_two).status == Status.DEAD  # type: ignore[union-attr]
+    assert {op.operation_id for op in controls.dead_letters(OPERATOR)} == {bad_two}
+
+
+def test_redrive_of_a_superseded_or_cancelled_operation_is_refused_with_the_reason(harness: Harness) -> None:
+    harness.provisioned()
+    older = harness.submit(kind="publish", params={}, key="p1")
+    harness.world.clock.advance(1)
+    newer = harness.submit(kind="publish", params={}, key="p2")
+    assert harness.deliver(older)[0].reason == "superseded"
+    queued = harness.submit(site="other", key="other")
+    controls = harness.controls()
+    controls.cancel(OPERATOR, queued, "not needed")
+
+    superseded = controls.redrive(OPERATOR, operation_id=older)
+    cancelled = controls.redrive(OPERATOR, operation_id=queued)
+
+    assert superseded.refused[older].startswith(f"superseded by {newer}")
+    assert cancelled.refused[queued].startswith("cancelled (not needed)")
+    assert [e.outcome for e in harness.world.audit.entries if e.action == "redrive"] == ["refused", "refused"]
+
+
+def test_replay_requeues_a_dead_operation_whose_dlq_message_is_gone(harness: Harness) -> None:
+    op_id = harness.submit(site="never-provisioned", kind="publish", params={})
+    harness.deliver(op_id)
+    harness.world.queue.dead.clear()  # expired after 14 days, or purged
+
+    report = harness.controls().replay(OPERATOR, op_id, reason="provisioned it by hand")
+
+    assert report.redriven == [op_id] and report.dlq_messages_removed == 0
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.status == Status.QUEUED and op.epoch == 1 and op.evidence is None
+    assert harness.world.audit.entries[-1].action == "replay"
+
+
+def test_a_principal_sees_and_acts_only_on_its_own_sites(harness: Harness) -> None:
+    mine = poisoned_import(harness, "a-site")
+    controls = harness.controls()
+
+    for attempt in (lambda: controls.operation(TENANT_B, mine), lambda: controls.evidence(TENANT_B, mine),
+                    lambda: controls.cancel(TENANT_B, mine, "nope"),
+                    lambda: controls.redrive(TENANT_B, operation_id=mine),
+                    lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
+                    lambda: controls.site(TENANT_B, "a-site")):
+        with pytest.raises(Forbidden):
+            attempt()
+    assert controls.dead_letters(TENANT_B) == [] and controls.operations(TENANT_B) == []
+    assert controls.redrive(TENANT_B, where=DeadLetterFilter()).selected == []  # --all sees only its own: none
+
+    assert [op.operation_id for op in controls.dead_letters(TENANT_A)] == [mine]
+    assert controls.redrive(TENANT_A, operation_id=mine).redriven == [mine]  # the owner may
+    denied = [e for e in harness.world.audit.entries if e.outcome == "denied"]
+    assert {e.action for e in denied} == {"cancel", "redrive", "pause"} and {e.actor for e in denied} == {"tenant-b"}
+    assert harness.world.operations.get(mine).status == Status.QUEUED  # type: ignore[union-attr]
+
+
+def test_every_operator_action_is_audited(harness: Harness) -> None:
+    harness.provisioned()
+    queued = harness.submit(kind="publish", params={}, key="p")
+    controls = harness.controls()
+
+    controls.set_paused(OPERATOR, "acme-blog", True, "maintenance")
+    controls.set_paused(OPERATOR, "acme-blog", False, "done")
+    controls.cancel(OPERATOR, queued, "wrong content")
+    with pytest.raises(Conflict):
+        controls.cancel(OPERATOR, queued, "again")
+
+    entries = [(e.action, e.target, e.outcome, e.reason) for e in harness.world.audit.entries]
+    assert entries == [("pause", "acme-blog", "ok", "maintenance"), ("resume", "acme-blog", "ok", "done"),
+                       ("cancel", queued, "ok", "wrong content"), ("cancel", queued, "refused", "again")]
+    assert all(e.actor == "ops-alice" and e.at > 0 for e in harness.world.audit.entries)
+    assert json.dumps([e.detail for e in harness.world.audit.entries])  # details are plain data
