@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,10 +210,10 @@ class Controls:
         d.operations.mark_queued(revived.operation_id, d.clock.now())
         return revived
 
-    def _remove_dead_letters(self, lanes: Iterable[str], remove: Any) -> int:
+    def _remove_dead_letters(self, lanes: Iterable[str], remove: Callable[[DeadLetter], bool]) -> int:
         removed = 0
         for lane in sorted(lanes):
-            gone, _ = self.d.queue.sweep_dead_letters(lane, lambda letter, r=remove: bool(r(letter)))
+            gone, _ = self.d.queue.sweep_dead_letters(lane, remove)
             removed += len(gone)
         return removed
 
@@ -234,6 +234,10 @@ class Controls:
             current = self._reload(op.operation_id)
             raise Conflict(f"operation {op.operation_id} is already {current.status.value}") from None
         return self._reload(op.operation_id)
+
+    def authorize_action(self, caller: Caller, action: str, operation_id: str, reason: str = "") -> Operation:
+        """The operation, if `caller` may perform `action` on it (a refusal is audited as denied)."""
+        return self._act(caller, action, operation_id, reason)
 
     def _act(self, caller: Caller, action: str, operation_id: str, reason: str) -> Operation:
         op = self.d.operations.get(operation_id)

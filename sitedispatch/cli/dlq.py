@@ -107,7 +107,7 @@ def redrive_command(*, operation_id: str | None, site: str | None, error_code: s
         controls = deps().controls()
         who = caller(as_)
         if operation_id is not None and not dry_run:
-            controls.operation(who, operation_id)  # authorize before storing a replacement input
+            controls.authorize_action(who, action, operation_id, reason)  # before storing a replacement input
         new_input = None if dry_run else staged_input(operation_id or "", input_file)
         report = controls.redrive(who, operation_id=operation_id,
                                   where=None if operation_id else DeadLetterFilter(site_id=site,

@@ -1,0 +1,136 @@
+"""The operator runbook through the CLI against moto: dead letters with evidence, recovery, redrive, audit, authz."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import Cloud, cli_runner, pump, run_cli
+from tests.unit.conftest import FIXTURES, THEME_TEST_DATA
+
+run = run_cli
+
+
+@pytest.fixture
+def cli(cloud: Cloud) -> Iterator[CliRunner]:
+    with cli_runner() as runner:
+        yield runner
+
+
+def dlq_messages(cloud: Cloud, lane: str) -> list[dict[str, str]]:
+    url = getattr(cloud.settings, f"{lane}_dlq_url")
+    messages = cloud.deps.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                                              VisibilityTimeout=0).get("Messages", [])
+    return [{k: v["StringValue"] for k, v in m.get("MessageAttributes", {}).items()} for m in messages]
+
+
+def provision(cli: CliRunner, site: str, principal: str = "tenant-a") -> None:
+    code, out = run(cli, "submit", "provision", "--site", site, "--param", "title=T", "--param",
+                    "admin_email=a@b.co", "--as", principal)
+    assert code == 0, out
+
+
+def import_file(cli: CliRunner, site: str, path: object, principal: str = "tenant-a") -> str:
+    code, out = run(cli, "submit", "import", "--site", site, "--input-file", str(path), "--as", principal, "--json")
+    assert code == 0, out
+    return str(json.loads(out)["operation_id"])
+
+
+def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(cli: CliRunner, cloud: Cloud,
+                                                                         tmp_path: object) -> None:
+    provision(cli, "acme-blog")
+    pump(cloud)
+    op_id = import_file(cli, "acme-blog", FIXTURES / "malformed.xml")
+    pump(cloud)
+
+    code, out = run(cli, "dlq", "list", "--json")
+    assert code == 0, out
+    [dead] = json.loads(out)
+    assert dead["operation_id"] == op_id and dead["evidence"]["error_code"] == "wxr_malformed"
+    [letter] = dlq_messages(cloud, "bulk")
+    assert letter["operation_id"] == op_id and letter["evidence_key"] == dead["evidence"]["key"]
+
+    code, out = run(cli, "dlq", "show", op_id, "--json")
+    evidence = json.loads(out)
+    assert code == 0 and evidence["site_id"] == "acme-blog" and evidence["attempt"] == 1
+    assert evidence["request_id"]  # the Lambda request that failed (the pump's context)
+    assert evidence["traceback"] and evidence["input_digest"] == dead["evidence"]["input_digest"]
+    code, out = run(cli, "dlq", "show", op_id)
+    assert code == 0 and "wxr_malformed" in out and "recover:" in out
+
+    # the operator runs the recovery command, with the corrected file in place of FIXED_INPUT
+    command = evidence["recovery_command"].split()
+    assert command[:2] == ["sitedispatch", "dlq"] and command[-1] == "FIXED_INPUT"
+    code, out = run(cli, *command[1:-1], str(THEME_TEST_DATA), "--reason", "fixed the export", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["redriven"] == [op_id] and report["dlq_messages_removed"] == 1
+    assert dlq_messages(cloud, "bulk") == []
+    pump(cloud)
+
+    code, out = run(cli, "ops", "get", op_id, "--json")
+    op = json.loads(out)
+    assert op["status"] == "succeeded" and op["epoch"] == 1 and op["attempt"] == 1
+    assert len(cloud.deps.commits.history("acme-blog")) == 2
+    code, out = run(cli, *command[1:-1], str(THEME_TEST_DATA), "--json")  # running it again changes nothing
+    assert code == 0 and json.loads(out)["redriven"] == [] and op_id in json.loads(out)["skipped"]
+
+    code, out = run(cli, "audit", "list", "--action", "redrive", "--json")
+    entries = json.loads(out)
+    assert [(e["actor"], e["target"], e["outcome"], e["reason"]) for e in entries] == [
+        ("operator", op_id, "skipped", None), ("operator", op_id, "ok", "fixed the export")]
+    code, out = run(cli, "audit", "list")
+    assert code == 0 and "redrive" in out
+
+
+def test_redrive_by_site_and_by_error_code_on_sqs_moves_only_the_matching(cli: CliRunner, cloud: Cloud) -> None:
+    for site in ("site-one", "site-two"):
+        provision(cli, site)
+    pump(cloud)
+    bad = {site: import_file(cli, site, FIXTURES / "malformed.xml") for site in ("site-one", "site-two")}
+    unsafe = import_file(cli, "site-one", FIXTURES / "billion-laughs.xml")
+    pump(cloud)
+    assert len(dlq_messages(cloud, "bulk")) >= 1
+
+    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["selected"] == [bad["site-two"]] and json.loads(out)["redriven"] == []
+    code, out = run(cli, "dlq", "redrive", "--error-code", "wxr_unsafe", "--json")
+    assert code == 0 and json.loads(out)["redriven"] == [unsafe], out
+    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--json")
+    assert code == 0 and json.loads(out)["redriven"] == [bad["site-two"]], out
+
+    remaining = {op["operation_id"] for op in json.loads(run(cli, "dlq", "list", "--json")[1])}
+    assert remaining == {bad["site-one"]}
+    # what is left in the DLQ is only the untouched operation's message (FIFO: read all groups)
+    left = {letter["operation_id"] for letter in dlq_messages(cloud, "bulk")}
+    assert left == {bad["site-one"]}
+    assert run(cli, "dlq", "redrive")[0] == 2  # no selection: invalid
+
+
+def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud) -> None:
+    provision(cli, "a-site", "tenant-a")
+    pump(cloud)
+    op_id = import_file(cli, "a-site", FIXTURES / "malformed.xml")
+    pump(cloud)
+
+    for args in (["ops", "get", op_id], ["ops", "cancel", op_id], ["dlq", "show", op_id],
+                 ["dlq", "redrive", "--operation", op_id], ["ops", "replay", op_id], ["sites", "get", "a-site"],
+                 ["sites", "pause", "a-site"]):
+        code, out = run(cli, *args, "--as", "tenant-b")
+        assert code == 4 and "tenant-b may not act on" in out, (args, out)
+    assert json.loads(run(cli, "dlq", "list", "--as", "tenant-b", "--json")[1]) == []
+    assert json.loads(run(cli, "ops", "list", "--as", "tenant-b", "--json")[1]) == []
+    assert run(cli, "audit", "list", "--as", "tenant-b", "--actor", "tenant-a")[0] == 4
+    assert run(cli, "dlq", "show", op_id, "--as", "tenant-a")[0] == 0
+
+    denied = json.loads(run(cli, "audit", "list", "--as", "tenant-b", "--json")[1])
+    assert {e["action"] for e in denied} == {"cancel", "redrive", "replay", "pause"}
+    assert {e["outcome"] for e in denied} == {"denied"}
+
+    code, out = run(cli, "ops", "replay", op_id, "--as", "tenant-a", "--json")
+    assert code == 0 and json.loads(out)["redriven"] == [op_id]
+    code, out = run(cli, "ops", "replay", op_id, "--as", "tenant-a")  # not dead any more: nothing to do
+    assert code == 0 and "skipped" in out
