@@ -8,7 +8,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies
 from sitedispatch.observability import logger, metrics, tracer
-from sitedispatch.reconciler import Reconciler
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -17,5 +16,6 @@ from sitedispatch.reconciler import Reconciler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     deps = dependencies()
     schedule = str(event.get("schedule", ""))
-    sweep = Reconciler(deps.operations, deps.queue, deps.clock).run(schedule)
-    return {"schedule": schedule, "skipped": sweep is None, "repaired": sweep.repaired if sweep else {}}
+    sweep = deps.reconciler().run(schedule)
+    return {"schedule": schedule, "skipped": sweep is None, "repaired": sweep.repaired if sweep else {},
+            "truncated": bool(sweep and sweep.truncated)}

@@ -144,6 +144,13 @@ class Dependencies:
         """Who is calling, as AWS knows it (STS GetCallerIdentity): what the audit records on AWS."""
         return str(self.session.client("sts").get_caller_identity()["Arn"])
 
+    def reconciler(self) -> Any:
+        from .reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+
+        return Reconciler(ReconcilerDeps(self.settings, self.operations, self.sites, self.publications, self.queue,
+                                         self.publication_queue, self.blobs, self.clock,
+                                         wp_cron_submitter(self.submitter())))
+
     def worker(self) -> Any:
         from .handlers import handler_map
         from .worker import OperationsWorker, WorkerDeps

@@ -142,6 +142,7 @@ class Site:
     live_seq: int = 0
     live_revision: str | None = None
     live_at: float | None = None
+    next_due_at: float | None = None  # when the head revision next has a WordPress event or future post due
 
     def lease_free_for(self, operation_id: str, now: float) -> bool:
         return (

@@ -106,6 +106,9 @@ class SiteStore(Protocol):
     def release_lease(self, lease: Lease) -> bool:
         """Conditional on the fence; False (not an error) when someone else holds it by now."""
 
+    def due(self, now: float, limit: int = 1000) -> list[Site]:
+        """Sites whose head has a WordPress event or future post due at or before `now`, earliest first."""
+
     def list(self, limit: int = 100) -> list[Site]: ...
 
     def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
@@ -131,6 +134,7 @@ class PreparedCommit:
     counters: tuple[str, ...] = ()  # admission counters released by this terminal transition
     avg_operation_s: float | None = None  # the site's updated running average of operation time
     slot: str | None = None  # the running slot the operation holds, released by the commit
+    next_due_at: float | None = None  # of the new head: when wp-events should next run WordPress's cron
 
 
 class PublicationStore(Protocol):

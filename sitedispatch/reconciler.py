@@ -1,81 +1,303 @@
-"""The reconciler: repairs that a schedule runs. Cron only coordinates (G8): it re-sends, it never does the work.
+"""The reconciler: repairs a schedule runs. Cron only coordinates (G8): it re-sends and re-points, it never does the
+work itself, and everything it does is safe to do twice.
 
-`reconcile` repairs orphans (an operation accepted but never sent, e.g. the submitter crashed between the row and
-the send) and drifted admission counters (by recount).
+- `reconcile`: orphans (accepted, never sent; or queued and untouched far past any deferral), stale leases (a
+  running operation whose lease expired: that attempt failed, re-enqueue), lost fan-ins (publications whose plan or
+  chunk messages were lost), live.json pointers behind the live pointer, and drifted admission counters.
+- `wp-events`: one `wp_cron` operation per site with something due, per due minute (through the idempotency key).
+- `queue-repair`: dead-letter depth and age, DLQ messages of operations no longer dead at that epoch removed.
+
+Each sweep is bounded by a time budget and page limits, reports what it repaired (metrics and one log line), and
+says when it stopped early (`truncated`), so the next run continues.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import observability as obs
 from .admission import is_admission_counter, recount
-from .model import RUNNABLE, QueueMessage, Status, lane_for
-from .ports import Clock, OperationQueue, OperationStore
+from .errors import Backpressure, NotRunnable, StaleFence
+from .model import (
+    RUNNABLE,
+    ErrorInfo,
+    Kind,
+    Lease,
+    Operation,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+    Site,
+    Status,
+    lane_for,
+)
+from .ports import (
+    BlobStore,
+    Clock,
+    DeadLetter,
+    OperationQueue,
+    OperationStore,
+    PublicationQueue,
+    PublicationStore,
+    SiteStore,
+)
+from .publication.live import live_key, write_live_document
+from .settings import Settings
 
-ORPHAN_GRACE_S = 30.0
-COUNTER_QUIET_S = 120.0  # a counter is repaired only after this long without a change (index lag is far below)
+if TYPE_CHECKING:
+    from .submission import Submitter
+
 RECOUNT_LIMIT = 100_000
+SITE_SCAN_LIMIT = 10_000
+STALE_LEASE_ERROR = "lease_expired"
+
+
+@dataclass(frozen=True)
+class ReconcilerPolicy:
+    orphan_grace_s: float = 30.0  # accepted this long without a send: the submitter died
+    queued_orphan_s: float = 3600.0  # queued and untouched this long (far past any deferral or backoff): re-send
+    lease_grace_s: float = 5.0  # a lease expired this long ago, its operation still running: the attempt died
+    publication_stall_s: float = 300.0  # a publication pending or planned this long: re-send its missing steps
+    live_repair_window_s: float = 3600.0  # live.json is checked for sites promoted within this window
+    counter_quiet_s: float = 120.0  # a counter is repaired only after this long without a change
+    time_budget_s: float = 45.0  # of the function's 60 s timeout
 
 
 @dataclass
 class Sweep:
     schedule: str
     repaired: dict[str, int] = field(default_factory=dict)
+    truncated: bool = False
+
+
+@dataclass
+class ReconcilerDeps:
+    settings: Settings
+    operations: OperationStore
+    sites: SiteStore
+    publications: PublicationStore
+    queue: OperationQueue
+    publication_queue: PublicationQueue
+    blobs: BlobStore
+    clock: Clock
+    submit_wp_cron: Callable[[Site, int], str]  # (site, due minute) -> "submitted" | "exists" | "refused"
 
 
 class Reconciler:
-    def __init__(self, operations: OperationStore, queue: OperationQueue, clock: Clock,
-                 orphan_grace_s: float = ORPHAN_GRACE_S, counter_quiet_s: float = COUNTER_QUIET_S) -> None:
-        self.operations = operations
-        self.queue = queue
-        self.clock = clock
-        self.orphan_grace_s = orphan_grace_s
-        self.counter_quiet_s = counter_quiet_s
+    def __init__(self, deps: ReconcilerDeps, policy: ReconcilerPolicy = ReconcilerPolicy()) -> None:
+        self.d = deps
+        self.policy = policy
+        self._deadline = 0.0
 
     def schedules(self) -> dict[str, Callable[[], Sweep]]:
         """Schedule name -> sweep. An unknown name is logged and skipped by the caller."""
-        return {"reconcile": self.reconcile}
+        return {"reconcile": self.reconcile, "wp-events": self.wp_events, "queue-repair": self.queue_repair}
 
     def run(self, schedule: str) -> Sweep | None:
         sweep = self.schedules().get(schedule)
         if sweep is None:
             obs.logger.warning("unknown schedule skipped", extra={"schedule": schedule})
             return None
-        return sweep()
+        self._deadline = self.d.clock.now() + self.policy.time_budget_s
+        result = sweep()
+        for name, value in result.repaired.items():
+            obs.count(_metric(name), value)
+        obs.logger.info(f"{schedule} sweep", extra={"repaired": result.repaired, "truncated": result.truncated})
+        return result
+
+    def _out_of_time(self, sweep: Sweep) -> bool:
+        if self._deadline and self.d.clock.now() >= self._deadline:
+            sweep.truncated = True
+        return sweep.truncated
+
+    # -- reconcile -----------------------------------------------------------------------------------------------
 
     def reconcile(self) -> Sweep:
         sweep = Sweep("reconcile")
-        cutoff = self.clock.now() - self.orphan_grace_s
-        orphans = 0
-        for op in self.operations.list(status=Status.ACCEPTED, limit=1000):
-            if op.created_at > cutoff:
-                continue
-            # Re-sending is always safe: the worker skips anything already done, and dedup ids match the epoch.
-            self.queue.send(QueueMessage(op.operation_id, op.site_id), op.dedup_id, lane_for(op.kind))
-            self.operations.mark_queued(op.operation_id, self.clock.now())
-            orphans += 1
-        sweep.repaired["orphans_resent"] = orphans
-        obs.count("OrphansResent", orphans)
-        sweep.repaired["counters_repaired"] = self.repair_counters()
-        obs.logger.info("reconcile sweep", extra={"repaired": sweep.repaired})
+        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep)
+        sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep)
+        sites = [] if self._out_of_time(sweep) else self.d.sites.list(limit=SITE_SCAN_LIMIT)
+        sweep.repaired["publications_resumed"] = self.resume_publications(sites, sweep)
+        sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sites, sweep)
+        sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters()
         return sweep
+
+    def resend_orphans(self, sweep: Sweep) -> int:
+        """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""
+        d, now = self.d, self.d.clock.now()
+        resent = 0
+        for op in d.operations.list(status=Status.ACCEPTED, limit=RECOUNT_LIMIT):
+            if self._out_of_time(sweep):
+                break
+            if op.created_at <= now - self.policy.orphan_grace_s:
+                self._send(op)
+                d.operations.mark_queued(op.operation_id, d.clock.now())
+                resent += 1
+        paused = {site.site_id for site in d.sites.list(limit=SITE_SCAN_LIMIT) if site.paused}
+        for op in d.operations.list(status=Status.QUEUED, limit=RECOUNT_LIMIT):
+            if self._out_of_time(sweep):
+                break
+            untouched_since = max(op.updated_at, op.not_before or 0.0)
+            if untouched_since <= now - self.policy.queued_orphan_s and op.site_id not in paused:
+                self._send(op)
+                resent += 1
+        return resent
+
+    def recover_stale_leases(self, sweep: Sweep) -> int:
+        """A running operation whose lease expired (no heartbeat) or passed to another operation: that attempt is
+        over. It is failed and queued again; the attempt's process, if it ever wakes, cannot commit (its fence)."""
+        d, now = self.d, self.d.clock.now()
+        recovered = 0
+        for op in d.operations.list(status=Status.RUNNING, limit=RECOUNT_LIMIT):
+            if self._out_of_time(sweep):
+                break
+            site = d.sites.get(op.site_id)
+            holds = (site is not None and site.lease_owner == op.operation_id and site.fence == op.fence
+                     and (site.lease_expires_at or 0.0) > now - self.policy.lease_grace_s)
+            if holds or op.fence is None:
+                continue
+            error = ErrorInfo("LeaseExpired", STALE_LEASE_ERROR,
+                              f"attempt {op.attempt} stopped renewing its lease (fence {op.fence}): its process "
+                              "died or stalled; the reconciler failed the attempt and queued the operation again",
+                              True)
+            try:
+                d.operations.schedule_retry(op.operation_id, op.fence, error, now, now, slot=op.running_slot)
+            except (StaleFence, NotRunnable):
+                continue  # it moved on meanwhile (committed, retried, or another attempt started)
+            d.sites.release_lease(Lease(op.site_id, op.operation_id, op.fence, now))
+            self._send(op)
+            recovered += 1
+            obs.logger.warning("stale lease recovered", extra={"operation_id": op.operation_id,
+                                                               "site_id": op.site_id, "fence": op.fence})
+        return recovered
+
+    def resume_publications(self, sites: list[Site], sweep: Sweep) -> int:
+        """Lost fan-ins: a publication that stalled (its plan or some chunk messages lost, or its finisher died
+        after the last chunk) gets its missing steps sent again. Steps are idempotent."""
+        d, now = self.d, self.d.clock.now()
+        resumed = 0
+        for site in sites:
+            if self._out_of_time(sweep):
+                break
+            if site.head_version <= site.live_seq:
+                continue  # nothing newer than what is live
+            for publication in d.publications.list(site.site_id, limit=3):
+                if publication.status not in {PublicationStatus.PENDING, PublicationStatus.PLANNED}:
+                    continue
+                if publication.created_at > now - self.policy.publication_stall_s:
+                    continue
+                steps = ([PublicationMessage(site.site_id, publication.revision_id, publication.seq)]
+                         if publication.total_chunks is None else
+                         [PublicationMessage(site.site_id, publication.revision_id, publication.seq, chunk)
+                          for chunk in range(publication.total_chunks) if chunk not in publication.done_chunks]
+                         or [PublicationMessage(site.site_id, publication.revision_id, publication.seq,
+                                                publication.total_chunks - 1)])  # all done, never finished
+                for step in steps:
+                    d.publication_queue.send(step)
+                resumed += 1
+        return resumed
+
+    def repair_live_pointers(self, sites: list[Site], sweep: Sweep) -> int:
+        """live.json is written after the promotion; a publisher that died in between left it behind."""
+        d, now = self.d, self.d.clock.now()
+        repaired = 0
+        for site in sites:
+            if self._out_of_time(sweep):
+                break
+            if site.live_revision is None or (site.live_at or 0.0) < now - self.policy.live_repair_window_s:
+                continue
+            current = d.blobs.read_versioned(live_key(site.site_id))
+            if current is not None and json.loads(current[0]).get("seq", 0) >= site.live_seq:
+                continue
+            if write_live_document(d.blobs, site):
+                repaired += 1
+        return repaired
 
     def repair_counters(self) -> int:
         """Counters are exact by construction (moved in the transactions that move operations); this recount is the
         tool for drift from a bug or a hand edit. A counter is set to the recount only if it has been quiet for
         `counter_quiet_s` and still holds what was read, so a recount racing live traffic changes nothing."""
-        started = self.clock.now()
-        observed = {k: v for k, v in self.operations.counters().items() if is_admission_counter(k)}
-        outstanding = [op for status in RUNNABLE for op in self.operations.list(status=status, limit=RECOUNT_LIMIT)]
+        d = self.d
+        started = d.clock.now()
+        observed = {k: v for k, v in d.operations.counters().items() if is_admission_counter(k)}
+        outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
         expected = recount(outstanding)
         repaired = 0
         for counter in sorted(observed.keys() | expected.keys()):
             have, want = observed.get(counter, 0), expected.get(counter, 0)
-            if have != want and self.operations.repair_counter(counter, have, want,
-                                                               started - self.counter_quiet_s, self.clock.now()):
+            if have != want and d.operations.repair_counter(counter, have, want,
+                                                            started - self.policy.counter_quiet_s, d.clock.now()):
                 obs.logger.warning("counter repaired", extra={"counter": counter, "was": have, "now": want})
                 repaired += 1
-        obs.count("CountersRepaired", repaired)
         return repaired
+
+    # -- wp-events -----------------------------------------------------------------------------------------------
+
+    def wp_events(self) -> Sweep:
+        """One `wp_cron` per site with something due, per due minute: the idempotency key is (site, minute), so a
+        second run in the same minute submits nothing new, and a queued older one is superseded by the newer."""
+        sweep = Sweep("wp-events")
+        d, now = self.d, self.d.clock.now()
+        minute = int(now // 60)
+        outcomes = {"submitted": 0, "exists": 0, "refused": 0}
+        for site in d.sites.due(now):
+            if self._out_of_time(sweep):
+                break
+            if not site.paused:
+                outcomes[self.d.submit_wp_cron(site, minute)] += 1
+        sweep.repaired.update({f"wp_cron_{outcome}": n for outcome, n in outcomes.items()})
+        return sweep
+
+    # -- queue-repair --------------------------------------------------------------------------------------------
+
+    def queue_repair(self) -> Sweep:
+        """Dead-letter depth and age per lane; messages whose operation is no longer dead at that epoch (redriven,
+        replayed, or ended otherwise) removed."""
+        sweep = Sweep("queue-repair")
+        d, now = self.d, self.d.clock.now()
+        stale_removed = 0
+        for lane in sorted({lane_for(kind) for kind in Kind}):
+            if self._out_of_time(sweep):
+                break
+
+            def stale(letter: DeadLetter) -> bool:
+                op = d.operations.get(letter.attributes.get("operation_id", ""))
+                return op is None or op.status != Status.DEAD or str(op.epoch) != letter.attributes.get("epoch")
+
+            removed, kept = d.queue.sweep_dead_letters(lane, stale)
+            stale_removed += len(removed)
+            oldest = min((letter.sent_at for letter in kept if letter.sent_at), default=None)
+            obs.count(f"DeadLetterDepth{lane.capitalize()}", len(kept))
+            obs.seconds(f"DeadLetterOldestAge{lane.capitalize()}", now - oldest if oldest else 0.0)
+            sweep.repaired[f"dlq_depth_{lane}"] = len(kept)
+        sweep.repaired["dlq_stale_removed"] = stale_removed
+        waiting = [op for status in (Status.ACCEPTED, Status.QUEUED)
+                   for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
+        for lane in sorted({lane_for(kind) for kind in Kind}):
+            ages = [now - (op.queued_at or op.created_at) for op in waiting if lane_for(op.kind) == lane]
+            obs.seconds(f"OldestQueuedAge{lane.capitalize()}", max(ages, default=0.0))
+        return sweep
+
+    def _send(self, op: Operation) -> None:
+        self.d.queue.send(QueueMessage(op.operation_id, op.site_id), op.dedup_id, lane_for(op.kind))
+
+
+def _metric(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def wp_cron_submitter(submitter: Submitter) -> Callable[[Site, int], str]:
+    """The wp-events sweep's submit: as the site's owner, keyed by (site, due minute)."""
+
+    def submit(site: Site, minute: int) -> str:
+        try:
+            result = submitter.submit(kind=Kind.WP_CRON.value, site_id=site.site_id, principal=site.principal,
+                                      params={"due_minute": minute}, idempotency_key=f"wp-events:{minute}")
+        except Backpressure:
+            return "refused"  # the site's queue is full: the next minute tries again
+        return "submitted" if result.created else "exists"
+
+    return submit

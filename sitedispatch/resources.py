@@ -73,6 +73,8 @@ QUEUES: dict[str, QueueSpec] = {
 
 SCHEDULES: dict[str, ScheduleSpec] = {
     "reconcile": ScheduleSpec("reconcile", 60, "reconciler"),
+    "wp-events": ScheduleSpec("wp-events", 60, "reconciler"),
+    "queue-repair": ScheduleSpec("queue-repair", 300, "reconciler"),
 }
 
 BUCKET_LOGICAL_ID = "DispatchBucket"

@@ -185,7 +185,8 @@ class OperationsWorker:
                 AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
             d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
                                             result=result, publication=publication, counters=counters_for(op),
-                                            avg_operation_s=round(average, 3), slot=op.running_slot), now)
+                                            avg_operation_s=round(average, 3), slot=op.running_slot,
+                                            next_due_at=mutation.due_at()), now)
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
             earlier = d.commits.get(op.operation_id)

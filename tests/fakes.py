@@ -253,6 +253,10 @@ class MemorySiteStore:
     def list(self, limit: int = 100) -> list[Site]:
         return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
+    def due(self, now: float, limit: int = 1000) -> list[Site]:
+        due = [s for s in self.db.sites.values() if s.next_due_at is not None and s.next_due_at <= now]
+        return sorted(due, key=lambda s: s.next_due_at or 0)[:limit]
+
     def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
         with self.db.lock:
             site = self.db.sites.get(site_id)
@@ -307,7 +311,7 @@ class MemoryCommitStore:
             self.db.commits[c.operation_id] = c
             self.db.sites[c.site_id] = replace(
                 site, head_version=c.version, head_revision=c.revision_id, lease_owner=None, lease_expires_at=None,
-                consecutive_failures=0,
+                consecutive_failures=0, next_due_at=prepared.next_due_at,
                 avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s)
             self.db.release((*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
             self.db.operations[c.operation_id] = replace(op, status=Status.SUCCEEDED, result=prepared.result,

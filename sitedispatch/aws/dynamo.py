@@ -38,7 +38,7 @@ from ..model import (
     Status,
 )
 from ..ports import PreparedCommit, Slot
-from .tables import Models
+from .tables import DUE_PARTITION, Models
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
@@ -76,6 +76,7 @@ def _to_site(item: Any) -> Site:
         pause_reason=item.pause_reason, consecutive_failures=int(item.consecutive_failures or 0),
         avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
         live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
+        next_due_at=None if item.next_due_at is None else float(item.next_due_at),
     )
 
 
@@ -406,6 +407,10 @@ class DynamoSiteStore:
                 return False
             raise
 
+    def due(self, now: float, limit: int = 1000) -> list[Site]:
+        M = self.M
+        return [_to_site(item) for item in M.by_due.query(DUE_PARTITION, M.next_due_at <= now, limit=limit)]
+
     def list(self, limit: int = 100) -> list[Site]:
         sites = [_to_site(item) for item in self.M.scan(limit=limit)]
         return sorted(sites, key=lambda s: s.site_id)
@@ -469,6 +474,10 @@ class DynamoCommitStore:
                                 S.lease_owner.remove(), S.lease_expires_at.remove(), S.consecutive_failures.set(0)]
                 if prepared.avg_operation_s is not None:
                     site_actions.append(S.avg_operation_s.set(prepared.avg_operation_s))
+                if prepared.next_due_at is not None:
+                    site_actions += [S.next_due_at.set(prepared.next_due_at), S.due.set(DUE_PARTITION)]
+                else:
+                    site_actions += [S.next_due_at.remove(), S.due.remove()]
                 tx.update(
                     S(c.site_id),
                     actions=site_actions,

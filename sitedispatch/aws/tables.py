@@ -13,6 +13,8 @@ from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
+DUE_PARTITION = "due"  # sites with something due share one partition of the sparse by-due index
+
 
 @dataclass(frozen=True)
 class TableNames:
@@ -88,6 +90,11 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         by_site = OperationsBySite()
         by_status = OperationsByStatus()
 
+    class SitesByDue(GlobalSecondaryIndex):
+        Meta = index_meta("by-due")
+        due = UnicodeAttribute(hash_key=True)
+        next_due_at = NumberAttribute(range_key=True)
+
     class SiteItem(Model):
         Meta = meta(names.sites)
         site_id = UnicodeAttribute(hash_key=True)
@@ -105,6 +112,9 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         live_seq = NumberAttribute(default=0)
         live_revision = UnicodeAttribute(null=True)
         live_at = NumberAttribute(null=True)
+        next_due_at = NumberAttribute(null=True)
+        due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
+        by_due = SitesByDue()
 
     class CommitsBySite(GlobalSecondaryIndex):
         Meta = index_meta("by-site")

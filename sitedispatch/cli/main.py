@@ -103,13 +103,11 @@ def status(json: JsonOpt = False) -> None:
 
 
 @app.command()
-def reconcile(schedule: Annotated[str, typer.Option(help="which sweep")] = "reconcile", json: JsonOpt = False) -> None:
-    """Run one reconciler sweep by hand."""
-    from ..reconciler import Reconciler
-
+def reconcile(schedule: Annotated[str, typer.Option(help="reconcile | wp-events | queue-repair")] = "reconcile",
+              json: JsonOpt = False) -> None:
+    """Run one reconciler sweep by hand (what the schedule of that name runs)."""
     with reported(json):
-        d = deps()
-        sweep = Reconciler(d.operations, d.queue, d.clock).run(schedule)
+        sweep = deps().reconciler().run(schedule)
         if sweep is None:
             raise InvalidInput(f"unknown schedule {schedule!r}", field="schedule")
         emit_json(sweep) if json else console.print(f"{sweep.schedule}: {sweep.repaired}")

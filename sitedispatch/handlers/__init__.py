@@ -23,6 +23,10 @@ class Mutation:
     publish_revision: str | None = None
     publish: bool = True  # False: nothing visible changed, so no publication follows the commit
     revision_id: str | None = None  # set when the handler stored the manifest itself (huge sites)
+    next_due_at: float | None = None  # with `revision_id`: when WordPress's cron next has work (else from manifest)
+
+    def due_at(self) -> float | None:
+        return self.manifest.next_due_at() if self.manifest is not None else self.next_due_at
 
     def store(self, content: ContentStore) -> str:
         if self.revision_id is not None:

@@ -29,7 +29,9 @@ def import_wxr(ctx: HandlerContext, payload: ImportInput) -> Mutation:
     if source.sha256.hexdigest() != payload.source_digest:
         raise PermanentError(f"{payload.source_key}: content does not match its digest", code="digest_mismatch")
     merged = merger.result()
+    next_due_at = merger.next_due_at
     del merger  # its post index is no longer needed: only the merged bytes are
     revision_id = ctx.content.put_manifest_stream(merged.frame, merged.canonical_posts())
     return Mutation(revision_id=revision_id, summary={**tally.as_dict(), "bodies_written": writer.written,
-                                                      "bytes": source.size, "totals": merged.counts})
+                                                      "bytes": source.size, "totals": merged.counts},
+                    next_due_at=next_due_at)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import unescape
 from typing import Literal
@@ -117,6 +118,10 @@ class Manifest(_Frozen):
     def from_bytes(cls, data: bytes) -> Manifest:
         return cls.model_validate_json(data)
 
+    def next_due_at(self) -> float | None:
+        """When WordPress's cron next has work here: the earliest scheduled event or `future` post."""
+        return earliest_due(self.events, self.posts)
+
     def counts(self) -> dict[str, int]:
         return content_counts([p.type for p in self.posts], sum(p.comment_count for p in self.posts),
                               terms=len(self.terms), authors=len(self.authors), events=len(self.events))
@@ -129,6 +134,12 @@ class Manifest(_Frozen):
             "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
             "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
         })
+
+
+def earliest_due(events: Iterable[ScheduledEvent], posts: Iterable[PostRef]) -> float | None:
+    times = [float(e.timestamp) for e in events]
+    times += [parse_gmt(p.date_gmt) for p in posts if p.status == "future"]
+    return min(times, default=None)
 
 
 def content_counts(types: list[str], comments: int, *, terms: int, authors: int, events: int) -> dict[str, int]:

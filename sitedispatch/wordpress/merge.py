@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .content import Author, Manifest, PostBody, PostRef, Term, content_counts, summarise
+from .content import Author, Manifest, PostBody, PostRef, Term, content_counts, parse_gmt, summarise
 from .wxr import WxrAuthor, WxrEvent, WxrItem, WxrTerm
 
 TAXONOMIES = {"category", "post_tag"}
@@ -78,6 +78,9 @@ class ManifestMerger:
         self.wxr_to_id: dict[int, int] = {}
         self.parent_wxr: dict[tuple[str, int], int] = {}
         self.tally = ImportTally()
+        # Early is harmless (a wp_cron that finds nothing due changes nothing), late would miss work: keep the
+        # earliest of the head's and every imported `future` post's times.
+        self.next_due_at = head.next_due_at()
 
     def add(self, event: WxrEvent) -> None:
         if isinstance(event, WxrAuthor):
@@ -138,6 +141,9 @@ class ManifestMerger:
             comment_count=item.comment_count, sticky=item.sticky, protected=item.protected,
             summary=summarise(body), body=self.write_body(body), source_id=item.wxr_id,
         )
+        if ref.status == "future":
+            due = parse_gmt(ref.date_gmt)
+            self.next_due_at = due if self.next_due_at is None else min(self.next_due_at, due)
         data = _pack(ref)
         if existing is None:
             self.tally.bump(self.tally.created, item.type)

@@ -1,14 +1,29 @@
-"""The reconciler's sweeps against the in-memory ports."""
+"""The reconciler's sweeps against the in-memory ports: each repair, and that repairing twice changes nothing."""
 
 from __future__ import annotations
 
-from sitedispatch.reconciler import Reconciler
-from tests.unit.conftest import Harness
+import json
+from typing import Any
+
+from sitedispatch.admission import running_slot
+from sitedispatch.model import Kind, PublicationStatus, Status
+from sitedispatch.publication.live import live_key
+from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+from sitedispatch.wordpress.content import parse_gmt
+from sitedispatch.worker import Outcome
+from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 
 
 def reconciler(harness: Harness) -> Reconciler:
     w = harness.world
-    return Reconciler(w.operations, w.queue, w.clock)
+    return Reconciler(ReconcilerDeps(harness.settings, w.operations, w.sites, w.publications, w.queue,
+                                     w.publication_queue, w.blobs, w.clock, wp_cron_submitter(harness.submitter)))
+
+
+def sweep(harness: Harness, schedule: str = "reconcile") -> dict[str, int]:
+    result = reconciler(harness).run(schedule)
+    assert result is not None and not result.truncated
+    return result.repaired
 
 
 def test_drifted_counters_are_set_to_the_recount_once_they_are_quiet(harness: Harness) -> None:
@@ -21,13 +36,13 @@ def test_drifted_counters_are_set_to_the_recount_once_they_are_quiet(harness: Ha
     db.bump("running#operations#tenant-a", +1, harness.world.clock.now())
     db.bump("principal#tenant-a", -1, harness.world.clock.now())
 
-    assert reconciler(harness).reconcile().repaired["counters_repaired"] == 0  # moved just now: left alone
+    assert sweep(harness)["counters_repaired"] == 0  # moved just now: left alone
     harness.world.clock.advance(121)
-    assert reconciler(harness).reconcile().repaired["counters_repaired"] == 3
+    assert sweep(harness)["counters_repaired"] == 3
 
     assert db.counters == exact
     assert exact["site#one"] == 1 and exact["global"] == 1 and harness.world.operations.get(queued)
-    assert reconciler(harness).reconcile().repaired["counters_repaired"] == 0  # nothing left to repair
+    assert sweep(harness)["counters_repaired"] == 0  # nothing left to repair
 
 
 def test_a_counter_that_moves_during_the_recount_is_not_overwritten(harness: Harness) -> None:
@@ -46,3 +61,137 @@ def test_a_counter_that_moves_during_the_recount_is_not_overwritten(harness: Har
 
     assert repaired == 0
     assert db.counters["site#one"] == 2 and db.counters["global"] == 2
+
+
+def test_an_attempt_that_outlives_its_lease_is_failed_requeued_and_can_never_commit(harness: Harness) -> None:
+    """The fencing argument in one process: the attempt stalls (a GC pause, SIGSTOP) past its lease, the reconciler
+    fails it and another delivery commits; when the stalled attempt resumes, its commit is refused."""
+    harness.provisioned()
+    op_id = harness.submit(kind="publish", params={}, key="stalls")
+    seen: dict[str, Any] = {}
+
+    def stall_past_the_lease(inner: Any, ctx: Any, payload: Any) -> Any:
+        if "stalled" not in seen:
+            seen["stalled"] = ctx.lease.fence
+            harness.world.clock.advance(harness.settings.lease_seconds + 10)
+            seen["sweep"] = sweep(harness)
+            op = harness.world.operations.get(op_id)
+            seen["after_sweep"] = (op.status, op.error.code if op.error else None)  # type: ignore[union-attr]
+            seen["takeover"] = harness.deliver(op_id)[0]  # the re-sent message, another environment
+        return inner(ctx, payload)
+
+    harness.wrap(Kind.PUBLISH, stall_past_the_lease)
+    resumed, _ = harness.deliver(op_id)
+
+    assert seen["sweep"]["stale_leases_recovered"] == 1
+    assert seen["after_sweep"] == (Status.QUEUED, "lease_expired")
+    assert seen["takeover"].outcome == Outcome.SUCCEEDED
+    # the commit record the takeover wrote refuses the stale attempt's: it learns the effect already happened
+    assert (resumed.outcome, resumed.reason) == (Outcome.SUCCEEDED, "already_committed")
+    commits = [c for c in harness.world.db.commits.values() if c.operation_id == op_id]
+    assert len(commits) == 1 and commits[0].fence > seen["stalled"]
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.status == Status.SUCCEEDED and op.attempt == 2
+    assert harness.world.db.counters["running#operations#tenant-a"] == 0  # the stale attempt's slot came back
+    assert sweep(harness)["stale_leases_recovered"] == 0
+
+
+def test_a_running_operation_with_a_live_lease_is_left_alone(harness: Harness) -> None:
+    op_id = harness.submit()
+    op = harness.world.operations.get(op_id)
+    lease = harness.world.sites.claim_lease("acme-blog", op_id, harness.world.clock.now(), 60)
+    harness.world.operations.start_attempt(op_id, lease.fence, harness.world.clock.now(),
+                                           running_slot(harness.settings, op))  # type: ignore[arg-type]
+    harness.world.clock.advance(30)
+
+    assert sweep(harness)["stale_leases_recovered"] == 0
+    assert harness.world.operations.get(op_id).status == Status.RUNNING  # type: ignore[union-attr]
+
+
+def test_orphans_accepted_without_a_send_or_queued_and_untouched_are_sent_again(harness: Harness) -> None:
+    sent_op = harness.submit(site="one")
+    harness.world.queue.sent.clear()  # the message was lost
+    harness.world.clock.advance(3_601)
+
+    assert sweep(harness)["orphans_resent"] == 1
+    assert [m.message.operation_id for m in harness.world.queue.sent] == [sent_op]
+    assert harness.deliver(sent_op)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_a_publication_whose_messages_were_lost_is_resumed_and_goes_live_once() -> None:
+    harness = Harness(publication_chunk_routes=2)
+    harness.provisioned()
+    harness.import_file(FIXTURES / "fixture-1.2.xml")
+    publisher = harness.publisher()
+    plan = harness.world.publication_queue.sent.pop(0)
+    publisher.process(plan)  # planned: chunk messages sent
+    chunks = list(harness.world.publication_queue.sent)
+    assert len(chunks) >= 3
+    harness.world.publication_queue.sent.clear()
+    publisher.process(chunks[0])  # one chunk done, the others' messages lost
+    pending = harness.world.publications.get("acme-blog", 2)
+    assert pending is not None and pending.total_chunks == len(chunks) and pending.finished_at is None
+
+    assert sweep(harness)["publications_resumed"] == 0  # not stalled yet
+    harness.world.clock.advance(301)
+    assert sweep(harness)["publications_resumed"] == 1
+    assert sorted(m.chunk for m in harness.world.publication_queue.sent) == [m.chunk for m in chunks[1:]]
+    harness.drain_publications()
+
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and site.live_seq == 2
+    assert harness.world.publications.get("acme-blog", 2).status == PublicationStatus.PUBLISHED  # type: ignore
+    assert sweep(harness)["publications_resumed"] == 0
+
+
+def test_live_json_behind_the_live_pointer_is_rewritten(harness: Harness) -> None:
+    harness.provisioned()
+    harness.world.blobs.objects.pop(live_key("acme-blog"))  # the publisher died after promoting
+
+    assert sweep(harness)["live_pointers_repaired"] == 1
+    document = json.loads(harness.world.blobs.get(live_key("acme-blog")))
+    assert document["seq"] == 1 and document["revision_id"] == harness.world.sites.get("acme-blog").live_revision  # type: ignore[union-attr]
+    assert sweep(harness)["live_pointers_repaired"] == 0
+
+
+def test_wp_events_submits_one_wp_cron_per_site_and_due_minute(harness: Harness) -> None:
+    harness.provisioned()
+    harness.import_file(FIXTURES / "fixture-1.2.xml")  # has a post scheduled for 2030-06-01 12:00 UTC
+    harness.provisioned("quiet-site")
+    harness.deliver(harness.submit(site="quiet-site", kind="wp_cron", params={}, key="catch-up"))
+    quiet = harness.world.sites.get("quiet-site")
+    assert quiet is not None and quiet.next_due_at is not None and quiet.next_due_at > harness.world.clock.now()
+
+    harness.world.clock.t = parse_gmt("2030-06-01 12:00:30")
+    first = sweep(harness, "wp-events")
+    second = sweep(harness, "wp-events")  # the same minute: the same idempotency key
+
+    assert first["wp_cron_submitted"] == 2 and second["wp_cron_exists"] == 2 and second["wp_cron_submitted"] == 0
+    crons = [op for op in harness.world.db.operations.values() if op.kind == Kind.WP_CRON and op.epoch == 0
+             and op.idempotency_key.startswith("wp-events:")]
+    assert sorted(op.site_id for op in crons) == ["acme-blog", "quiet-site"]
+    [mine] = [op for op in crons if op.site_id == "acme-blog"]
+    result, _ = harness.deliver(mine.operation_id)
+    assert result.outcome == Outcome.SUCCEEDED and len(result.commit.summary["published_posts"]) == 1  # type: ignore
+    after = harness.world.sites.get("acme-blog")
+    assert after is not None and after.next_due_at is not None and after.next_due_at > harness.world.clock.now()
+
+
+def test_queue_repair_removes_dead_letters_of_operations_no_longer_dead(harness: Harness) -> None:
+    dead = [harness.submit(site=f"site-{n}", kind="publish", params={}) for n in range(2)]
+    for op_id in dead:
+        assert harness.deliver(op_id)[0].outcome == Outcome.DEAD  # never provisioned
+    letters = list(harness.world.queue.dead)
+    harness.controls().replay(OPERATOR, dead[0])
+    # its DLQ message was out of the replay's reach (a FIFO group held by another reader): still there
+    harness.world.queue.dead = letters
+
+    repaired = sweep(harness, "queue-repair")
+
+    assert repaired["dlq_stale_removed"] == 1 and repaired["dlq_depth_operations"] == 1
+    assert [m.attributes["operation_id"] for m in harness.world.queue.dead] == [dead[1]]
+    assert sweep(harness, "queue-repair")["dlq_stale_removed"] == 0
+
+
+def test_an_unknown_schedule_is_skipped(harness: Harness) -> None:
+    assert reconciler(harness).run("nonsense") is None
