@@ -168,7 +168,9 @@ class Reconciler:
             except (StaleFence, NotRunnable):
                 continue  # it moved on meanwhile (committed, retried, or another attempt started)
             d.sites.release_lease(Lease(op.site_id, op.operation_id, op.fence, now))
-            self._send(op)
+            # A fresh dedup id: the original message may have been sent minutes ago (SQS would drop a same-id send
+            # within five minutes). If the original still exists the worker sees two deliveries; that is harmless.
+            self._send(op, f"{op.dedup_id}-f{op.fence}")
             recovered += 1
             obs.logger.warning("stale lease recovered", extra={"operation_id": op.operation_id,
                                                                "site_id": op.site_id, "fence": op.fence})
@@ -281,8 +283,8 @@ class Reconciler:
             obs.seconds(f"OldestQueuedAge{lane.capitalize()}", max(ages, default=0.0))
         return sweep
 
-    def _send(self, op: Operation) -> None:
-        self.d.queue.send(QueueMessage(op.operation_id, op.site_id), op.dedup_id, lane_for(op.kind))
+    def _send(self, op: Operation, dedup_id: str | None = None) -> None:
+        self.d.queue.send(QueueMessage(op.operation_id, op.site_id), dedup_id or op.dedup_id, lane_for(op.kind))
 
 
 def _metric(name: str) -> str:

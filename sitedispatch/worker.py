@@ -132,6 +132,10 @@ class OperationsWorker:
         except LeaseHeld as held:
             wait = min(max(held.expires_at - now, 1.0), d.settings.defer_max_s)
             return self._defer(visibility, wait, "lease_held")
+        # Tie the message's visibility to the lease as soon as we hold it (heartbeats extend both): if this process
+        # dies or stalls from here on, the message (and with it the site's FIFO group) is back within two leases
+        # rather than the queue's visibility timeout (6 x the function timeout).
+        visibility.change(d.settings.lease_seconds * 2)
 
         try:
             op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op))
@@ -147,9 +151,6 @@ class OperationsWorker:
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
         d.retry_budget.record_attempt(op.attempt, now)
-        # Tie the message's visibility to the lease from the start (heartbeats extend both): if this process dies,
-        # the message is back within two leases rather than the queue's default visibility (6 x the timeout).
-        visibility.change(d.settings.lease_seconds * 2)
         obs.count("AttemptStarted")
         if op.queued_at:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
