@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .admission import estimated_wait_s
-from .model import Operation, Status
+from .model import Operation, Status, lane_for
 from .ports import OperationStore, SiteStore
 from .resources import QUEUES
 
@@ -18,6 +19,7 @@ class QueueStatus:
     in_flight: int
     dlq_depth: int
     oldest_age_s: float | None
+    dlq_oldest_age_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,14 @@ def estimated_delay_for(op: Operation, operations: OperationStore, sites: SiteSt
     return estimated_wait_s(ahead, operation_seconds(sites, op.site_id, default_s))
 
 
+def _oldest_by_lane(stamped: Iterable[tuple[float, Operation]]) -> dict[str, float]:
+    oldest: dict[str, float] = {}
+    for at, op in stamped:
+        lane = lane_for(op.kind)
+        oldest[lane] = min(at, oldest.get(lane, at))
+    return oldest
+
+
 def _count(attributes: dict[str, str], name: str) -> int:
     return int(attributes.get(name, "0"))
 
@@ -61,26 +71,31 @@ def collect_status(sqs: Any, settings: Any, operations: OperationStore, sites: S
                    ) -> StatusReport:
     """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
 
-    SQS exposes no oldest-message age through its API (only through CloudWatch), so the operations queue's oldest
-    age is the oldest waiting operation's queue time, read from the operations table.
+    SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
+    age is its oldest waiting operation's queue time and each DLQ's is its oldest dead operation's, read from the
+    operations table; the publications queue has no per-message record, so its age is left to CloudWatch.
     """
     waiting = [op for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
                for op in operations.list(status=status, limit=10_000)]
+    dead = operations.list(status=Status.DEAD, limit=10_000)
     backlog_by_status = {status.value: sum(op.status == status for op in waiting)
                          for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)}
     by_principal: dict[str, int] = {}
     for op in waiting:
         by_principal[op.principal] = by_principal.get(op.principal, 0) + 1
-    oldest = min((op.queued_at or op.created_at for op in waiting if op.status != Status.RUNNING), default=None)
+    oldest_waiting = _oldest_by_lane((op.queued_at or op.created_at, op) for op in waiting
+                                     if op.status != Status.RUNNING)
+    oldest_dead = _oldest_by_lane((op.finished_at or op.updated_at, op) for op in dead)
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     queues = []
     for role, spec in QUEUES.items():
         attrs = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.url_field), AttributeNames=names)["Attributes"]
         dlq = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.dlq_url_field),
                                        AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
-        age = (now - oldest) if (role == "operations" and oldest is not None) else None
+        age = (now - oldest_waiting[role]) if role in oldest_waiting else None
+        dlq_age = (now - oldest_dead[role]) if role in oldest_dead else None
         queues.append(QueueStatus(role, _count(attrs, names[0]), _count(attrs, names[1]),
-                                  _count(dlq, "ApproximateNumberOfMessages"), age))
+                                  _count(dlq, "ApproximateNumberOfMessages"), age, dlq_age))
     by_site: dict[str, int] = {}
     for op in waiting:
         by_site[op.site_id] = by_site.get(op.site_id, 0) + 1

@@ -100,9 +100,12 @@ STATUS_STYLE = {"succeeded": "green", "dead": "red", "running": "yellow", "queue
 
 
 def render_status(report: Any) -> None:
-    table("queues", ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth"],
-          [[q.queue, q.visible, q.in_flight, "-" if q.oldest_age_s is None else f"{q.oldest_age_s:.1f}",
-            q.dlq_depth] for q in report.queues],
+    def age(seconds: float | None) -> str:
+        return "-" if seconds is None else f"{seconds:.1f}"
+
+    table("queues", ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth", "DLQ oldest (s)"],
+          [[q.queue, q.visible, q.in_flight, age(q.oldest_age_s), q.dlq_depth, age(q.dlq_oldest_age_s)]
+           for q in report.queues],
           styler=lambda row: "red" if row[4] not in (0, "0") else "")
     table("operation backlog", ["status", "operations"], [[k, v] for k, v in report.backlog_by_status.items()])
     if report.backlog_by_principal:

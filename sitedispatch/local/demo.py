@@ -71,6 +71,7 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
         final = _follow(deps, submitted, console, timeout_s)
         imports = _import_phase(deps, console, sites[:IMPORT_SITES], timeout_s)
         flow = _flow_control_phase(deps, console, sites[-1], timeout_s)
+        dead_letter = _dead_letter_phase(deps, console, sites[IMPORT_SITES], workdir, timeout_s)
 
     runs = [SiteRun(op.site_id, op.operation_id, op.status.value,
                     (op.started_at or t0) - (op.queued_at or op.created_at),
@@ -83,10 +84,11 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
     spread = (max(starts) - min(starts)) if starts else float("nan")
     ok = all(r.status == Status.SUCCEEDED.value for r in runs)
     ok = ok and all(i["published"] for i in imports) and flow["refused"] and flow["superseded"] >= 1
+    ok = ok and dead_letter["dead"] and dead_letter["recovered"]
     summary = {"sites": n_sites, "all_succeeded": ok, "start_spread_s": round(spread, 3),
                "fleet_ready_s": round(ours, 3), "cron_fleet_ready_s": round(cron_total, 1),
                "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs], "imports": imports,
-               "flow_control": flow}
+               "flow_control": flow, "dead_letter": dead_letter}
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
@@ -161,6 +163,53 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
     return {"accepted": len(accepted), "refused": refusal is not None,
             "retry_after_s": refusal.retry_after_s if refusal else None,
             "superseded": statuses.count("superseded"), "succeeded": statuses.count("succeeded")}
+
+
+def _dead_letter_phase(deps: Dependencies, console: Console, site: str, workdir: Path, timeout_s: float
+                       ) -> dict[str, Any]:
+    """A poisoned input goes dead with evidence; the evidence's recovery command, with the file fixed, completes it."""
+    from ..control import Caller
+    from ..model import Kind
+    from ..wordpress.synthetic import write_wxr
+
+    operator = Caller("demo-operator", operator=True)
+    good = workdir / "export.xml"
+    write_wxr(good, posts=20, seed=11)
+    broken = workdir / "export-truncated.xml"
+    broken.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # an export cut off half way
+    submitter = deps.submitter()
+    console.print(f"[bold]dead letters[/]: importing a truncated WXR export into {site}")
+    op_id = submitter.submit(kind="import", site_id=site, principal="demo", idempotency_key=f"import-{site}",
+                             params=submitter.stage_upload(site, broken)).operation.operation_id
+    op = _wait_terminal(deps, op_id, timeout_s)
+    controls = deps.controls()
+    if op is None or op.status != Status.DEAD:
+        return {"operation_id": op_id, "dead": False, "recovered": False}
+    evidence = controls.evidence(operator, op_id)
+    console.print(f"  {op_id} is dead after {evidence['attempt']} attempt: {evidence['error_code']}: "
+                  f"{evidence['error_message']}")
+    console.print(f"  evidence: s3://{deps.settings.bucket}/{evidence['key']} (input digest "
+                  f"{evidence['input_digest'][:12]}…, traceback digest {evidence['traceback_digest']})")
+    console.print(f"  recovery: [bold]{evidence['recovery_command']}[/]")
+    fixed = submitter.store_input(Kind.IMPORT, site, submitter.stage_upload(site, good))
+    report = controls.redrive(operator, operation_id=op_id, new_input=fixed, reason="demo: re-exported the file")
+    console.print(f"  redriven with the complete export ({report.dlq_messages_removed} DLQ message removed)")
+    final = _wait_terminal(deps, op_id, timeout_s)
+    recovered = final is not None and final.status == Status.SUCCEEDED
+    console.print(f"  {op_id}: {final.status.value if final else 'missing'} in epoch {final.epoch if final else '?'}"
+                  f"; audit: {[e.action + ':' + e.outcome for e in deps.audit.list(0, time.time(), target=op_id)]}")
+    return {"operation_id": op_id, "dead": True, "error_code": evidence["error_code"],
+            "recovery_command": evidence["recovery_command"], "recovered": recovered,
+            "dlq_messages_removed": report.dlq_messages_removed}
+
+
+def _wait_terminal(deps: Dependencies, op_id: str, timeout_s: float) -> Operation | None:
+    deadline = time.monotonic() + timeout_s
+    op = deps.operations.get(op_id)
+    while (op is None or not op.status.terminal) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        op = deps.operations.get(op_id)
+    return op
 
 
 def _receipt(deps: Dependencies, site: str, revision: str | None) -> dict[str, Any]:

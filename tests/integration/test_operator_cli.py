@@ -52,6 +52,8 @@ def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(cli: Cli
     assert dead["operation_id"] == op_id and dead["evidence"]["error_code"] == "wxr_malformed"
     [letter] = dlq_messages(cloud, "bulk")
     assert letter["operation_id"] == op_id and letter["evidence_key"] == dead["evidence"]["key"]
+    bulk = next(q for q in json.loads(run(cli, "status", "--json")[1])["queues"] if q["queue"] == "bulk")
+    assert bulk["dlq_depth"] == 1 and bulk["dlq_oldest_age_s"] >= 0 and bulk["oldest_age_s"] is None
 
     code, out = run(cli, "dlq", "show", op_id, "--json")
     evidence = json.loads(out)
