@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha25
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
-.PHONY: demo test unit integration acceptance infrastructure synth bench lint lock clean
+LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
+LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
+
+.PHONY: demo test unit integration acceptance infrastructure synth bench lint lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,10 +18,20 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+# The Lambda functions' wheels for their platform (Python 3.14, arm64), hash-checked, downloaded once: synthesis then
+# bundles the asset from this directory with no network and no Docker.
+$(LAMBDA_WHEELS): requirements-lambda.lock $(STAMP)
+	rm -rf .cache/lambda-wheels && mkdir -p .cache/lambda-wheels
+	$(VENV)/bin/pip download --quiet --disable-pip-version-check --require-hashes --no-deps $(LAMBDA_PLATFORM) \
+		-d .cache/lambda-wheels -r requirements-lambda.lock
+	touch $@
+
+lambda-wheels: $(LAMBDA_WHEELS)
+
 demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
 	$(VENV)/bin/sitedispatch demo
 
-test: $(STAMP) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
+test: $(STAMP) $(LAMBDA_WHEELS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
 	$(PY) -m pytest -q --durations=10
 
 unit: $(STAMP)
@@ -30,10 +43,10 @@ integration: $(STAMP)
 acceptance: $(STAMP)
 	$(PY) -m pytest -q tests/acceptance
 
-infrastructure: $(STAMP)
+infrastructure: $(STAMP) $(LAMBDA_WHEELS)
 	$(PY) -m pytest -q tests/infrastructure
 
-synth: $(STAMP)  ## cdk.out/ from app.py: no AWS credentials, no network
+synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, no network, no Docker
 	$(PY) app.py
 
 bench: $(STAMP)  ## import memory (10 and 100 MB WXR) and publication parallelism (1 vs 4 workers)
@@ -47,6 +60,9 @@ lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the p
 	$(VENV)/bin/pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra cdk --extra dev --generate-hashes \
 		--python-version 3.11 -o requirements.lock
+	$(VENV)/bin/uv pip compile requirements-lambda.in --generate-hashes --python-version 3.14 \
+		--python-platform aarch64-manylinux_2_28 --no-emit-package botocore --no-emit-package urllib3 \
+		--no-emit-package python-dateutil --no-emit-package six -o requirements-lambda.lock
 
 clean:
-	rm -rf $(VENV) .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out
+	rm -rf $(VENV) .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out .cache

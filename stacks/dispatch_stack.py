@@ -1,7 +1,9 @@
-"""SiteDispatchStack: the data plane composed from the capability constructs.
+"""SiteDispatchStack: one construct per capability, composed (STYLE.md).
 
-This release holds the queues, tables and bucket, and the function environment derived from them. The functions,
-event source mappings, schedules, monitoring and access policies arrive with the infrastructure issue.
+Queues (FIFO + FIFO DLQs), tables, the bucket; the three functions with their event source mappings and roles; the
+reconciler's schedules; the dashboard and alarms; the producer and operator policies; cdk-nag's AwsSolutions checks,
+with every suppression and its reason in `stacks/nag.py`. Outputs: one per environment variable of the runtime
+settings (so a deployed stack's outputs are a ready environment for the CLI, `--stack NAME`) and the policy ARNs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from constructs import Construct
 from sitedispatch.resources import BUCKET_FIELD, QUEUES, TABLE_FIELDS
 from sitedispatch.settings import Settings
 
+from .access import AccessPolicies
+from .functions import DispatchFunctions
+from .monitoring import DispatchMonitoring
+from .nag import apply_nag
 from .queues import SiteQueues
+from .schedules import ReconcilerSchedules
 from .storage import PublicationBucket
 from .tables import DispatchTables
 
@@ -25,9 +32,23 @@ class SiteDispatchStack(Stack):
         self.queues = SiteQueues(self, "Queues")
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")
-        for name, value in self.function_environment().items():
+        environment = self.function_environment()
+        self.functions = DispatchFunctions(self, "Functions", environment=environment, queues=self.queues,
+                                           tables=self.tables, storage=self.storage)
+        self.schedules = ReconcilerSchedules(self, "Schedules", functions=dict(self.functions.functions))
+        self.monitoring = DispatchMonitoring(self, "Monitoring", queues=self.queues.queues,
+                                             dead_letter_queues=self.queues.dead_letter_queues,
+                                             functions=self.functions.functions)
+        self.access = AccessPolicies(self, "Access", functions=self.functions)
+        for name, value in environment.items():
             # One output per environment variable, so a deployed stack's outputs are a ready environment for the CLI.
             CfnOutput(self, name.replace("_", ""), value=value, description=name)
+        CfnOutput(self, "ProducerPolicyArn", value=self.access.producer.managed_policy_arn,
+                  description="attach to producers: submit, follow and cancel their operations")
+        CfnOutput(self, "OperatorPolicyArn", value=self.access.operator.managed_policy_arn,
+                  description="attach to operators: every CLI action")
+        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
+        apply_nag(self)
 
     def function_environment(self) -> dict[str, str]:
         """The Settings fields that locate resources, as the environment variables Settings reads."""

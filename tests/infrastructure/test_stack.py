@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
 
 from sitedispatch.aws.tables import table_specs
 from sitedispatch.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES
 from sitedispatch.settings import Settings
-
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
-
-
-@pytest.fixture(scope="module")
-def synthesized() -> tuple[dict, object]:
-    import aws_cdk as cdk
-
-    from stacks.dispatch_stack import SiteDispatchStack
-
-    app = cdk.App()
-    stack = SiteDispatchStack(app, "SiteDispatchTest")
-    template = app.synth().get_stack_by_name("SiteDispatchTest").template
-    return template, stack
-
-
-def resources(template: dict, kind: str) -> dict[str, dict]:
-    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+from tests.infrastructure.conftest import resources
 
 
 def test_queues_are_high_throughput_fifo_with_a_fifo_dlq_backstop(synthesized: tuple[dict, object]) -> None:
     template, _ = synthesized
-    queues = resources(template, "AWS::SQS::Queue")
+    queues = {k: v for k, v in resources(template, "AWS::SQS::Queue").items() if v["Properties"].get("FifoQueue")}
     mains = {k: v["Properties"] for k, v in queues.items() if "RedrivePolicy" in v["Properties"]}
     dlqs = {k: v["Properties"] for k, v in queues.items() if "RedrivePolicy" not in v["Properties"]}
     assert len(mains) == len(QUEUES) == len(dlqs)
@@ -67,15 +46,20 @@ def test_tables_match_the_models_and_are_protected(synthesized: tuple[dict, obje
 
 def test_bucket_is_private_tls_only_encrypted_versioned_and_retained(synthesized: tuple[dict, object]) -> None:
     template, _ = synthesized
-    [bucket] = resources(template, "AWS::S3::Bucket").values()
+    buckets = resources(template, "AWS::S3::Bucket")
+    [bucket] = [b for b in buckets.values() if "VersioningConfiguration" in b["Properties"]]
     props = bucket["Properties"]
     assert bucket["DeletionPolicy"] == "Retain"
     assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
                                                        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
     assert props["VersioningConfiguration"]["Status"] == "Enabled"
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-    assert {r["Id"] for r in props["LifecycleConfiguration"]["Rules"]} == {"expire-inputs", "expire-noncurrent"}
-    [policy] = resources(template, "AWS::S3::BucketPolicy").values()
+    rules = {r["Id"]: r for r in props["LifecycleConfiguration"]["Rules"]}
+    assert set(rules) == {"expire-inputs", "expire-uploads", "evidence", "expire-noncurrent"}
+    assert rules["evidence"]["Prefix"] == "evidence/" and rules["evidence"]["ExpirationInDays"] >= 365
+    assert props["LoggingConfiguration"]["DestinationBucketName"]  # server access logs
+    [policy] = [p for p in resources(template, "AWS::S3::BucketPolicy").values()
+                if p["Properties"]["Bucket"] == {"Ref": next(k for k, b in buckets.items() if b is bucket)}]
     deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert deny and deny[0]["Condition"]["Bool"]["aws:SecureTransport"] == "false"
 

@@ -1,0 +1,129 @@
+"""DispatchFunctions: the three Lambda functions, their event source mappings and their least-privilege roles.
+
+Every function runs the same asset (bundled without Docker, `stacks/bundling.py`) on arm64 with a current Python
+runtime, Powertools configured by environment, X-Ray active tracing and a log group with a retention. Each role
+holds only the actions its function's code calls, written out here rather than granted wholesale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from sitedispatch.aws.tables import table_specs
+from sitedispatch.observability import NAMESPACE, SERVICE
+from sitedispatch.resources import FUNCTIONS, QUEUES, FunctionSpec
+
+from .bundling import ARCHITECTURE, RUNTIME, function_code
+from .queues import SiteQueues
+from .storage import PublicationBucket
+from .tables import DispatchTables
+
+LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
+DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20}  # per queue; CDK context overrides
+
+# DynamoDB actions by need. TransactWriteItems is authorized per item by the item's own action.
+READ = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
+WRITE = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
+SCAN = ["dynamodb:Scan"]
+CONSUME = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+
+
+def max_concurrency(scope: Construct, queue: str) -> int:
+    """`cdk deploy -c maxConcurrency.operations=50`: the event source mapping's cap for one queue (2..1000)."""
+    value = scope.node.try_get_context(f"maxConcurrency.{queue}")
+    chosen = int(value) if value is not None else DEFAULT_MAX_CONCURRENCY[queue]
+    if not 2 <= chosen <= 1000:
+        raise ValueError(f"maxConcurrency.{queue} must be between 2 and 1000 (Lambda's limits), got {chosen}")
+    return chosen
+
+
+class DispatchFunctions(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: dict[str, str], queues: SiteQueues,
+                 tables: DispatchTables, storage: PublicationBucket) -> None:
+        super().__init__(scope, construct_id)
+        self.queues, self.tables, self.storage = queues, tables, storage
+        code = function_code()
+        self.functions: dict[str, lambda_.Function] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        for role, spec in FUNCTIONS.items():
+            self.functions[role] = self._function(role, spec, code, environment)
+        operation_lanes = [r for r, q in QUEUES.items() if q.function == "operations"]
+        for lane, queue_spec in QUEUES.items():
+            self.functions[queue_spec.function].add_event_source(sources.SqsEventSource(
+                queues.queues[lane], batch_size=FUNCTIONS[queue_spec.function].batch_size,
+                report_batch_item_failures=True, max_concurrency=max_concurrency(self, lane)))
+        self._grant_operations_worker(operation_lanes)
+        self._grant_publication_worker()
+        self._grant_reconciler(operation_lanes)
+
+    def _function(self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
+                  ) -> lambda_.Function:
+        log_group = logs.LogGroup(self, f"{spec.logical_id}Logs", retention=LOG_RETENTION,
+                                  removal_policy=RemovalPolicy.RETAIN)
+        execution_role = iam.Role(self, f"{spec.logical_id}Role",
+                                  assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                                  description=f"sitedispatch {role}: only the actions its code calls")
+        execution_role.add_to_policy(iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                                                         resources=[log_group.log_group_arn]))
+        function = lambda_.Function(
+            self, spec.logical_id, runtime=RUNTIME, architecture=ARCHITECTURE, code=code, handler=spec.handler,
+            timeout=Duration.seconds(spec.timeout_s), memory_size=spec.memory_mb, role=execution_role,
+            tracing=lambda_.Tracing.ACTIVE, log_group=log_group, logging_format=lambda_.LoggingFormat.JSON,
+            environment={**environment, "POWERTOOLS_SERVICE_NAME": SERVICE,
+                         "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE, "POWERTOOLS_LOG_LEVEL": "INFO"},
+            description=f"sitedispatch {role}",
+        )
+        self.log_groups[role] = log_group
+        return function
+
+    # -- permissions, one function at a time ----------------------------------------------------------------------
+
+    def _allow(self, role: str, actions: Sequence[str], resources: Sequence[str]) -> None:
+        self.functions[role].add_to_role_policy(iam.PolicyStatement(actions=list(actions), resources=list(resources)))
+
+    def table_arns(self, *names: str) -> list[str]:
+        """Each table and each of its indexes by name (Query on a GSI is authorized on `table/index/NAME`)."""
+        specs = table_specs()
+        arns: list[str] = []
+        for name in names:
+            table = self.tables.tables[name]
+            arns += [table.table_arn, *(f"{table.table_arn}/index/{index.name}" for index in specs[name].indexes)]
+        return arns
+
+    def _allow_bucket(self, role: str, prefix: str) -> None:
+        """Objects under `prefix`, and ListBucket so that a missing key reads as 404 (not 403) to the code."""
+        bucket = self.storage.bucket
+        self._allow(role, ["s3:GetObject", "s3:PutObject"], [bucket.arn_for_objects(prefix)])
+        self._allow(role, ["s3:ListBucket"], [bucket.bucket_arn])
+
+    def _grant_operations_worker(self, lanes: list[str]) -> None:
+        q = self.queues
+        self._allow("operations", [*READ, *WRITE],
+                    self.table_arns("operations", "sites", "commits", "publications", "counters"))
+        self._allow_bucket("operations", "*")
+        self._allow("operations", CONSUME, [q.queues[lane].queue_arn for lane in lanes])
+        self._allow("operations", ["sqs:SendMessage"], [*(q.dead_letter_queues[lane].queue_arn for lane in lanes),
+                                                        q.queues["publications"].queue_arn])
+
+    def _grant_publication_worker(self) -> None:
+        q = self.queues
+        self._allow("publications", [*READ, *WRITE], self.table_arns("sites", "publications"))
+        self._allow_bucket("publications", "sites/*")
+        self._allow("publications", CONSUME, [q.queues["publications"].queue_arn])
+        self._allow("publications", ["sqs:SendMessage"], [q.queues["publications"].queue_arn])
+
+    def _grant_reconciler(self, lanes: list[str]) -> None:
+        q = self.queues
+        self._allow("reconciler", [*READ, *WRITE, *SCAN],
+                    self.table_arns("operations", "sites", "publications", "counters"))
+        self._allow_bucket("reconciler", "*")
+        self._allow("reconciler", ["sqs:SendMessage"], [*(q.queues[lane].queue_arn for lane in lanes),
+                                                        q.queues["publications"].queue_arn])
+        self._allow("reconciler", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])

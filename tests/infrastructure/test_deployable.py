@@ -1,0 +1,206 @@
+"""The deployable stack: functions, event source mappings, roles, schedules, dashboard and alarms, policies, cdk-nag,
+cfn-lint and the Docker-free asset."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sitedispatch.aws.tables import table_specs
+from sitedispatch.resources import FUNCTIONS, QUEUES, SCHEDULES
+from stacks.functions import DEFAULT_MAX_CONCURRENCY
+from tests.infrastructure.conftest import Synthesized, resources, synthesize
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def by_description(template: dict[str, Any], kind: str, text: str) -> dict[str, Any]:
+    [found] = [r for r in resources(template, kind).values() if text in json.dumps(r["Properties"].get(
+        "Description", ""))]
+    return found
+
+
+def role_actions(template: dict[str, Any], function_logical_id: str) -> tuple[set[str], list[dict[str, Any]]]:
+    """Every action the function's role allows, and its statements."""
+    functions = resources(template, "AWS::Lambda::Function")
+    [function] = [f for k, f in functions.items() if k.startswith(f"Functions{function_logical_id}")]
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    statements = [statement for policy in resources(template, "AWS::IAM::Policy").values()
+                  if {"Ref": role} in policy["Properties"]["Roles"]
+                  for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    return actions, statements
+
+
+def test_functions_are_arm64_current_python_traced_and_log_with_retention(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    functions = {k: f["Properties"] for k, f in resources(template, "AWS::Lambda::Function").items()}
+    assert len(functions) == len(FUNCTIONS)
+    log_groups = resources(template, "AWS::Logs::LogGroup")
+    for spec in FUNCTIONS.values():
+        [props] = [p for k, p in functions.items() if k.startswith(f"Functions{spec.logical_id}")]
+        assert props["Runtime"] == "python3.14" and props["Architectures"] == ["arm64"]
+        assert props["Handler"] == spec.handler and props["Timeout"] == spec.timeout_s
+        assert props["MemorySize"] == spec.memory_mb and props["TracingConfig"] == {"Mode": "Active"}
+        assert props["LoggingConfig"]["LogFormat"] == "JSON"
+        group = props["LoggingConfig"]["LogGroup"]["Ref"]
+        assert log_groups[group]["Properties"]["RetentionInDays"] == 90
+        variables = props["Environment"]["Variables"]
+        assert variables["POWERTOOLS_SERVICE_NAME"] == "sitedispatch"
+        assert set(synthesized_stack.stack.function_environment()) <= set(variables)
+
+
+def test_event_source_mappings_report_batch_item_failures_with_a_concurrency_cap(
+        synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    mappings = list(resources(template, "AWS::Lambda::EventSourceMapping").values())
+    assert len(mappings) == len(QUEUES)
+    queues = resources(template, "AWS::SQS::Queue")
+    for lane, spec in QUEUES.items():
+        [queue_id] = [k for k in queues if k.startswith(f"Queues{spec.logical_id}")]
+        [mapping] = [m["Properties"] for m in mappings
+                     if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}]
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert mapping["BatchSize"] == FUNCTIONS[spec.function].batch_size == 1  # a batch never makes a site wait
+        assert mapping["ScalingConfig"] == {"MaximumConcurrency": DEFAULT_MAX_CONCURRENCY[lane]}
+        function = mapping["FunctionName"]["Ref"]
+        assert function.startswith(f"Functions{FUNCTIONS[spec.function].logical_id}")
+
+
+def test_maximum_concurrency_comes_from_cdk_context(tmp_path: Path) -> None:
+    synthesized = synthesize(tmp_path / "out", context={"maxConcurrency.bulk": "7", "alarmTopicArn":
+                                                         "arn:aws:sns:us-east-1:123456789012:ops"})
+    caps = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+                  for m in resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values())
+    assert caps == sorted([7, DEFAULT_MAX_CONCURRENCY["operations"], DEFAULT_MAX_CONCURRENCY["publications"]])
+    alarms = resources(synthesized.template, "AWS::CloudWatch::Alarm").values()
+    assert all(a["Properties"]["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:ops"] for a in alarms)
+    with pytest.raises(ValueError, match="between 2 and 1000"):
+        synthesize(tmp_path / "bad", context={"maxConcurrency.operations": "1"}, name="Bad")
+
+
+def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    worker, worker_statements = role_actions(template, "OperationsWorker")
+    publisher, publisher_statements = role_actions(template, "PublicationWorker")
+    reconciler, _ = role_actions(template, "Reconciler")
+    for actions in (worker, publisher, reconciler):
+        assert not any(a.endswith(":*") or a == "*" for a in actions)
+        assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject", "sqs:PurgeQueue"} & actions
+    assert "dynamodb:Scan" not in worker | publisher and "dynamodb:Scan" in reconciler
+    assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "s3:GetObject",
+            "s3:PutObject", "sqs:ChangeMessageVisibility", "sqs:SendMessage"} <= worker
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= publisher
+    # the publication worker touches only the sites and publications tables and the sites/ prefix
+    tables = resources(template, "AWS::DynamoDB::Table")
+    touched = {ref for s in publisher_statements for r in (s["Resource"] if isinstance(s["Resource"], list)
+                                                              else [s["Resource"]])
+               for ref in [json.dumps(r)] if "dynamodb" in json.dumps(s["Action"])}
+    names = {k for k in tables if any(k in ref for ref in touched)}
+    assert {role for role, spec in table_specs().items() for n in names
+            if n.startswith(f"Tables{spec.logical_id}")} == {"sites", "publications"}
+    assert any("/sites/*" in json.dumps(s["Resource"]) for s in publisher_statements if "s3:PutObject" in s["Action"])
+    # GSIs are granted by name, never table/index/*
+    assert "/index/*" not in json.dumps(worker_statements)
+    assert all(f"/index/{index.name}" in json.dumps(worker_statements)
+               for name in ("operations", "commits") for index in table_specs()[name].indexes)
+
+
+def test_schedules_invoke_the_reconciler_by_name_with_retries_and_a_dlq(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    schedules = [s["Properties"] for s in resources(template, "AWS::Scheduler::Schedule").values()]
+    assert len(schedules) == len(SCHEDULES)
+    rates = {"reconcile": "rate(1 minute)", "wp-events": "rate(1 minute)", "queue-repair": "rate(5 minutes)"}
+    for props in schedules:
+        name = json.loads(props["Target"]["Input"])["schedule"]
+        assert props["ScheduleExpression"] == rates[name]
+        assert props["Target"]["RetryPolicy"]["MaximumRetryAttempts"] == 2
+        assert "ScheduleDeadLetterQueue" in json.dumps(props["Target"]["DeadLetterConfig"])
+        assert "Reconciler" in json.dumps(props["Target"]["Arn"])
+    assert {json.loads(p["Target"]["Input"])["schedule"] for p in schedules} == set(SCHEDULES)
+
+
+def test_dashboard_and_alarms_cover_the_failure_signals(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible",
+                   "ApproximateNumberOfMessagesNotVisible", "Errors", "Throttles", "Duration",
+                   "ConcurrentExecutions", "OperationSucceeded", "OperationRetried", "OperationDead",
+                   "OperationSuperseded", "Backpressured", "QueueDelay", "p99"):
+        assert metric in body, metric
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    oldest = [a for a in alarms if a.get("MetricName") == "ApproximateAgeOfOldestMessage"]
+    dead = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    rates = [a for a in alarms if "Metrics" in a and "errors / invocations" in json.dumps(a["Metrics"])]
+    assert len(oldest) == len(dead) == len(QUEUES) and len(rates) == len(FUNCTIONS)
+    assert all(a["Threshold"] == 0 and a["EvaluationPeriods"] == 1 for a in dead)
+    assert all("AlarmActions" not in a for a in alarms)  # no topic in context: no actions
+
+
+def test_producer_and_operator_policies_are_exported_with_stable_ids(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    policies = resources(template, "AWS::IAM::ManagedPolicy")
+    assert set(policies) == {"ProducerPolicy", "OperatorPolicy"}
+    outputs = template["Outputs"]
+    assert outputs["ProducerPolicyArn"]["Value"] == {"Ref": "ProducerPolicy"}
+    assert outputs["OperatorPolicyArn"]["Value"] == {"Ref": "OperatorPolicy"}
+
+    def actions(name: str) -> set[str]:
+        statements = policies[name]["Properties"]["PolicyDocument"]["Statement"]
+        return {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+
+    producer, operator = actions("ProducerPolicy"), actions("OperatorPolicy")
+    assert {"sqs:SendMessage", "dynamodb:PutItem", "s3:PutObject", "sts:GetCallerIdentity"} <= producer
+    assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan"} & producer
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan", "cloudformation:DescribeStacks"} <= operator
+    assert producer < operator | {"sqs:GetQueueAttributes"}
+
+
+def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_a_reason(
+        synthesized_stack: Synthesized) -> None:
+    report = json.loads((synthesized_stack.outdir / "validation-report.json").read_text())
+    [nag] = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "success" and nag["violations"] == []
+    assert nag["suppressedViolations"]  # the acknowledged ones are listed, each with its reason
+    assert all(len(v["reason"]) > 40 for v in nag["suppressedViolations"])
+    rules = {v["ruleName"].split("[")[0] for v in nag["suppressedViolations"]}
+    assert rules <= {"AwsSolutions-IAM5", "AwsSolutions-SQS3"}
+
+
+def test_cfn_lint_finds_no_error(synthesized_stack: Synthesized) -> None:
+    template = next(synthesized_stack.outdir.glob("SiteDispatchTest.template.json"))
+    done = subprocess.run([sys.executable, "-m", "cfnlint", "--format", "parseable", str(template)],
+                          capture_output=True, text=True, check=False)
+    errors = [line for line in done.stdout.splitlines() if ":E" in line]
+    assert errors == [], done.stdout
+
+
+def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambda_runs(
+        synthesized_stack: Synthesized) -> None:
+    [asset] = [p for p in synthesized_stack.outdir.glob("asset.*") if p.is_dir()]
+    for spec in FUNCTIONS.values():
+        module = spec.handler.rsplit(".", 1)[0].replace(".", "/")
+        assert (asset / f"{module}.py").is_file()
+    assert list(asset.glob("pydantic_core/*aarch64*.so")), "pydantic-core must be the Linux arm64 build"
+    assert (asset / "sitedispatch/templates").is_dir()
+    for absent in ("sitedispatch/local", "sitedispatch/cli", "moto", "typer", "rich", "boto3", "botocore"):
+        assert not (asset / absent).exists(), absent
+    size = sum(p.stat().st_size for p in asset.rglob("*") if p.is_file())
+    assert size < 50 * 1024 * 1024  # Lambda's zipped limit is 50 MB; this is the unzipped size
+    print(f"\nasset: {size / 1e6:.1f} MB unzipped, one asset shared by {len(FUNCTIONS)} functions; "
+          f"synth {synthesized_stack.seconds:.1f}s")
+
+
+def test_the_entrypoints_import_without_the_local_runtime_or_the_cli() -> None:
+    """What the asset leaves out is never imported on Lambda's paths."""
+    blocked = ["moto", "typer", "rich", "flask", "werkzeug", "sitedispatch.local", "sitedispatch.cli", "psutil"]
+    code = (f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
+            + "".join(f"import {spec.handler.rsplit('.', 1)[0]}\n" for spec in FUNCTIONS.values()))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
