@@ -29,6 +29,9 @@ from .tables import DispatchTables
 class SiteDispatchStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        # Feature flags this stack relies on, set here so `python app.py`, the CDK CLI and tests agree: the access-log
+        # bucket admits S3's log delivery by bucket policy (ACLs stay disabled).
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.queues = SiteQueues(self, "Queues")
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")

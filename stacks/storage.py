@@ -22,7 +22,7 @@ class PublicationBucket(Construct):
         self.access_logs = s3.Bucket(
             self, "AccessLogs",
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True,
-            encryption=s3.BucketEncryption.S3_MANAGED, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            encryption=s3.BucketEncryption.S3_MANAGED, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             removal_policy=RemovalPolicy.RETAIN,
             lifecycle_rules=[s3.LifecycleRule(id="expire-access-logs",
                                               expiration=Duration.days(ACCESS_LOG_RETENTION_DAYS))],

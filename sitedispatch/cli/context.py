@@ -11,7 +11,7 @@ import typer
 
 from ..control import Caller
 from ..dependencies import Dependencies
-from ..settings import Settings
+from ..settings import ENV_PREFIX, Settings
 
 LOCAL_DEFAULT_CALLER = "operator"  # locally the person at the keyboard runs the runtime: the operator
 AsOpt = Annotated[str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); "
@@ -19,6 +19,7 @@ AsOpt = Annotated[str | None, typer.Option("--as", help="who is acting (locally;
 
 DEFAULT_LOCAL_ENV = Path(".sitedispatch") / "local.env"
 _env_file: Path | None = None
+_stack: str | None = None
 
 
 def use_env_file(path: Path | None) -> None:
@@ -27,11 +28,40 @@ def use_env_file(path: Path | None) -> None:
     _env_file = path
 
 
+def use_stack(name: str | None) -> None:
+    """Remember which deployed stack to find the resources of (the global --stack option)."""
+    global _stack
+    _stack = name
+
+
+def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
+    """A deployed stack's outputs as the environment Settings reads: each output named after a settings variable
+    carries that variable's name in its description (see stacks/dispatch_stack.py)."""
+    import boto3
+
+    from ..errors import NotFound
+
+    client = boto3.session.Session(region_name=region).client("cloudformation")
+    try:
+        stacks = client.describe_stacks(StackName=name)["Stacks"]
+    except client.exceptions.ClientError as exc:
+        raise NotFound(f"stack {name} not found: {exc.response['Error'].get('Message', exc)}") from None
+    outputs = stacks[0].get("Outputs", [])
+    found = {o["Description"]: o["OutputValue"] for o in outputs
+             if o.get("Description", "").startswith(ENV_PREFIX)}
+    if Settings.env_name("operations_queue_url") not in found:
+        raise NotFound(f"stack {name} has no sitedispatch outputs")
+    return found
+
+
 @lru_cache(maxsize=1)
 def deps() -> Dependencies:
-    """Settings from the environment; if it names no deployment, from the local runtime's env file."""
+    """Settings from a deployed stack's outputs (--stack), else the environment; if that names no deployment, from
+    the local runtime's env file."""
     from ..local.cloud import read_env_file
 
+    if _stack is not None:
+        os.environ.update(stack_environment(_stack))
     path = _env_file or DEFAULT_LOCAL_ENV
     if Settings.env_name("operations_queue_url") not in os.environ and path.exists():
         for key, value in read_env_file(path).items():

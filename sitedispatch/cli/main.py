@@ -9,8 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InvalidInput
+from ..settings import ENV_PREFIX
 from . import audit, dlq, local, ops, sites
-from .context import deps, use_env_file
+from .context import deps, use_env_file, use_stack
 from .output import console, emit_json, render_status, reported
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -26,12 +27,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 def main(ctx: typer.Context,
          env_file: Annotated[Path | None, typer.Option(help="environment file of a local runtime "
                                                              "(default .sitedispatch/local.env when present)")]
-         = None) -> None:
+         = None,
+         stack: Annotated[str | None, typer.Option(envvar=f"{ENV_PREFIX}STACK", help="a deployed stack's name: "
+                                                   "its outputs say where the resources are")] = None) -> None:
     from ..observability import to_stderr
 
     if ctx.invoked_subcommand != "local":  # local workers log like Lambda functions: INFO, to stdout
         to_stderr()
     use_env_file(env_file)
+    use_stack(stack)
 
 
 def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, Any], int]:

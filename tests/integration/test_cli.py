@@ -177,3 +177,36 @@ def test_reading_a_site_before_its_first_publication_is_not_found(cli: CliRunner
     run(cli, "submit", "provision", "--site", "unpublished", "--param", "title=x", "--param", "admin_email=a@b.co")
     code, out = run(cli, "sites", "read", "unpublished", "/")
     assert code == 3 and "no live publication" in out
+
+
+def test_the_cli_finds_a_deployed_stack_by_its_outputs(cli: CliRunner, cloud: Cloud, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--stack NAME`: the resources come from the stack's outputs (each describes the variable it carries), so
+    the same commands work on AWS and locally. The stack here is a CloudFormation stack in moto with the outputs
+    the real stack exports for these resources."""
+    import boto3
+
+    from sitedispatch.settings import ENV_PREFIX, Settings
+
+    resource_fields = {"region", *(n for n, f in Settings.model_fields.items() if f.is_required())}
+    environment = {Settings.env_name(n): str(getattr(cloud.settings, n)) for n in resource_fields}
+    template = {"Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
+                "Outputs": {name.replace("_", ""): {"Value": value, "Description": name}
+                            for name, value in environment.items()}}
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(
+        StackName="DeployedDispatch", TemplateBody=json.dumps(template))
+    for name in environment:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no local env file to fall back on
+    from sitedispatch.cli import context
+
+    code, out = run(cli, "--stack", "DeployedDispatch", "submit", "provision", "--site", "stack-site",
+                    "--param", "title=x", "--param", "admin_email=a@b.co", "--json")
+    assert code == 0, out
+    assert cloud.deps.operations.get(json.loads(out)["operation_id"]) is not None  # it went to these resources
+    context.deps.cache_clear()  # a new process
+    for name in environment:
+        monkeypatch.delenv(name, raising=False)
+    code, out = run(cli, "--stack", "NoSuchStack", "status", "--json")
+    assert code == 3 and "NoSuchStack" in out
+    assert f"{ENV_PREFIX}STACK" == "SITEDISPATCH_STACK"
