@@ -128,6 +128,7 @@ class Environment:
         signal.signal(signal.SIGALRM, self._timed_out)
         if self.spec.init:
             load_handler(self.spec.init)()
+        self._inject_faults()
         sqs: Any = boto3.session.Session(region_name=self.region).client("sqs")
         arn = queue_arn_from_url(self.queue_url, self.region)
         if self.ready_fd is not None:
@@ -142,6 +143,18 @@ class Environment:
                 continue
             response = self.invoke(sqs_event(messages, arn, self.region))
             settle(sqs, self.queue_url, messages, response)
+
+    def _inject_faults(self) -> None:
+        """A chaos run asks (by environment) for transient AWS errors in the function's own clients."""
+        from .faults import RATE_ENV, install_from_environment
+
+        if not os.environ.get(RATE_ENV):
+            return
+        from functions.runtime import dependencies
+
+        deps = dependencies()
+        install_from_environment([deps.sqs, deps.s3, deps.models.Operation._get_connection().connection.client],
+                                 self.index)
 
     def invoke(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.spec.logical_id, self.spec.timeout_s, self.spec.memory_mb, self.region,

@@ -1,0 +1,1 @@
+"""The seeded fault-injection campaign (`make chaos`) and its invariant checker."""

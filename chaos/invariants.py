@@ -1,0 +1,185 @@
+"""The invariant checker: reads only durable state (tables, bucket) and the audit trail, during and after a run.
+
+During: a sampler records every site's live sequence (must never decrease) and, for each live revision it meets,
+checks that its receipt exists and every route in it is readable.
+After: at most one commit per operation and a gap-free version chain per site with strictly increasing fences; every
+accepted operation terminal; nothing but succeeded operations committed; every dead operation with complete
+evidence; counters equal to the recount; every publication finished and the newest published one live; an audit
+entry for every operator action the driver took.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sitedispatch.admission import is_admission_counter, recount
+from sitedispatch.errors import NotFound
+from sitedispatch.model import RUNNABLE, PublicationStatus, Status, sha256_hex
+from sitedispatch.publication.live import object_key, receipt_key
+
+EVIDENCE_FIELDS = {"operation_id", "site_id", "kind", "principal", "epoch", "attempt", "attempt_budget", "fence",
+                   "input_key", "input_digest", "revision", "error_class", "error_code", "error_message",
+                   "retryable", "traceback_digest", "traceback", "created_at", "started_at", "dead_at",
+                   "request_id", "lane", "recovery_command", "recovery", "key"}
+
+
+@dataclass
+class Violations:
+    found: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, invariant: str, detail: str) -> None:
+        with self.lock:
+            self.found.append(f"{invariant}: {detail}")
+
+
+class Sampler(threading.Thread):
+    """Samples the live pointers while the run goes on (G4: live seq never decreases; a live revision is whole)."""
+
+    def __init__(self, deps: Any, sites: list[str], violations: Violations, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="sampler")
+        self.deps, self.sites, self.violations, self.interval_s = deps, sites, violations, interval_s
+        self.stop = threading.Event()
+        self.samples = 0
+        self.revisions_checked = 0
+        self.routes_read = 0
+        self._last: dict[str, int] = {}
+        self._checked: set[tuple[str, str]] = set()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            for site_id in self.sites:
+                try:
+                    self._sample(site_id)
+                except Exception as exc:  # the emulator is busy: a failed read is not a violation, skip it
+                    if "ThrottlingException" in repr(exc):
+                        continue
+                    self.violations.add("sampler", f"{site_id}: {exc!r}")
+
+    def _sample(self, site_id: str) -> None:
+        site = self.deps.sites.get(site_id)
+        if site is None:
+            return
+        self.samples += 1
+        previous = self._last.get(site_id, 0)
+        if site.live_seq < previous:
+            self.violations.add("live seq never decreases", f"{site_id}: {previous} then {site.live_seq}")
+        self._last[site_id] = site.live_seq
+        if site.live_revision is None or (site_id, site.live_revision) in self._checked:
+            return
+        self._checked.add((site_id, site.live_revision))
+        try:
+            receipt = json.loads(self.deps.blobs.get(receipt_key(site_id, site.live_revision)))
+        except NotFound:
+            self.violations.add("a live revision has its receipt", f"{site_id} {site.live_revision[:12]}")
+            return
+        for entry in receipt["routes"]:
+            try:
+                body = self.deps.blobs.get(object_key(site_id, site.live_revision, entry["route"]))
+            except NotFound:
+                self.violations.add("every route of a live revision is readable", f"{site_id} {entry['route']}")
+                continue
+            if sha256_hex(body) != entry["sha256"]:
+                self.violations.add("a live route is what its receipt says", f"{site_id} {entry['route']}")
+            self.routes_read += 1
+        self.revisions_checked += 1
+
+
+@dataclass
+class DriverLedger:
+    """What the workload driver did, for the after-checks: accepted operations and operator actions."""
+
+    accepted: set[str] = field(default_factory=set)
+    actions: Counter[str] = field(default_factory=Counter)  # action -> times the driver performed it
+
+
+def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: Violations) -> dict[str, int]:
+    """The invariants on the final durable state. Returns figures for the report."""
+    ops = {}
+    for status in Status:
+        for op in deps.operations.list(status=status, limit=100_000):
+            ops[op.operation_id] = op
+    missing = ledger.accepted - set(ops)
+    for op_id in sorted(missing):
+        violations.add("accepted operations are kept", f"{op_id} vanished")
+    for op in ops.values():
+        if op.status in RUNNABLE:
+            violations.add("every accepted operation ends terminal", f"{op.operation_id} is {op.status.value}")
+
+    commits_by_site: dict[str, list[Any]] = {}
+    for site_id in sites:
+        history = sorted(deps.commits.history(site_id, limit=100_000), key=lambda c: c.version)
+        commits_by_site[site_id] = history
+        versions = [c.version for c in history]
+        if versions != list(range(1, len(versions) + 1)):
+            violations.add("versions form a chain", f"{site_id}: {versions}")
+        fences = [c.fence for c in history]
+        if any(b <= a for a, b in zip(fences, fences[1:], strict=False)):
+            violations.add("fences strictly increase per site", f"{site_id}: {fences}")
+        ids = [c.operation_id for c in history]
+        for op_id, n in Counter(ids).items():
+            if n > 1:
+                violations.add("at most one commit per operation", f"{op_id} committed {n} times")
+        for parent, child in zip(history, history[1:], strict=False):
+            if child.parent_revision != parent.revision_id:
+                violations.add("each commit builds on the previous head", f"{site_id} v{child.version}")
+        site = deps.sites.get(site_id)
+        if site is not None and history and site.head_version != history[-1].version:
+            violations.add("head is the last commit", f"{site_id}: head {site.head_version} vs {versions[-1]}")
+
+    committed = {c.operation_id for history in commits_by_site.values() for c in history}
+    for op in ops.values():
+        if op.status == Status.SUCCEEDED and op.operation_id not in committed and op.site_id in sites:
+            violations.add("a succeeded operation has its commit", op.operation_id)
+        if op.status != Status.SUCCEEDED and op.operation_id in committed:
+            violations.add("only succeeded operations commit", f"{op.operation_id} is {op.status.value}")
+        if op.status == Status.DEAD:
+            _check_evidence(deps, op, violations)
+
+    counters = {k: v for k, v in deps.operations.counters().items() if is_admission_counter(k)}
+    expected = recount([op for op in ops.values() if op.status in RUNNABLE])
+    for name in sorted(counters.keys() | expected.keys()):
+        if counters.get(name, 0) != expected.get(name, 0):
+            violations.add("counters equal the recount", f"{name}: {counters.get(name, 0)} != {expected.get(name, 0)}")
+
+    for site_id in sites:
+        publications = deps.publications.list(site_id, limit=100_000)
+        unfinished = [p.seq for p in publications
+                      if p.status not in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}]
+        if unfinished:
+            violations.add("every publication finishes", f"{site_id}: {unfinished} still open")
+        published = [p.seq for p in publications if p.status == PublicationStatus.PUBLISHED]
+        site = deps.sites.get(site_id)
+        if site is not None and published and site.live_seq != max(published):
+            violations.add("the newest published revision is live", f"{site_id}: live {site.live_seq}, "
+                                                                      f"newest published {max(published)}")
+
+    audited = Counter(entry.action for entry in deps.audit.list(0, time.time() + 60, limit=100_000))
+    for action, times in ledger.actions.items():
+        if audited[action] < times:
+            violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")
+    return {"operations": len(ops), "commits": len(committed),
+            "dead": sum(op.status == Status.DEAD for op in ops.values()),
+            "cancelled": sum(op.status == Status.CANCELLED for op in ops.values()),
+            "superseded": sum(op.status == Status.SUPERSEDED for op in ops.values()),
+            "redriven": sum(op.epoch > 0 for op in ops.values())}
+
+
+def _check_evidence(deps: Any, op: Any, violations: Violations) -> None:
+    if not op.evidence:
+        violations.add("every dead operation has evidence", f"{op.operation_id}: no evidence on the row")
+        return
+    try:
+        document = json.loads(deps.blobs.get(op.evidence["key"]))
+    except Exception as exc:
+        violations.add("every dead operation has evidence", f"{op.operation_id}: {exc!r}")
+        return
+    if set(document) != EVIDENCE_FIELDS:
+        violations.add("evidence is complete", f"{op.operation_id}: {sorted(EVIDENCE_FIELDS ^ set(document))}")
+    if document.get("operation_id") != op.operation_id or not document.get("recovery_command"):
+        violations.add("evidence names its operation and recovery", op.operation_id)
