@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure synth bench lint lock lambda-wheels clean
+.PHONY: demo test unit integration acceptance infrastructure synth bench chaos lint lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,8 +52,13 @@ synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, n
 bench: $(STAMP)  ## import memory (10 and 100 MB WXR) and publication parallelism (1 vs 4 workers)
 	$(PY) -m bench.run
 
+SEEDS ?= 20
+PROFILE ?= full
+chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one; PROFILE=short|full)
+	$(PY) -m chaos.run --profile $(PROFILE) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench app.py
+	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench chaos app.py
 	$(VENV)/bin/mypy
 
 lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)

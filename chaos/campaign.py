@@ -45,12 +45,12 @@ class Profile:
     sites: int = 6
     principals: int = 3
     workload_s: float = 14.0
-    action_every_s: float = 0.25
+    action_every_s: float = 0.15
     fault_every_s: tuple[float, float] = (1.5, 3.5)
     transient_rate: float = 0.03
     settle_bound_s: float = 120.0
     lease_s: float = 2.0
-    function_timeout_s: int = 6
+    function_timeout_s: int = 4  # visibility 24 s: a message held by a killed worker is back soon
 
 
 PROFILES = {"short": Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0)),
@@ -67,6 +67,7 @@ class RunReport:
     figures: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     settled_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -95,6 +96,13 @@ class Campaign:
     def run(self) -> RunReport:
         started = time.monotonic()
         p = self.profile
+        mark = time.monotonic()
+
+        def phase(name: str) -> None:
+            nonlocal mark
+            self.report.phases[name] = round(time.monotonic() - mark, 1)
+            mark = time.monotonic()
+
         with LocalRuntime(self.workdir) as runtime:
             self.runtime = runtime
             env = runtime.start_cloud(0, function_timeout_s=p.function_timeout_s, policy={
@@ -106,19 +114,23 @@ class Campaign:
             self.submitter = self.deps.submitter()
             self.controls = self.deps.controls()
             self.files = self._files()
-            self.workers = [self._start_worker(queue, n, index, faults=True)
-                            for index, (queue, n) in enumerate(WORKERS)]
+            self.workers = self._start_all(faults=True)
             runtime.start_scheduler(rate_scale=0.05)  # reconcile every 3 s, queue-repair every 15 s
+            phase("start")
             sampler = Sampler(self.deps, self.sites, self.violations)
             sampler.start()
             for site in self.sites:
                 self._submit("provision", site, PROVISION, key=f"provision-{site}")
             self._workload()
+            phase("workload")
             self._stop_faults()
+            phase("stop_faults")
             self.report.settled_s = self._settle()
+            phase("settle")
             sampler.stop.set()
             sampler.join(10)
             self.report.figures = check_after(self.deps, self.sites, self.ledger, self.violations)
+            phase("check")
             self.report.figures.update(samples=sampler.samples, live_revisions_checked=sampler.revisions_checked,
                                        routes_read=sampler.routes_read)
             self.report.faults.update(self._transient_faults())
@@ -136,9 +148,17 @@ class Campaign:
         files["truncated"] = broken
         return files
 
-    def _start_worker(self, queue: str, concurrency: int, index: int, faults: bool) -> Child:
+    def _worker_spec(self, index: int, faults: bool) -> tuple[str, int, str, None, dict[str, str]]:
+        queue, concurrency = WORKERS[index]
         env = {RATE_ENV: str(self.profile.transient_rate), SEED_ENV: str(self.seed * 100 + index)} if faults else {}
-        return self.runtime.start_worker(queue, concurrency, name=f"worker-{index}-{queue}", env=env)
+        return queue, concurrency, f"worker-{index}-{queue}", None, env
+
+    def _start_worker(self, index: int, faults: bool) -> Child:
+        [child] = self.runtime.start_workers([self._worker_spec(index, faults)])
+        return child
+
+    def _start_all(self, faults: bool) -> list[Child]:
+        return self.runtime.start_workers([self._worker_spec(index, faults) for index in range(len(WORKERS))])
 
     # -- workload and faults -------------------------------------------------------------------------------------
 
@@ -263,12 +283,11 @@ class Campaign:
     def _process_fault(self) -> None:
         index = self.rng.randrange(len(self.workers))
         worker = self.workers[index]
-        queue, concurrency = WORKERS[index]
         if self.rng.random() < 0.5:
             self.report.faults["sigkill"] += 1
             self.runtime.kill(worker)
             self.runtime.stop(worker)  # reap environments a killed host leaves behind
-            self.workers[index] = self._start_worker(queue, concurrency, index, faults=True)
+            self.workers[index] = self._start_worker(index, faults=True)
         else:
             self.report.faults["sigstop_past_lease"] += 1
             worker.signal_group(signal.SIGSTOP)
@@ -283,15 +302,13 @@ class Campaign:
         self.report.faults["cold_restart"] += 1
         for worker in self.workers:
             self.runtime.kill(worker)
-            self.runtime.stop(worker)
-        self.workers = [self._start_worker(queue, n, index, faults=True) for index, (queue, n) in enumerate(WORKERS)]
+        self.runtime.stop_many(self.workers)
+        self.workers = self._start_all(faults=True)
 
     def _stop_faults(self) -> None:
         """Faults stop: every worker restarted without injected errors, every paused site resumed."""
-        for worker in self.workers:
-            worker.signal_group(signal.SIGCONT)
-            self.runtime.stop(worker)
-        self.workers = [self._start_worker(queue, n, index, faults=False) for index, (queue, n) in enumerate(WORKERS)]
+        self.runtime.stop_many(self.workers)
+        self.workers = self._start_all(faults=False)
         for site in list(self.paused):
             self.ledger.actions["resume"] += 1
             self.controls.set_paused(OPERATOR, site, False, "chaos: faults over")

@@ -10,6 +10,7 @@ entry for every operator action the driver took.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -96,6 +97,7 @@ class DriverLedger:
 
     accepted: set[str] = field(default_factory=set)
     actions: Counter[str] = field(default_factory=Counter)  # action -> times the driver performed it
+    started_at: float = field(default_factory=time.time)
 
 
 def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: Violations) -> dict[str, int]:
@@ -119,13 +121,13 @@ def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: V
         if versions != list(range(1, len(versions) + 1)):
             violations.add("versions form a chain", f"{site_id}: {versions}")
         fences = [c.fence for c in history]
-        if any(b <= a for a, b in zip(fences, fences[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(fences)):
             violations.add("fences strictly increase per site", f"{site_id}: {fences}")
         ids = [c.operation_id for c in history]
         for op_id, n in Counter(ids).items():
             if n > 1:
                 violations.add("at most one commit per operation", f"{op_id} committed {n} times")
-        for parent, child in zip(history, history[1:], strict=False):
+        for parent, child in itertools.pairwise(history):
             if child.parent_revision != parent.revision_id:
                 violations.add("each commit builds on the previous head", f"{site_id} v{child.version}")
         site = deps.sites.get(site_id)
@@ -159,7 +161,8 @@ def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: V
             violations.add("the newest published revision is live", f"{site_id}: live {site.live_seq}, "
                                                                       f"newest published {max(published)}")
 
-    audited = Counter(entry.action for entry in deps.audit.list(0, time.time() + 60, limit=100_000))
+    audited = Counter(entry.action for entry in deps.audit.list(ledger.started_at - 60, time.time() + 60,
+                                                                limit=100_000))
     for action, times in ledger.actions.items():
         if audited[action] < times:
             violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         reports.append(report)
         status = "ok" if not report.violations else f"{len(report.violations)} VIOLATION(S)"
         print(f"seed {seed:>4}: {status}; {report.figures.get('operations', 0)} operations, faults "
-              f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s",
+              f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s "
+              f"{report.phases}",
               flush=True)
         for violation in report.violations:
             print(f"    {violation}", flush=True)

@@ -43,18 +43,20 @@ class FaultInjector:
             reasons = [{"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}]
             reasons += [{"Code": "None"}] * max(0, items - 1)
             self._record(f"{service}:TransactionConflict")
-            raise ClientError({"Error": {"Code": "TransactionCanceledException",
-                                         "Message": "Transaction cancelled (injected conflict)"},
-                               "CancellationReasons": reasons,
-                               "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
+            raise ClientError(_response("TransactionCanceledException", "Transaction cancelled (injected conflict)",
+                                        400, CancellationReasons=reasons), operation)
         code, status, message = self.rng.choice(S3_FAULTS if service == "s3" else GENERIC)
         self._record(f"{service}:{code}")
-        raise ClientError({"Error": {"Code": code, "Message": message},
-                           "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+        raise ClientError(_response(code, message, status), operation)
 
     def _record(self, kind: str) -> None:
         self.injected[kind] += 1
         print(json.dumps({"fault": kind}), file=sys.stderr, flush=True)
+
+
+def _response(code: str, message: str, status: int, **extra: Any) -> Any:
+    """A parsed error response as botocore builds it (typed loosely: the stubs want every metadata key)."""
+    return {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}, **extra}
 
 
 def install_from_environment(clients: list[Any], stream: int) -> FaultInjector | None:

@@ -107,12 +107,22 @@ class LocalRuntime:
 
     def start_worker(self, queue: str = "operations", concurrency: int = 1, name: str | None = None,
                      extra: list[str] | None = None, env: dict[str, str] | None = None) -> Child:
-        name = name or f"worker-{queue}-{sum(c.name.startswith(f'worker-{queue}') for c in self.children)}"
-        offset = self._log_offset(name)
-        child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency),
-                                   *(extra or [])], {**self.env, **(env or {})})
-        self._await_ready(child, offset)
+        [child] = self.start_workers([(queue, concurrency, name, extra, env)])
         return child
+
+    def start_workers(self, specs: list[tuple[str, int, str | None, list[str] | None, dict[str, str] | None]]
+                      ) -> list[Child]:
+        """Start several workers at once and wait until all are ready (they warm up in parallel)."""
+        started = []
+        for queue, concurrency, name, extra, env in specs:
+            name = name or f"worker-{queue}-{sum(c.name.startswith(f'worker-{queue}') for c in self.children)}"
+            offset = self._log_offset(name)
+            child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency),
+                                       *(extra or [])], {**self.env, **(env or {})})
+            started.append((child, offset))
+        for child, offset in started:
+            self._await_ready(child, offset)
+        return [child for child, _ in started]
 
     def start_scheduler(self, rate_scale: float = 1.0) -> Child:
         offset = self._log_offset("scheduler")
@@ -121,18 +131,26 @@ class LocalRuntime:
         return child
 
     def stop(self, child: Child, timeout_s: float = 10.0) -> None:
-        if child.alive():
-            child.signal_group(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            child.signal_group(signal.SIGTERM)
-            try:
-                child.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                child.signal_group(signal.SIGKILL)
-                child.process.wait(timeout=timeout_s)
-        else:
+        self.stop_many([child], timeout_s)
+
+    def stop_many(self, children: list[Child], timeout_s: float = 10.0) -> None:
+        """Ask every child to stop at once (SIGTERM after SIGCONT: a stopped process cannot act on it), then wait;
+        whatever has not exited by the deadline is killed."""
+        for child in children:
+            if child.alive():
+                child.signal_group(signal.SIGCONT)
+                child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for child in children:
+            if child.alive():
+                try:
+                    child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    child.signal_group(signal.SIGKILL)
+                    child.process.wait(timeout=timeout_s)
             child.signal_group(signal.SIGKILL)  # reap environments orphaned by a killed host
-        if child in self.children:
-            self.children.remove(child)
+            if child in self.children:
+                self.children.remove(child)
 
     def kill(self, child: Child) -> None:
         """SIGKILL the whole process group: a host failure."""
@@ -141,5 +159,5 @@ class LocalRuntime:
 
     def stop_all(self) -> None:
         # Workers and scheduler first, the cloud they talk to last.
-        for child in sorted(self.children, key=lambda c: c.name == "cloud"):
-            self.stop(child)
+        self.stop_many([c for c in self.children if c.name != "cloud"])
+        self.stop_many(list(self.children))
