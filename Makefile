@@ -54,8 +54,9 @@ bench: $(STAMP)  ## import memory (10 and 100 MB WXR) and publication parallelis
 
 SEEDS ?= 20
 PROFILE ?= full
-chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one; PROFILE=short|full)
-	$(PY) -m chaos.run --profile $(PROFILE) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
+chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one; PROFILE=short|full; JOBS=J)
+	$(PY) -m chaos.run --profile $(PROFILE) --jobs $(or $(JOBS),1) \
+		$(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench chaos app.py

@@ -167,7 +167,7 @@ class Campaign:
         end = time.monotonic() + p.workload_s
         next_fault = time.monotonic() + self.rng.uniform(*p.fault_every_s)
         cold_restart_at = time.monotonic() + self.rng.uniform(0.4, 0.8) * p.workload_s
-        while time.monotonic() < end:
+        while time.monotonic() < end or cold_restart_at:  # every run has its cold restart
             now = time.monotonic()
             self._resume_due(now)
             if cold_restart_at and now >= cold_restart_at:

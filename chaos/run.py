@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from multiprocessing import get_context
 from pathlib import Path
 
 from .campaign import PROFILES, RunReport, run_seed
@@ -23,6 +26,25 @@ def replay_command(seed: int, profile: str) -> str:
     return f"make chaos SEED={seed} PROFILE={profile}"
 
 
+def _one(job: tuple[int, str]) -> tuple[RunReport, Path]:
+    seed, profile = job
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
+    return run_seed(seed, profile, workdir), workdir
+
+
+def _print(report: RunReport, profile: str, workdir: Path, keep: bool) -> None:
+    status = "ok" if not report.violations else f"{len(report.violations)} VIOLATION(S)"
+    print(f"seed {report.seed:>4}: {status}; {report.figures.get('operations', 0)} operations, faults "
+          f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s "
+          f"{report.phases}", flush=True)
+    for violation in report.violations:
+        print(f"    {violation}", flush=True)
+    if report.violations:
+        print(f"    replay: {replay_command(report.seed, profile)}   (logs: {workdir})", flush=True)
+    elif not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=10, help="how many runs (seeds first..first+N-1)")
@@ -30,27 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay exactly this seed")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each its own cloud and workers)")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     started = time.monotonic()
     reports: list[RunReport] = []
-    for seed in seeds:
-        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
-        report = run_seed(seed, args.profile, workdir)
-        reports.append(report)
-        status = "ok" if not report.violations else f"{len(report.violations)} VIOLATION(S)"
-        print(f"seed {seed:>4}: {status}; {report.figures.get('operations', 0)} operations, faults "
-              f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s "
-              f"{report.phases}",
-              flush=True)
-        for violation in report.violations:
-            print(f"    {violation}", flush=True)
-        if report.violations:
-            print(f"    replay: {replay_command(seed, args.profile)}   (logs: {workdir})", flush=True)
-        elif not args.keep:
-            import shutil
-
-            shutil.rmtree(workdir, ignore_errors=True)
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=get_context("spawn")) as pool:
+        for report, workdir in pool.map(_one, [(seed, args.profile) for seed in seeds]):
+            reports.append(report)
+            _print(report, args.profile, workdir, keep=args.keep)
     faults: Counter[str] = Counter()
     actions: Counter[str] = Counter()
     for report in reports:
