@@ -283,7 +283,10 @@ class Campaign:
     def _process_fault(self) -> None:
         index = self.rng.randrange(len(self.workers))
         worker = self.workers[index]
-        if self.rng.random() < 0.5:
+        # alternate the two kinds (the first one by the seed), so every run has both
+        kill = self.report.faults["sigkill"] < self.report.faults["sigstop_past_lease"] or (
+            self.report.faults["sigkill"] == self.report.faults["sigstop_past_lease"] and self.rng.random() < 0.5)
+        if kill:
             self.report.faults["sigkill"] += 1
             self.runtime.kill(worker)
             self.runtime.stop(worker)  # reap environments a killed host leaves behind

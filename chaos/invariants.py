@@ -161,7 +161,7 @@ def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: V
             violations.add("the newest published revision is live", f"{site_id}: live {site.live_seq}, "
                                                                       f"newest published {max(published)}")
 
-    audited = Counter(entry.action for entry in deps.audit.list(ledger.started_at - 60, time.time() + 60,
+    audited = Counter(entry.action for entry in deps.audit.list(ledger.started_at - 60, deps.clock.now() + 60,
                                                                 limit=100_000))
     for action, times in ledger.actions.items():
         if audited[action] < times:

@@ -1,0 +1,26 @@
+"""The short, seeded profile of the chaos campaign (`make chaos` runs the long one): real processes, every kind of
+fault, and no invariant broken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.campaign import Campaign
+
+pytestmark = pytest.mark.acceptance
+
+SEED = 7
+
+
+def test_a_short_seeded_campaign_breaks_no_invariant(tmp_path: Path) -> None:
+    report = Campaign(SEED, "short", tmp_path / "run").run()
+
+    assert report.violations == [], f"replay: make chaos SEED={SEED} PROFILE=short\n" + "\n".join(report.violations)
+    assert report.faults["cold_restart"] == 1
+    assert report.faults["sigkill"] >= 1 and report.faults["sigstop_past_lease"] >= 1
+    assert sum(n for kind, n in report.faults.items() if kind.startswith("transient:")) >= 1
+    assert report.figures["operations"] >= 8 and report.figures["commits"] >= 4
+    assert report.figures["live_revisions_checked"] >= 4 and report.figures["routes_read"] > 0
+    assert report.settled_s is not None

@@ -1,0 +1,102 @@
+"""The chaos campaign's invariant checker must be able to fail: each invariant, broken on purpose, is reported."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from chaos.invariants import DriverLedger, Sampler, Violations, check_after
+from sitedispatch.model import PublicationStatus, Status
+from sitedispatch.publication.live import object_key
+from tests.unit.conftest import FIXTURES, OPERATOR, Harness
+
+SITES = ["acme-blog", "other-site"]
+
+
+def healthy() -> tuple[Harness, DriverLedger]:
+    harness = Harness()
+    ledger = DriverLedger(started_at=harness.world.clock.now())
+    for site in SITES:
+        harness.provisioned(site)
+    harness.import_file(FIXTURES / "fixture-1.2.xml")
+    harness.drain_publications()
+    dead = harness.submit(site="never-provisioned", kind="publish", params={})
+    harness.deliver(dead)
+    harness.controls().set_paused(OPERATOR, "acme-blog", True, "x")
+    harness.controls().set_paused(OPERATOR, "acme-blog", False, "y")
+    ledger.actions.update({"pause": 1, "resume": 1})
+    ledger.accepted.update(harness.world.db.operations)
+    return harness, ledger
+
+
+def violations_of(harness: Harness, ledger: DriverLedger) -> list[str]:
+    found = Violations()
+    check_after(harness.world, SITES, ledger, found)
+    return found.found
+
+
+def test_a_healthy_world_has_no_violation() -> None:
+    harness, ledger = healthy()
+    assert violations_of(harness, ledger) == []
+
+
+@pytest.mark.parametrize(("breakage", "invariant"), [
+    ("queued", "every accepted operation ends terminal"),
+    ("vanished", "accepted operations are kept"),
+    ("version_gap", "versions form a chain"),
+    ("fence_back", "fences strictly increase per site"),
+    ("cancelled_committed", "only succeeded operations commit"),
+    ("no_evidence", "every dead operation has evidence"),
+    ("counter", "counters equal the recount"),
+    ("open_publication", "every publication finishes"),
+    ("unaudited", "every operator action is audited"),
+])
+def test_each_broken_invariant_is_reported(breakage: str, invariant: str) -> None:
+    harness, ledger = healthy()
+    db = harness.world.db
+    commits = sorted((c for c in db.commits.values() if c.site_id == "acme-blog"), key=lambda c: c.version)
+    if breakage == "queued":
+        op_id = next(iter(db.operations))
+        db.operations[op_id] = replace(db.operations[op_id], status=Status.QUEUED)
+    elif breakage == "vanished":
+        ledger.accepted.add("op_never_written")
+    elif breakage == "version_gap":
+        db.commits[commits[-1].operation_id] = replace(commits[-1], version=7)
+    elif breakage == "fence_back":
+        db.commits[commits[-1].operation_id] = replace(commits[-1], fence=0)
+    elif breakage == "cancelled_committed":
+        op_id = commits[-1].operation_id
+        db.operations[op_id] = replace(db.operations[op_id], status=Status.CANCELLED)
+    elif breakage == "no_evidence":
+        dead = next(op for op in db.operations.values() if op.status == Status.DEAD)
+        db.operations[dead.operation_id] = replace(dead, evidence=None)
+    elif breakage == "counter":
+        db.bump("site#acme-blog", 1, 0.0)
+    elif breakage == "open_publication":
+        key = max(k for k in db.publications if k[0] == "acme-blog")
+        db.publications[key] = replace(db.publications[key], status=PublicationStatus.PENDING)
+    elif breakage == "unaudited":
+        ledger.actions["redrive"] += 1
+
+    found = violations_of(harness, ledger)
+
+    assert any(v.startswith(invariant) for v in found), found
+
+
+def test_the_sampler_reports_a_live_pointer_going_back_and_an_unreadable_route() -> None:
+    harness, _ = healthy()
+    found = Violations()
+    sampler = Sampler(harness.world, ["acme-blog"], found)
+    sampler._sample("acme-blog")
+    assert found.found == [] and sampler.routes_read > 0
+    site = harness.world.db.sites["acme-blog"]
+    harness.world.db.sites["acme-blog"] = replace(site, live_seq=site.live_seq - 1)
+    sampler._sample("acme-blog")
+    assert any(v.startswith("live seq never decreases") for v in found.found)
+
+    older = harness.world.db.sites["acme-blog"]
+    sampler._checked.clear()
+    harness.world.blobs.objects.pop(object_key("acme-blog", older.live_revision or "", "/"))
+    sampler._sample("acme-blog")
+    assert any(v.startswith("every route of a live revision is readable") for v in found.found)
