@@ -64,7 +64,7 @@ lint: $(STAMP)
 
 lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)
 	$(VENV)/bin/pip install --quiet uv
-	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra cdk --extra dev --generate-hashes \
+	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra cdk --extra bench --extra dev --generate-hashes \
 		--python-version 3.11 -o requirements.lock
 	$(VENV)/bin/uv pip compile requirements-lambda.in --generate-hashes --python-version 3.14 \
 		--python-platform aarch64-manylinux_2_28 --no-emit-package botocore --no-emit-package urllib3 \

@@ -20,6 +20,8 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.settings import Settings
 from sitedispatch.wordpress.synthetic import write_wxr
 
+from . import fleet
+
 RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
 
@@ -131,11 +133,22 @@ def main() -> None:
     parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
+    parser.add_argument("--validate-fleets", type=int, nargs="*", default=[10, 50],
+                        help="fleet sizes at which the model is checked against the local runtime")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
     with tempfile.TemporaryDirectory() as tmp:
+        rows = fleet.model_sweep()
+        validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []
+        fleet.plot(rows, RESULTS / "fleet.png")
+        (RESULTS / "fleet.json").write_text(json.dumps({**meta, "model": fleet.model_parameters(), "sweep": rows,
+                                                        "validation": validation}, indent=2))
+        for row in rows:
+            print(f"fleet {row['sites']:>6}: every site provisioned in {row['queue_fleet_ready_s']} s "
+                  f"(cron {row['cron_fleet_ready_s']} s); 50-route publication p99 "
+                  f"{row['queue_publish_50_p99_s']} s (cron {row['cron_publish_50_p99_s']} s)", flush=True)
         if args.workers:
             publication = publication_parallelism(Path(tmp), args.routes, args.workers)
             by = {r["workers"]: r["seconds"] for r in publication}
