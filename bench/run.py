@@ -20,7 +20,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.settings import Settings
 from sitedispatch.wordpress.synthetic import write_wxr
 
-from . import fleet
+from . import coldstart, fleet, requests
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
@@ -139,6 +139,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
+    costs = requests.main()
+    (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
+    cold = coldstart.measure(dict(os.environ))
+    (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []

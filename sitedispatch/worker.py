@@ -147,6 +147,12 @@ class OperationsWorker:
                                                d.settings.defer_max_s), "principal_running_cap")
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
+        except Exception as exc:
+            # A transient failure before any attempt was spent (throttling, a 5xx, a transaction conflict): give the
+            # lease back and look again shortly, rather than hold both for two lease lengths.
+            d.sites.release_lease(lease)
+            obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
+            return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
         obs.bind(attempt=op.attempt, fence=lease.fence)
         if op.cancel_requested:
             return self._cancelled(op, lease, message)

@@ -254,3 +254,27 @@ def test_stale_holder_is_refused_by_the_fence_while_the_new_holder_is_still_work
     assert harness.world.db.commits == {} and visibility.changes
     site = harness.world.sites.get("acme-blog")
     assert site is not None and site.head_version == 0 and site.lease_owner == other
+
+
+def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(
+        harness: Harness) -> None:
+    from sitedispatch.errors import TransientError
+
+    op_id = harness.submit()
+    real = harness.world.operations.start_attempt
+    calls = {"n": 0}
+
+    def throttled_once(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TransientError("throttled")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    harness.world.operations.start_attempt = throttled_once  # type: ignore[method-assign]
+    first, visibility = harness.deliver(op_id)
+
+    assert (first.outcome, first.reason) == (Outcome.DEFERRED, "attempt_start_failed")
+    assert visibility.changes[-1] <= harness.settings.backoff_base_s * 1.2
+    assert harness.world.sites.get("acme-blog").lease_owner is None  # type: ignore[union-attr]
+    assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
+    assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED

@@ -1,0 +1,221 @@
+"""AWS requests per operation, per kind, counted with botocore event hooks on every client the code uses, on the
+happy path and with one retry; and the dollar cost per million operations from list prices.
+
+Runs the real submit path and the real Lambda entrypoints (operations and publications) against an in-process moto
+server, one operation at a time, and attributes each request to the producer (submit) or to the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.local.cloud import FAKE_AWS, create_resources, local_environment, quiet_moto
+
+FIXTURE_WXR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "wxr" / "fixture-1.2.xml"
+PROVISION = {"title": "Requests", "admin_email": "requests@example.org"}
+
+# List prices, us-east-1, as last read from the AWS pricing pages (Nov 2024; this machine has no internet, so they were
+# not re-read on the run date). Units: dollars per request unless stated.
+PRICES = {
+    "read_on": "2024-11 (AWS pricing pages, us-east-1); not re-read offline on the run date",
+    "sqs_fifo_request": 0.50 / 1e6,
+    "dynamodb_write_unit": 0.625 / 1e6,  # on-demand; a transactional write costs 2 units per item
+    "dynamodb_read_unit": 0.125 / 1e6,  # strongly consistent read of up to 4 KB: 1 unit
+    "s3_put": 0.005 / 1e3,
+    "s3_get": 0.0004 / 1e3,
+    "lambda_request": 0.20 / 1e6,
+    "lambda_gb_second_arm": 0.0000133334,
+}
+WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem"}
+READ_OPERATIONS = {"GetItem", "Query", "Scan"}
+
+
+class RequestCounter:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.transact_items = 0
+
+    def __call__(self, params: Any, model: Any, **_: Any) -> None:
+        """botocore's provide-client-params event: the operation model and its API parameters."""
+        self.counts[f"{model.service_model.service_name}:{model.name}"] += 1
+        if model.name == "TransactWriteItems" and isinstance(params, dict):
+            self.transact_items += len(params.get("TransactItems", []))
+
+    def reset(self) -> dict[str, Any]:
+        snapshot = {"requests": dict(sorted(self.counts.items())), "total": sum(self.counts.values()),
+                    "transact_items": self.transact_items}
+        self.counts.clear()
+        self.transact_items = 0
+        return snapshot
+
+
+def cost_per_million(requests: dict[str, int], transact_items: int, invocations: int,
+                     lambda_seconds: float, memory_gb: float = 1.0) -> float:
+    dollars = 0.0
+    for name, n in requests.items():
+        service, operation = name.split(":", 1)
+        if service == "sqs":
+            dollars += n * PRICES["sqs_fifo_request"]
+        elif service == "dynamodb" and operation in WRITE_OPERATIONS:
+            dollars += n * PRICES["dynamodb_write_unit"]
+        elif service == "dynamodb" and operation in READ_OPERATIONS:
+            dollars += n * PRICES["dynamodb_read_unit"]
+        elif service == "s3" and operation == "PutObject":
+            dollars += n * PRICES["s3_put"]
+        elif service == "s3":
+            dollars += n * PRICES["s3_get"]
+    dollars += transact_items * 2 * PRICES["dynamodb_write_unit"]
+    dollars += invocations * PRICES["lambda_request"] + lambda_seconds * memory_gb * PRICES["lambda_gb_second_arm"]
+    return round(dollars * 1e6, 2)
+
+
+@contextmanager
+def emulated_cloud() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    for key, value in FAKE_AWS.items():
+        os.environ.setdefault(key, value)
+    quiet_moto()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, float]:
+    """Deliver queued messages through the real entrypoints until `done()`; (invocations, seconds inside them).
+    A retry's message is invisible for its backoff: idle polls wait for it (and are counted, as Lambda's are)."""
+    import functions.operations_worker as operations
+    import functions.publication_worker as publications
+    from sitedispatch.aws.sqs import queue_arn_from_url
+    from sitedispatch.local.esm import LambdaContext, settle, sqs_event
+
+    s = deps.settings
+    poller = deps.session.client("sqs")  # Lambda's poller, not hooked: its requests are counted below, by hand
+    lanes = [(s.operations_queue_url, operations.handler), (s.bulk_queue_url, operations.handler),
+             (s.publications_queue_url, publications.handler)]
+    invocations, inside = 0, 0.0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        idle = True
+        for url, handler in lanes:
+            messages = poller.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=0,
+                                                MessageSystemAttributeNames=["All"],
+                                                MessageAttributeNames=["All"]).get("Messages", [])
+            if not messages:
+                continue  # idle polls are the event source mapping's, billed per queue, not per operation
+            counter.counts["sqs:ReceiveMessage"] += 1
+            idle = False
+            started = time.perf_counter()
+            response = handler(sqs_event(messages, queue_arn_from_url(url, s.region), s.region),
+                               LambdaContext("Bench", 60, 1024, s.region, time.time()))
+            inside += time.perf_counter() - started
+            invocations += 1
+            if settle(poller, url, messages, response):
+                counter.counts["sqs:DeleteMessageBatch"] += 1
+        if idle:
+            if done():
+                return invocations, inside
+            time.sleep(0.2)
+    raise TimeoutError("queues still busy")
+
+
+def _finished(deps: Dependencies, operation_id: str, site: str) -> Any:
+    from sitedispatch.model import PublicationStatus
+
+    def check() -> bool:
+        op = deps.operations.get(operation_id)
+        open_publications = [p for p in deps.publications.list(site, limit=5)
+                             if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}]
+        return op is not None and op.status.terminal and not open_publications
+
+    return check
+
+
+def measure() -> dict[str, Any]:
+    from functions.runtime import dependencies
+
+    with emulated_cloud() as endpoint:
+        settings = create_resources(endpoint, prefix="req", function_timeout_s=60)
+        os.environ.update(local_environment(settings, endpoint))
+        dependencies.cache_clear()
+        import functions.operations_worker as operations
+        import functions.publication_worker as publications
+
+        operations.worker.cache_clear()
+        publications.worker.cache_clear()
+        producer = Dependencies(settings).warm()
+        functions_deps = dependencies().warm()
+        counter = RequestCounter()
+        for client in (producer.sqs, producer.s3, producer.models.Operation._get_connection().connection.client,
+                       functions_deps.sqs, functions_deps.s3,
+                       functions_deps.models.Operation._get_connection().connection.client):
+            client.meta.events.register("provide-client-params.*.*", counter)
+        submitter = producer.submitter()
+        results: dict[str, Any] = {}
+
+        def one(kind: str, site: str, params: dict[str, Any], key: str) -> None:
+            counter.reset()
+            op = submitter.submit(kind=kind, site_id=site, principal="bench", params=params,
+                                  idempotency_key=key).operation
+            submitted = counter.reset()
+            finished = _finished(producer, op.operation_id, site)
+            invocations, seconds = _pump(producer, counter, finished)
+            worked = counter.reset()
+            total = Counter(submitted["requests"]) + Counter(worked["requests"])
+            items = submitted["transact_items"] + worked["transact_items"]
+            results[key] = {"kind": kind, "submit": submitted, "functions": worked, "invocations": invocations,
+                            "total_requests": sum(total.values()),
+                            "request_cost_per_million_usd": cost_per_million(dict(total), items, 0, 0.0),
+                            "lambda_cost_per_million_usd": cost_per_million({}, 0, invocations, seconds),
+                            "lambda_seconds_on_emulator": round(seconds, 3)}
+
+        one("provision", "req-site", PROVISION, "provision")
+        one("import", "req-site", submitter.stage_upload("req-site", FIXTURE_WXR), "import")
+        one("publish", "req-site", {}, "publish")
+        one("wp_cron", "req-site", {}, "wp_cron")
+        head = producer.sites.get("req-site")
+        assert head is not None and head.head_revision
+        one("recover", "req-site", {"revision_id": head.head_revision}, "recover")
+        # one retry: the commit transaction is refused once (a throttle); the retry's delivery commits
+        refuse = {"left": 1}
+
+        def throttle_once(params: Any, model: Any, **_: Any) -> None:
+            commits_table = settings.commits_table
+            is_commit = any(item.get("Put", {}).get("TableName") == commits_table
+                            for item in (params or {}).get("TransactItems", []))
+            if is_commit and refuse["left"]:
+                refuse["left"] -= 1
+                from botocore.exceptions import ClientError
+
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "bench"}}, model.name)
+
+        functions_deps.models.Operation._get_connection().connection.client.meta.events.register(
+            "provide-client-params.dynamodb.TransactWriteItems", throttle_once)
+        one("provision", "req-retry", PROVISION, "provision_with_one_retry")
+    return results
+
+
+def main() -> dict[str, Any]:
+    results = measure()
+    for key, row in results.items():
+        print(f"{key:>26}: {row['total_requests']} AWS requests ({row['submit']['total']} at submit), "
+              f"{row['invocations']} invocations; requests ${row['request_cost_per_million_usd']} per million "
+              f"operations, Lambda ${row['lambda_cost_per_million_usd']} (emulator timing: an upper bound)",
+              flush=True)
+    return {"prices": PRICES, "per_operation": results}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=1))
