@@ -66,7 +66,8 @@ def measure(env: dict[str, str]) -> dict[str, Any]:
         module, _, name = spec.handler.rpartition(".")
         event = '{"schedule": "none"}' if spec.batch_size == 0 else json.dumps(MALFORMED_BATCH)
         seconds = _seconds(FIRST_INVOCATION.format(module=module, name=name, event=event), env)
-        rows[role] = {"import_and_first_invocation_s": round(seconds, 3), "ratio_to_boto3": round(seconds / baseline, 2)}
+        rows[role] = {"import_and_first_invocation_s": round(seconds, 3),
+                      "ratio_to_boto3": round(seconds / baseline, 2)}
         print(f"cold start {role}: {seconds:.3f} s = {seconds / baseline:.2f} x import boto3 ({baseline:.3f} s)",
               flush=True)
     return rows

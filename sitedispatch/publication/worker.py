@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .. import observability as obs
 from ..errors import NotFound
-from ..model import Publication, PublicationMessage, PublicationStatus
+from ..model import Publication, PublicationMessage, PublicationStatus, Site
 from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore
 from ..settings import Settings
 from ..wordpress.content import Manifest
@@ -78,6 +78,12 @@ class PublicationWorker:
         if publication.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}:
             return Result(Outcome.ACKED, f"already_{publication.status.value}")
         site = d.sites.get(message.site_id)
+        if site is not None and _is_live(site, publication):
+            # This very publication was promoted and its finisher stopped before recording it: record it now.
+            d.publications.finish(message.site_id, message.seq, PublicationStatus.PUBLISHED, d.clock.now())
+            write_live_document(d.blobs, site)
+            obs.count("PublicationFinishRecovered")
+            return Result(Outcome.ACKED, "already_live")
         if site is not None and site.live_seq >= message.seq:
             # A newer publication went live first: rendering this one would never be shown.
             d.publications.finish(message.site_id, message.seq, PublicationStatus.SUPERSEDED, d.clock.now())
@@ -140,9 +146,12 @@ class PublicationWorker:
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
         now = d.clock.now()
         promoted = d.sites.promote(site_id, publication.seq, revision_id, now)
+        site = d.sites.get(site_id)
+        # A refused promotion is a newer publication's win, unless the pointer already names this one (an earlier
+        # promotion of it whose reply was lost): then it is published.
+        promoted = promoted or (site is not None and _is_live(site, publication))
         status = PublicationStatus.PUBLISHED if promoted else PublicationStatus.SUPERSEDED
         d.publications.finish(site_id, publication.seq, status, now)
-        site = d.sites.get(site_id)
         if site is not None:
             write_live_document(d.blobs, site)
         obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")
@@ -150,3 +159,7 @@ class PublicationWorker:
             obs.seconds("PublicationLatency", now - publication.created_at)
         obs.logger.info("publication finished", extra={"promoted": promoted, "routes": len(entries)})
         return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")
+
+
+def _is_live(site: Site, publication: Publication) -> bool:
+    return site.live_seq == publication.seq and site.live_revision == publication.revision_id

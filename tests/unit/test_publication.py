@@ -212,3 +212,51 @@ def test_live_json_never_moves_backwards(harness: Harness) -> None:
     assert write_live_document(harness.world.blobs, newer)
     assert write_live_document(harness.world.blobs, site)  # older: leaves the newer document alone
     assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 9
+
+
+@pytest.mark.parametrize("where", ["after_promotion", "promotion_reply_lost"])
+def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_published_not_superseded(
+        where: str) -> None:
+    """Found by the chaos campaign (seed 50): the finisher promoted, then died before recording the publication; the
+    redelivered last chunk saw live_seq >= seq and called its own live publication superseded."""
+    harness = Harness()
+    harness.provisioned()
+    harness.import_file(FIXTURES / "fixture-1.2.xml")
+    sites = harness.world.sites
+    real_promote, real_finish = sites.promote, harness.world.publications.finish
+    failures = {"left": 1}
+
+    def promote_then_fail(site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        promoted = real_promote(site_id, seq, revision_id, now)
+        if where == "promotion_reply_lost" and failures["left"]:
+            failures["left"] -= 1
+            raise TimeoutError("the reply was lost; the update was applied")
+        return promoted
+
+    def finish_fails_once(*args: object, **kwargs: object) -> None:
+        if where == "after_promotion" and failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("the process died here")
+        real_finish(*args, **kwargs)  # type: ignore[arg-type]
+
+    sites.promote = promote_then_fail  # type: ignore[method-assign]
+    harness.world.publications.finish = finish_fails_once  # type: ignore[method-assign]
+    publisher = harness.publisher()
+    pending = list(harness.world.publication_queue.sent)
+    harness.world.publication_queue.sent.clear()
+    failed = []
+    for message in pending:
+        try:
+            publisher.process(message)
+        except (RuntimeError, TimeoutError):
+            failed.append(message)  # not deleted: SQS delivers it again
+        pending.extend(harness.world.publication_queue.sent)
+        harness.world.publication_queue.sent.clear()
+    assert len(failed) == 1
+    publisher.process(failed[0])  # the redelivery
+
+    site = sites.get("acme-blog")
+    assert site is not None and site.live_seq == 2
+    publication = harness.world.publications.get("acme-blog", 2)
+    assert publication is not None and publication.status == PublicationStatus.PUBLISHED
+    assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 2
