@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sitedispatch.model import PublicationMessage, QueueMessage
+from sitedispatch.model import PublicationMessage, PublicationStatus, QueueMessage
 from sitedispatch.publication.live import object_key, receipt_key
 from tests.fakes import RecordingVisibility
 from tests.unit.conftest import FIXTURES, Harness
@@ -186,6 +186,16 @@ class DeliveryMachine(RuleBasedStateMachine):
                 receipt = json.loads(self.h.world.blobs.get(receipt_key(site, record.live_revision)))
                 for entry in receipt["routes"]:
                     self.h.world.blobs.get(object_key(site, record.live_revision, entry["route"]))
+
+    @invariant()
+    def the_live_publication_is_never_recorded_superseded(self) -> None:
+        """(Found by the chaos campaign: a finisher that died after promoting had its live publication recorded
+        superseded by the redelivery.)"""
+        for site in SITES:
+            record = self.h.world.sites.get(site)
+            if record is not None and record.live_seq:
+                publication = self.h.world.publications.get(site, record.live_seq)
+                assert publication is not None and publication.status != PublicationStatus.SUPERSEDED
 
     def teardown(self) -> None:
         """Faults stop: expire leases and deliver everything until quiet; every operation ends terminal."""
