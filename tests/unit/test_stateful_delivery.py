@@ -198,7 +198,12 @@ class DeliveryMachine(RuleBasedStateMachine):
                 assert publication is not None and publication.status != PublicationStatus.SUPERSEDED
 
     def teardown(self) -> None:
-        """Faults stop: expire leases and deliver everything until quiet; every operation ends terminal."""
+        """Faults stop: expire leases, resume any site that paused itself after consecutive failures (an operator's
+        step in the runbook), and deliver everything until quiet; every operation ends terminal."""
+        for site in SITES:
+            record = self.h.world.sites.get(site)
+            if record is not None and record.paused:
+                self.h.world.sites.set_paused(site, False, None)
         for _ in range(200):
             if not self.inflight and not self.pubs:
                 break
