@@ -11,13 +11,11 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.local.cloud import FAKE_AWS, create_resources, local_environment, quiet_moto
+from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
 
 FIXTURE_WXR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "wxr" / "fixture-1.2.xml"
 PROVISION = {"title": "Requests", "admin_email": "requests@example.org"}
@@ -77,22 +75,6 @@ def cost_per_million(requests: dict[str, int], transact_items: int, invocations:
     return round(dollars * 1e6, 2)
 
 
-@contextmanager
-def emulated_cloud() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    for key, value in FAKE_AWS.items():
-        os.environ.setdefault(key, value)
-    quiet_moto()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, float]:
     """Deliver queued messages through the real entrypoints until `done()`; (invocations, seconds inside them).
     A retry's message is invisible for its backoff: idle polls wait for it (and are counted, as Lambda's are)."""
@@ -146,7 +128,7 @@ def _finished(deps: Dependencies, operation_id: str, site: str) -> Any:
 def measure() -> dict[str, Any]:
     from functions.runtime import dependencies
 
-    with emulated_cloud() as endpoint:
+    with in_process_cloud() as endpoint:
         settings = create_resources(endpoint, prefix="req", function_timeout_s=60)
         os.environ.update(local_environment(settings, endpoint))
         dependencies.cache_clear()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.local.cloud import FAKE_AWS, create_resources, local_environment, quiet_moto
+from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
 from sitedispatch.settings import Settings
 
 _prefixes = itertools.count(1)
@@ -20,16 +20,8 @@ _prefixes = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    for key, value in FAKE_AWS.items():
-        os.environ.setdefault(key, value)
-    quiet_moto()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with in_process_cloud() as endpoint:
+        yield endpoint
 
 
 @dataclass

@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,23 @@ def quiet_moto() -> None:
     patch_moto_long_poll()
     patch_moto_module_scan()
     patch_moto_dynamodb_isolation()
+
+
+@contextmanager
+def in_process_cloud() -> Iterator[str]:
+    """A moto server in this process on a free 127.0.0.1 port (tests and benchmarks); its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    for key, value in FAKE_AWS.items():
+        os.environ.setdefault(key, value)
+    quiet_moto()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
 
 
 def local_environment(settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S
