@@ -167,13 +167,15 @@ class Campaign:
         end = time.monotonic() + p.workload_s
         next_fault = time.monotonic() + self.rng.uniform(*p.fault_every_s)
         cold_restart_at = time.monotonic() + self.rng.uniform(0.4, 0.8) * p.workload_s
-        while time.monotonic() < end or cold_restart_at:  # every run has its cold restart
+        # every run has its cold restart and at least one fault of each process kind, however slow the machine
+        while time.monotonic() < end or cold_restart_at or not (
+                self.report.faults["sigkill"] and self.report.faults["sigstop_past_lease"]):
             now = time.monotonic()
             self._resume_due(now)
             if cold_restart_at and now >= cold_restart_at:
                 self._cold_restart()
                 cold_restart_at = 0.0
-            elif now >= next_fault:
+            elif now >= next_fault or (now >= end and not cold_restart_at):
                 self._process_fault()
                 next_fault = time.monotonic() + self.rng.uniform(*p.fault_every_s)
             self._action()
