@@ -53,10 +53,13 @@ class OperationStore(Protocol):
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
+                      current: Operation | None = None) -> Operation:
         """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
         Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
-        writing nothing) unless the row still holds one from an attempt that died."""
+        writing nothing) unless the row still holds one from an attempt that died. `current` (the row as the caller
+        read it) saves re-reading the row after a slot was taken (what the conditions do not pin, a cancel request,
+        the commit's own condition still honours)."""
 
     def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
                        slot: str | None = None) -> None:

@@ -138,7 +138,7 @@ class OperationsWorker:
         visibility.change(d.settings.lease_seconds * 2)
 
         try:
-            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op))
+            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op), op)
         except LimitReached:
             # The principal already runs its share of this lane: give the environment to someone else.
             d.sites.release_lease(lease)

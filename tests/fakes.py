@@ -125,7 +125,8 @@ class MemoryOperationStore:
             self._update(operation_id, True, NotRunnable, status=Status.QUEUED, queued_at=now, updated_at=now)
             return True
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
+                      current: Operation | None = None) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget

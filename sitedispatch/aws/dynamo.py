@@ -9,6 +9,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
@@ -181,7 +182,8 @@ class DynamoOperationStore:
                 return False
             raise
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None) -> Operation:
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
+                      current: Operation | None = None) -> Operation:
         M = self.M
         actions = [M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence), M.started_at.set(now),
                    M.updated_at.set(now), M.not_before.remove()]
@@ -204,6 +206,9 @@ class DynamoOperationStore:
                 # Not runnable, or the row already holds a slot (an earlier attempt died): keep that slot.
                 runnable &= M.running_slot.exists()
             else:
+                if current is not None:  # the row as it was, plus what this transaction set: no extra read
+                    return replace(current, status=Status.RUNNING, attempt=current.attempt + 1, fence=fence,
+                                   started_at=now, updated_at=now, not_before=None, running_slot=slot.counter)
                 op = self.get(operation_id)
                 assert op is not None
                 return op
