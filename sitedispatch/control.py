@@ -84,11 +84,7 @@ class Controls:
     # -- reads -------------------------------------------------------------------------------------------------
 
     def operation(self, caller: Caller, operation_id: str) -> Operation:
-        op = self.d.operations.get(operation_id)
-        if op is None:
-            raise NotFound(f"operation {operation_id} not found")
-        self._authorize(caller, op.principal, f"operation {operation_id}")
-        return op
+        return self._act(caller, None, operation_id, None)
 
     def operations(self, caller: Caller, *, site_id: str | None = None, status: Status | None = None,
                    limit: int = 100) -> list[Operation]:
@@ -97,11 +93,12 @@ class Controls:
         found = self.d.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
         return [op for op in found if caller.may_act_for(op.principal)][:limit]
 
-    def site(self, caller: Caller, site_id: str) -> Site:
+    def site(self, caller: Caller, site_id: str, action: str | None = None, reason: str | None = None) -> Site:
+        """The site, if `caller` may see it (or perform `action` on it: a refusal is then audited as denied)."""
         site = self.d.sites.get(site_id)
         if site is None:
             raise NotFound(f"site {site_id} not found")
-        self._authorize(caller, site.principal, f"site {site_id}")
+        self._authorize(caller, site.principal, f"site {site_id}", action=action, reason=reason, site_id=site_id)
         return site
 
     def dead_letters(self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
@@ -134,10 +131,7 @@ class Controls:
 
     def set_paused(self, caller: Caller, site_id: str, paused: bool, reason: str | None) -> Site:
         action = "pause" if paused else "resume"
-        site = self.d.sites.get(site_id)
-        if site is None:
-            raise NotFound(f"site {site_id} not found")
-        self._authorize(caller, site.principal, f"site {site_id}", action=action, reason=reason)
+        site = self.site(caller, site_id, action, reason)
         updated = self.d.sites.set_paused(site_id, paused, reason if paused else None)
         self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
         return updated
@@ -239,7 +233,7 @@ class Controls:
         """The operation, if `caller` may perform `action` on it (a refusal is audited as denied)."""
         return self._act(caller, action, operation_id, reason)
 
-    def _act(self, caller: Caller, action: str, operation_id: str, reason: str) -> Operation:
+    def _act(self, caller: Caller, action: str | None, operation_id: str, reason: str | None) -> Operation:
         op = self.d.operations.get(operation_id)
         if op is None:
             raise NotFound(f"operation {operation_id} not found")

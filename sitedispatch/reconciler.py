@@ -117,15 +117,15 @@ class Reconciler:
 
     def reconcile(self) -> Sweep:
         sweep = Sweep("reconcile")
-        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep)
+        sites = self.d.sites.list(limit=SITE_SCAN_LIMIT)  # one scan serves every step below
+        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, sites)
         sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep)
-        sites = [] if self._out_of_time(sweep) else self.d.sites.list(limit=SITE_SCAN_LIMIT)
         sweep.repaired["publications_resumed"] = self.resume_publications(sites, sweep)
         sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sites, sweep)
         sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters()
         return sweep
 
-    def resend_orphans(self, sweep: Sweep) -> int:
+    def resend_orphans(self, sweep: Sweep, sites: list[Site]) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""
         d, now = self.d, self.d.clock.now()
         resent = 0
@@ -136,7 +136,7 @@ class Reconciler:
                 self._send(op)
                 d.operations.mark_queued(op.operation_id, d.clock.now())
                 resent += 1
-        paused = {site.site_id for site in d.sites.list(limit=SITE_SCAN_LIMIT) if site.paused}
+        paused = {site.site_id for site in sites if site.paused}
         for op in d.operations.list(status=Status.QUEUED, limit=RECOUNT_LIMIT):
             if self._out_of_time(sweep):
                 break
