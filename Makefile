@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure synth bench chaos lint lock lambda-wheels clean
+.PHONY: demo test unit integration acceptance infrastructure synth bench chaos fuzz lint lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ PROFILE ?= full
 chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one; PROFILE=short|full; JOBS=J)
 	$(PY) -m chaos.run --profile $(PROFILE) --jobs $(or $(JOBS),1) \
 		$(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
+
+fuzz: $(STAMP)  ## the property tests with fresh random examples, ten times as many (make test draws fixed ones)
+	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q --timeout 1800 tests/unit/test_fuzz_inputs.py \
+		tests/unit/test_stateful_delivery.py tests/unit/test_building_blocks.py tests/integration/test_fuzz_cli.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench chaos app.py

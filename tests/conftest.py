@@ -10,10 +10,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
 from sitedispatch.settings import Settings
+
+# `make test` is deterministic: every property test draws the same examples on every run and machine (a failure CI
+# finds is a failure anyone reproduces). `make fuzz` explores: fresh random examples, ten times as many, each run.
+hypothesis_settings.register_profile("deterministic", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore", derandomize=False, database=None)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "deterministic")
+hypothesis_settings.load_profile(PROFILE)
+
+
+def examples(n: int) -> int:
+    """A property test's example count: n in `make test`, ten times n when exploring."""
+    return n * 10 if PROFILE == "explore" else n
+
 
 _prefixes = itertools.count(1)
 

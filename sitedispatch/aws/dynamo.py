@@ -49,6 +49,20 @@ def _condition_failed(exc: PutError | UpdateError) -> bool:
     return exc.cause_response_code == CONDITION_FAILED
 
 
+MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key (2048 for a partition key); ours are far shorter
+
+
+def _get_item(model: Any, hash_key: str, range_key: Any = None) -> Any:
+    """The item, or None when there is none, including when the key could not name one (DynamoDB refuses an empty
+    or oversized key value with a ValidationException: for a reader that only means "no such item")."""
+    if not hash_key or len(hash_key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        return None
+    try:
+        return model.get(hash_key, range_key, consistent_read=True)
+    except DoesNotExist:
+        return None
+
+
 def _error_dict(error: ErrorInfo) -> dict[str, Any]:
     return {"error_class": error.error_class, "code": error.code, "message": error.message,
             "retryable": error.retryable}
@@ -164,10 +178,8 @@ class DynamoOperationStore:
             raise
 
     def get(self, operation_id: str) -> Operation | None:
-        try:
-            return _to_operation(self.M.get(operation_id, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = _get_item(self.M, operation_id)
+        return None if item is None else _to_operation(item)
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         M = self.M
@@ -352,10 +364,8 @@ class DynamoSiteStore:
         self.M: Any = models.Site
 
     def get(self, site_id: str) -> Site | None:
-        try:
-            return _to_site(self.M.get(site_id, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = _get_item(self.M, site_id)
+        return None if item is None else _to_site(item)
 
     def register(self, site_id: str, principal: str, now: float) -> Site:
         M = self.M
@@ -521,10 +531,8 @@ class DynamoCommitStore:
             raise
 
     def get(self, operation_id: str) -> Commit | None:
-        try:
-            return _to_commit(self.models.Commit.get(operation_id, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = _get_item(self.models.Commit, operation_id)
+        return None if item is None else _to_commit(item)
 
     def history(self, site_id: str, limit: int = 100) -> list[Commit]:
         items = self.models.Commit.by_site.query(site_id, scan_index_forward=False, limit=limit)
@@ -552,10 +560,8 @@ class DynamoPublicationStore:
         self.M: Any = models.Publication
 
     def get(self, site_id: str, seq: int) -> Publication | None:
-        try:
-            return _to_publication(self.M.get(site_id, seq, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = _get_item(self.M, site_id, seq)
+        return None if item is None else _to_publication(item)
 
     def _update(self, site_id: str, seq: int, actions: list[Any], condition: Any) -> Publication:
         item = self.M(site_id, seq)

@@ -68,6 +68,16 @@ def test_create_is_conditional(stores: Stores) -> None:
         stores.operations.create(new_op())
 
 
+@pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])
+def test_reading_a_key_that_names_nothing_finds_nothing(stores: Stores, key: str) -> None:
+    """Readers take identifiers from users: an empty or oversized key (which DynamoDB refuses to look up) is simply
+    not there, never an error (the CLI fuzzer found `ops get ''` ending in a traceback)."""
+    assert stores.operations.get(key) is None
+    assert stores.sites.get(key) is None
+    assert stores.commits.get(key) is None
+    assert stores.publications.get(key, 1) is None
+
+
 def test_site_belongs_to_the_principal_that_registered_it(stores: Stores) -> None:
     stores.sites.register("acme-blog", "p", NOW)
     assert stores.sites.register("acme-blog", "p", NOW + 5).created_at == NOW

@@ -14,11 +14,12 @@ from sitedispatch.backoff import backoff_ceiling, full_jitter
 from sitedispatch.local.esm import LambdaContext, records_to_delete, sqs_event
 from sitedispatch.settings import Settings
 from sitedispatch.wordpress.content import Manifest, default_site
+from tests.conftest import examples
 from tests.factories import settings
 
 
 @given(attempt=st.integers(1, 40), seed=st.integers(0, 2**32))
-@hsettings(max_examples=200)
+@hsettings(max_examples=examples(200))
 def test_full_jitter_stays_within_the_exponential_ceiling(attempt: int, seed: int) -> None:
     delay = full_jitter(attempt, 2.0, 900.0, random.Random(seed))
     assert 0.0 <= delay <= min(900.0, 2.0 * 2 ** (attempt - 1))

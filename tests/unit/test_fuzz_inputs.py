@@ -13,6 +13,7 @@ from sitedispatch.errors import IdempotencyConflict, InvalidInput
 from sitedispatch.model import Kind, QueueMessage
 from sitedispatch.schemas import load_input
 from sitedispatch.worker import Outcome
+from tests.conftest import examples
 from tests.factories import PROVISION
 from tests.fakes import RecordingVisibility
 from tests.unit.conftest import Harness
@@ -34,7 +35,7 @@ site_ids = st.one_of(st.sampled_from(["acme-blog", "site-two"]), st.text(max_siz
 principals = st.one_of(st.just("tenant-a"), st.text(max_size=70))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=kinds, site=site_ids, principal=principals, params=params_strategy,
        key=st.one_of(st.none(), st.text(max_size=300)))
 def test_a_submit_is_accepted_or_refused_with_a_field_naming_error(kind: str, site: str, principal: str,
@@ -55,7 +56,7 @@ def test_a_submit_is_accepted_or_refused_with_a_field_naming_error(kind: str, si
     assert len(stored) <= harness.settings.max_input_bytes
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operation_id=st.text(max_size=80), site_id=st.text(max_size=80))
 def test_a_message_naming_anything_is_acknowledged_or_handled_never_a_crash(operation_id: str,
                                                                             site_id: str) -> None:

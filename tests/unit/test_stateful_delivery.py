@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from sitedispatch.model import PublicationMessage, PublicationStatus, QueueMessage
 from sitedispatch.publication.live import object_key, receipt_key
+from tests.conftest import examples
 from tests.fakes import RecordingVisibility
 from tests.unit.conftest import FIXTURES, Harness
 
@@ -225,5 +226,5 @@ class DeliveryMachine(RuleBasedStateMachine):
 
 
 TestDelivery = DeliveryMachine.TestCase
-TestDelivery.settings = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True,
+TestDelivery.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None,
                                  suppress_health_check=[HealthCheck.too_slow])
