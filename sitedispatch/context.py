@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Lease, Operation, Site
 from .ports import BlobStore, Clock, SiteStore, Visibility
 from .settings import Settings
 from .wordpress.content import Manifest
 from .wordpress.store import ContentStore
+
+if TYPE_CHECKING:
+    from .drivers import SiteDriver
 
 # A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
 HEARTBEAT_FRACTION = 1 / 3
@@ -26,6 +29,7 @@ class HandlerContext:
     blobs: BlobStore
     sites: SiteStore
     visibility: Visibility
+    driver: SiteDriver
     _last_beat: float = field(default=0.0)
 
     def __post_init__(self) -> None:

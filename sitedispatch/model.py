@@ -125,6 +125,23 @@ class Lease:
     expires_at: float
 
 
+REFERENCE_DRIVER = "reference"
+WORDPRESS_DRIVER = "wordpress"
+DRIVERS = (REFERENCE_DRIVER, WORDPRESS_DRIVER)
+
+
+@dataclass(frozen=True)
+class SiteConnection:
+    """How a site's content is reached: its driver and, for a remote site, where and with which credential."""
+
+    driver: str = REFERENCE_DRIVER
+    endpoint: str | None = None  # a WordPress site's home URL
+    credential_ref: str | None = None  # file:///path or a Secrets Manager secret (ARN or name): never the secret
+
+    def describe(self) -> str:
+        return self.driver + (f" at {self.endpoint}" if self.endpoint else "")
+
+
 @dataclass(frozen=True)
 class Site:
     site_id: str
@@ -143,6 +160,11 @@ class Site:
     live_revision: str | None = None
     live_at: float | None = None
     next_due_at: float | None = None  # when the head revision next has a WordPress event or future post due
+    connection: SiteConnection = SiteConnection()
+
+    @property
+    def driver(self) -> str:
+        return self.connection.driver
 
     def lease_free_for(self, operation_id: str, now: float) -> bool:
         return (

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from .errors import Conflict
 from .model import (
     AuditEntry,
     Commit,
@@ -17,8 +18,19 @@ from .model import (
     PublicationStatus,
     QueueMessage,
     Site,
+    SiteConnection,
     Status,
 )
+
+
+def checked_registration(site: Site, principal: str, connection: SiteConnection | None) -> Site:
+    """The rule every SiteStore applies after its conditional create: a site has one owner and one connection."""
+    if site.principal != principal:
+        raise Conflict(f"site {site.site_id} belongs to another principal")
+    if connection is not None and connection != site.connection:
+        raise Conflict(f"site {site.site_id} is registered as {site.connection.describe()}; it cannot become "
+                       f"{connection.describe()} (register another site id)")
+    return site
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,10 @@ class OperationStore(Protocol):
 class SiteStore(Protocol):
     def get(self, site_id: str) -> Site | None: ...
 
-    def register(self, site_id: str, principal: str, now: float) -> Site:
-        """Create the site owned by `principal` if absent; Conflict if another principal owns it."""
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
+                 ) -> Site:
+        """Create the site owned by `principal` if absent (with `connection`, default the reference driver);
+        Conflict if another principal owns it, or if `connection` differs from the one it was registered with."""
 
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         """Conditional: free, expired or already ours. Increments the fence. Raises LeaseHeld."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import random
 import traceback
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from . import observability as obs
 from .admission import counters_for, running_slot
 from .backoff import full_jitter
 from .context import HandlerContext
+from .drivers import SiteDriver, driver_for, reference_only
 from .errors import AlreadyCommitted, LeaseHeld, LimitReached, NotRunnable, PermanentError, StaleFence
 from .evidence import Evidence, build_evidence
 from .handlers import HandlerFn
@@ -87,6 +89,7 @@ class WorkerDeps:
     publications: PublicationStore
     publication_queue: PublicationQueue
     retry_budget: RetryBudget
+    drivers: Mapping[str, SiteDriver] = field(default_factory=reference_only)
 
 
 class OperationsWorker:
@@ -169,8 +172,9 @@ class OperationsWorker:
             if handler is None:
                 raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
             payload = load_input(op.kind, d.blobs.get(op.input_key))
+            driver = driver_for(d.drivers, site)
             ctx = HandlerContext(site=site, operation=op, lease=lease, payload=payload, settings=d.settings,
-                                 clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility)
+                                 clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility, driver=driver)
             mutation = handler(ctx, payload)
             lease = ctx.lease
             revision_id = mutation.store(ctx.content)

@@ -36,9 +36,10 @@ from sitedispatch.model import (
     PublicationStatus,
     QueueMessage,
     Site,
+    SiteConnection,
     Status,
 )
-from sitedispatch.ports import DeadLetter, PreparedCommit, Slot
+from sitedispatch.ports import DeadLetter, PreparedCommit, Slot, checked_registration
 
 
 class FakeClock:
@@ -215,12 +216,12 @@ class MemorySiteStore:
     def get(self, site_id: str) -> Site | None:
         return self.db.sites.get(site_id)
 
-    def register(self, site_id: str, principal: str, now: float) -> Site:
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
+                 ) -> Site:
         with self.db.lock:
-            site = self.db.sites.setdefault(site_id, Site(site_id, principal, now))
-            if site.principal != principal:
-                raise Conflict(f"site {site_id} belongs to another principal")
-            return site
+            site = self.db.sites.setdefault(site_id, Site(site_id, principal, now,
+                                                          connection=connection or SiteConnection()))
+            return checked_registration(site, principal, connection)
 
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         with self.db.lock:

@@ -26,6 +26,7 @@ from ..errors import (
     StaleFence,
 )
 from ..model import (
+    REFERENCE_DRIVER,
     RUNNABLE,
     AuditEntry,
     Commit,
@@ -36,9 +37,10 @@ from ..model import (
     Publication,
     PublicationStatus,
     Site,
+    SiteConnection,
     Status,
 )
-from ..ports import PreparedCommit, Slot
+from ..ports import PreparedCommit, Slot, checked_registration
 from .tables import DUE_PARTITION, Models
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -92,6 +94,7 @@ def _to_site(item: Any) -> Site:
         avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
         live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
         next_due_at=None if item.next_due_at is None else float(item.next_due_at),
+        connection=SiteConnection(item.driver or REFERENCE_DRIVER, item.endpoint, item.credential_ref),
     )
 
 
@@ -367,18 +370,19 @@ class DynamoSiteStore:
         item = _get_item(self.M, site_id)
         return None if item is None else _to_site(item)
 
-    def register(self, site_id: str, principal: str, now: float) -> Site:
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
+                 ) -> Site:
         M = self.M
+        given = connection or SiteConnection()
         try:
-            M(site_id, principal=principal, created_at=now).save(condition=M.site_id.does_not_exist())
+            M(site_id, principal=principal, created_at=now, driver=given.driver, endpoint=given.endpoint,
+              credential_ref=given.credential_ref).save(condition=M.site_id.does_not_exist())
         except PutError as exc:
             if not _condition_failed(exc):
                 raise
         site = self.get(site_id)
         assert site is not None
-        if site.principal != principal:
-            raise Conflict(f"site {site_id} belongs to another principal")
-        return site
+        return checked_registration(site, principal, connection)
 
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         M = self.M

@@ -113,6 +113,9 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         live_revision = UnicodeAttribute(null=True)
         live_at = NumberAttribute(null=True)
         next_due_at = NumberAttribute(null=True)
+        driver = UnicodeAttribute(null=True)  # absent: the reference driver
+        endpoint = UnicodeAttribute(null=True)
+        credential_ref = UnicodeAttribute(null=True)
         due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
         by_due = SitesByDue()
 

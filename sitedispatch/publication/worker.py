@@ -11,20 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import observability as obs
+from ..drivers import SiteDriver, driver_for, reference_only
 from ..errors import NotFound
 from ..model import Publication, PublicationMessage, PublicationStatus, Site
 from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore
 from ..settings import Settings
-from ..wordpress.content import Manifest
-from ..wordpress.store import ContentStore
 from ..worker import Outcome, Result
 from .live import canonical, chunk_receipt_key, receipt_key, revision_prefix, write_live_document
-from .render import Renderer
 from .routes import Route, chunks
+from .sources import RouteSource
 
 PUT_CONCURRENCY = 8
 PLAN_CACHE_SIZE = 4
@@ -38,14 +38,14 @@ class PublicationDeps:
     blobs: BlobStore
     queue: PublicationQueue
     clock: Clock
+    drivers: Mapping[str, SiteDriver] = field(default_factory=reference_only)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A revision's manifest, renderer and routes: derived once per warm environment, reused by every chunk."""
+    """A revision's route source and routes: derived once per warm environment, reused by every chunk."""
 
-    manifest: Manifest
-    renderer: Renderer
+    source: RouteSource
     routes: list[Route]
 
 
@@ -54,14 +54,12 @@ class PublicationWorker:
         self.d = deps
         self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
 
-    def _plan_for(self, site_id: str, revision_id: str) -> Plan:
-        key = (site_id, revision_id)
+    def _plan_for(self, site: Site, revision_id: str) -> Plan:
+        key = (site.site_id, revision_id)
         plan = self._plans.get(key)
         if plan is None:
-            content = ContentStore(self.d.blobs, site_id)
-            manifest = content.manifest(revision_id)
-            renderer = Renderer(manifest, content.body)
-            plan = Plan(manifest, renderer, renderer.index.routes())
+            source = driver_for(self.d.drivers, site).route_source(self.d.blobs, site, revision_id)
+            plan = Plan(source, source.routes())
             self._plans[key] = plan
             while len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
@@ -89,7 +87,10 @@ class PublicationWorker:
             d.publications.finish(message.site_id, message.seq, PublicationStatus.SUPERSEDED, d.clock.now())
             obs.count("PublicationSuperseded")
             return Result(Outcome.ACKED, "superseded")
-        plan = self._plan_for(message.site_id, message.revision_id)
+        if site is None:
+            obs.logger.error("publication of a site that does not exist")
+            return Result(Outcome.ACKED, "unknown_site")
+        plan = self._plan_for(site, message.revision_id)
         routes = plan.routes
         parts = chunks(routes, d.settings.publication_chunk_routes)
         if message.step == "plan":
@@ -97,7 +98,7 @@ class PublicationWorker:
         if publication.total_chunks != len(parts) or not 0 <= message.chunk < len(parts):
             obs.logger.error("chunk does not belong to the plan", extra={"total": publication.total_chunks})
             return Result(Outcome.ACKED, "chunk_outside_plan")
-        self._render_chunk(plan.renderer, publication, message.chunk, parts[message.chunk])
+        self._render_chunk(plan.source, publication, message.chunk, parts[message.chunk])
         done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
         if len(done.done_chunks) < len(parts):
             return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{len(parts)}")
@@ -111,13 +112,17 @@ class PublicationWorker:
         obs.count("PublicationPlanned")
         return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
 
-    def _render_chunk(self, renderer: Renderer, publication: Publication, chunk: int, part: list[Route]) -> None:
+    def _render_chunk(self, source: RouteSource, publication: Publication, chunk: int, part: list[Route]) -> None:
         d = self.d
         prefix = revision_prefix(publication.site_id, publication.revision_id)
 
         def put(route: Route) -> dict[str, object]:
-            body = renderer.render(route)
-            d.blobs.put_if_absent(prefix + route.key, body, route.content_type)
+            key = prefix + route.key
+            body = _stored(d.blobs, key) if source.reuses_stored else None
+            if body is None:
+                body = source.render(route)
+                if not d.blobs.put_if_absent(key, body, route.content_type):
+                    body = d.blobs.get(key)  # an earlier delivery stored it first: the receipt describes those bytes
             return {"route": route.path, "key": route.key, "sha256": hashlib.sha256(body).hexdigest(),
                     "size": len(body), "content_type": route.content_type}
 
@@ -159,6 +164,13 @@ class PublicationWorker:
             obs.seconds("PublicationLatency", now - publication.created_at)
         obs.logger.info("publication finished", extra={"promoted": promoted, "routes": len(entries)})
         return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")
+
+
+def _stored(blobs: BlobStore, key: str) -> bytes | None:
+    try:
+        return blobs.get(key)
+    except NotFound:
+        return None
 
 
 def _is_live(site: Site, publication: Publication) -> bool:

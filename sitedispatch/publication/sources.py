@@ -1,0 +1,42 @@
+"""Where a publication's routes and their bytes come from: the port the publication worker renders through.
+
+A source lists a revision's routes (the same list for every chunk of a publication, whichever worker asks) and
+produces one route's bytes. The worker stores them immutably under the revision and describes in the receipt the
+bytes that are stored, so a source that is not deterministic (a crawl) still yields a receipt that matches.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..wordpress.store import ContentStore
+from .render import Renderer
+from .routes import Route
+
+
+class RouteSource(Protocol):
+    # True: a route already stored under the revision is kept and not produced again (a crawled revision is what
+    # the origin served when it was first taken; producing it again would serve today's origin under its name).
+    reuses_stored: bool
+
+    def routes(self) -> list[Route]:
+        """Every route of the revision, sorted by path (the order chunks are cut in)."""
+
+    def render(self, route: Route) -> bytes:
+        """The route's bytes. Raises TransientError when they cannot be had now."""
+
+
+class ManifestRoutes:
+    """A reference-driver revision: routes are a pure function of the manifest; rendering is deterministic."""
+
+    reuses_stored = False
+
+    def __init__(self, content: ContentStore, revision_id: str) -> None:
+        self.renderer = Renderer(content.manifest(revision_id), content.body)
+        self._routes = self.renderer.index.routes()
+
+    def routes(self) -> list[Route]:
+        return self._routes
+
+    def render(self, route: Route) -> bytes:
+        return self.renderer.render(route)
