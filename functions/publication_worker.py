@@ -12,6 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies, drop_malformed, fifo_processor
 from functions.runtime import warm as runtime_warm
+from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.model import PublicationMessage
 from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.publication.worker import PublicationWorker
@@ -34,7 +35,9 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         message = PublicationMessage.from_body(record.body)
     except (ValueError, TypeError, KeyError):
         return drop_malformed(record, "publications")
-    result = worker().process(message)
+    deps = dependencies()
+    visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
+    result = worker().process(message, visibility, int(record.attributes.approximate_receive_count or 1))
     return {"outcome": result.outcome.value, "reason": result.reason}
 
 

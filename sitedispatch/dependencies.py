@@ -122,6 +122,21 @@ class Dependencies:
                 return str(url)
         raise KeyError(f"no queue named {name}")
 
+    @cached_property
+    def drivers(self) -> Any:
+        """Every site driver this deployment has (a site names its own)."""
+        from .credentials import Credentials
+        from .drivers import reference_only
+        from .drivers.wordpress import WordPressDriver
+        from .model import WORDPRESS_DRIVER
+
+        def secret_string(secret_id: str) -> str:  # the client is built on the first secret read, not before
+            from .aws.secrets import secret_reader
+
+            return str(secret_reader(self.session.client("secretsmanager"))(secret_id))
+
+        return {**reference_only(), WORDPRESS_DRIVER: WordPressDriver(Credentials(secret_string))}
+
     def warm(self) -> Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""
         _ = self.models.Operation._get_connection().connection.client  # one client serves every table
@@ -157,10 +172,11 @@ class Dependencies:
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
-                                           self.publications, self.publication_queue, self.retry_budget))
+                                           self.publications, self.publication_queue, self.retry_budget,
+                                           self.drivers))
 
     def publication_worker(self) -> Any:
         from .publication.worker import PublicationDeps, PublicationWorker
 
         return PublicationWorker(PublicationDeps(self.settings, self.sites, self.publications, self.blobs,
-                                                 self.publication_queue, self.clock))
+                                                 self.publication_queue, self.clock, self.drivers))

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import observability as obs
 from .admission import backpressure, limits_for
+from .credentials import check_reference
 from .errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached
 from .model import (
+    DRIVERS,
     PRINCIPAL_PATTERN,
+    REFERENCE_DRIVER,
     SITE_ID_PATTERN,
     Kind,
     Operation,
     QueueMessage,
+    Site,
+    SiteConnection,
     Status,
     lane_for,
     operation_id_for,
@@ -25,6 +31,8 @@ from .model import (
 from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
 from .schemas import parse_input
 from .settings import Settings
+
+ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,30 @@ UPLOAD_READ_BYTES = 1 << 20
 class Submitter:
     def __init__(self, deps: SubmitDeps) -> None:
         self.d = deps
+
+    def register_site(self, site_id: str, principal: str, connection: SiteConnection) -> Site:
+        """Register a site with its driver before its first operation (a site submitted to without registering
+        is a reference site). Registering again with the same connection is a no-op; another is a Conflict."""
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        if not PRINCIPAL_PATTERN.match(principal):
+            raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field="as")
+        if connection.driver not in DRIVERS:
+            raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}", field="driver")
+        if connection.driver == REFERENCE_DRIVER:
+            if connection.endpoint or connection.credential_ref:
+                raise InvalidInput("a reference site has no endpoint or credential", field="driver")
+        else:
+            if not connection.endpoint or not ENDPOINT_PATTERN.match(connection.endpoint):
+                raise InvalidInput("a WordPress site needs --url http(s)://host[:port][/path]", field="url")
+            if not connection.credential_ref:
+                raise InvalidInput("a WordPress site needs --credential (file:///path.json or a Secrets Manager "
+                                   "secret)", field="credential")
+            check_reference(connection.credential_ref)
+            connection = replace(connection, endpoint=connection.endpoint.rstrip("/"))
+        site = self.d.sites.register(site_id, principal, self.d.clock.now(), connection)
+        obs.logger.info("site registered", extra={"site_id": site_id, "driver": connection.driver})
+        return site
 
     def submit(self, *, kind: str, site_id: str, principal: str, params: dict[str, Any],
                idempotency_key: str | None = None, raw_size: int | None = None) -> Submitted:

@@ -96,3 +96,47 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
                 console.print(f"[red]exited:[/] {', '.join(dead)}; stopping")
                 break
     console.print("stopped")
+
+
+wordpress_app = typer.Typer(help="Real WordPress sites on this machine (Debian's packages; see the README).",
+                            no_args_is_help=True)
+app.add_typer(wordpress_app, name="wordpress")
+
+
+@wordpress_app.command("up")
+def wordpress_up(sites: Annotated[int, typer.Option("--sites", min=1, max=50, help="how many sites")] = 1,
+                 prefix: Annotated[str, typer.Option(help="site ids are PREFIX-1, PREFIX-2, ...")] = "wp",
+                 workdir: Annotated[Path, typer.Option(help="database, site copies, credentials, logs")]
+                 = DEFAULT_LOCAL_ENV.parent / "wordpress",
+                 register: Annotated[bool, typer.Option(help="register the sites with the local runtime's "
+                                                             "dispatcher (needs `local up` running)")] = True,
+                 as_: Annotated[str, typer.Option("--as", help="the principal owning the sites")] = "tenant-a",
+                 ) -> None:
+    """Start MariaDB and one `php -S` per site, install WordPress with the sitedispatch mu-plugin and an
+    application password, and register each site (driver wordpress). Ctrl-C stops them."""
+    from ..local.wordpress import PACKAGES, LocalWordPress, missing_programs
+    from ..model import WORDPRESS_DRIVER, SiteConnection
+    from .context import deps
+
+    missing = missing_programs()
+    if missing:
+        console.print(f"[red]missing packages:[/] {', '.join(missing)}; install with: apt-get install -y "
+                      f"--no-install-recommends {' '.join(PACKAGES)}")
+        raise typer.Exit(2)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with LocalWordPress(workdir) as wordpress:
+        wordpress.start_database()
+        for n in range(1, sites + 1):
+            site = wordpress.add_site(f"{prefix}-{n}")
+            line = f"{site.name}: {site.url} (credential {site.credential_file})"
+            if register:
+                deps().submitter().register_site(site.name, as_, SiteConnection(WORDPRESS_DRIVER, site.url,
+                                                                                 site.credential_ref))
+                line += f"; registered for {as_}: sitedispatch submit provision --site {site.name} " \
+                        f"--param title={site.name} --param admin_email=admin@{site.name}.example --as {as_}"
+            console.print(line)
+        console.print(f"[green]WordPress up[/]: {sites} site(s), logs in {workdir}/. Ctrl-C stops.")
+        stop.wait()
+    console.print("stopped")

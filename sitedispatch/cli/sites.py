@@ -8,10 +8,32 @@ from typing import Annotated
 import typer
 
 from .context import AsOpt, caller, deps
-from .output import emit_json, reported, table, when
+from .output import console, emit_json, reported, table, when
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+@app.command("register")
+def register(site_id: str,
+             driver: Annotated[str, typer.Option(help="reference | wordpress")] = "wordpress",
+             url: Annotated[str | None, typer.Option(help="a WordPress site's home URL")] = None,
+             credential: Annotated[str | None, typer.Option(
+                 help="file:///path.json or a Secrets Manager secret (ARN or secretsmanager:NAME) holding "
+                      '{"user": ..., "application_password": ...}; only this reference is stored')] = None,
+             as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """Register a site with its driver, before its first operation (then `submit provision`)."""
+    from ..model import SiteConnection
+
+    with reported(json):
+        who = caller(as_)
+        site = deps().submitter().register_site(site_id, who.identity, SiteConnection(driver, url, credential))
+        if json:
+            emit_json(site)
+        else:
+            console.print(f"registered {site.site_id} ({site.connection.describe()}) for {site.principal}")
+            console.print(f"next: sitedispatch submit provision --site {site.site_id} --param title=... "
+                          f"--param admin_email=... --as {site.principal}")
 
 
 @app.command("get")
@@ -24,6 +46,7 @@ def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
             return
         table("site", ["field", "value"], [
             ["site", site.site_id], ["principal", site.principal], ["created", when(site.created_at)],
+            ["driver", site.connection.describe()],
             ["head version", site.head_version], ["head revision", site.head_revision or "-"],
             ["fence", site.fence], ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}"
                                     if site.lease_owner else "free"],

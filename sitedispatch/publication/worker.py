@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import observability as obs
+from ..backoff import full_jitter
 from ..drivers import SiteDriver, driver_for, reference_only
-from ..errors import NotFound
+from ..errors import NotFound, TransientError
 from ..model import Publication, PublicationMessage, PublicationStatus, Site
-from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore
+from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore, Visibility
 from ..settings import Settings
 from ..worker import Outcome, Result
 from .live import canonical, chunk_receipt_key, receipt_key, revision_prefix, write_live_document
@@ -53,6 +55,7 @@ class PublicationWorker:
     def __init__(self, deps: PublicationDeps) -> None:
         self.d = deps
         self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
+        self._rng = random.Random()
 
     def _plan_for(self, site: Site, revision_id: str) -> Plan:
         key = (site.site_id, revision_id)
@@ -65,8 +68,24 @@ class PublicationWorker:
                 self._plans.popitem(last=False)
         return plan
 
-    def process(self, message: PublicationMessage) -> Result:
-        """Handle one publications-queue message. Errors propagate: the message is delivered again."""
+    def process(self, message: PublicationMessage, visibility: Visibility | None = None, receive_count: int = 1
+                ) -> Result:
+        """Handle one publications-queue message. Errors propagate: the message is delivered again; after a
+        TransientError (a route the origin cannot serve now) it comes back after a backoff with full jitter, not
+        after the queue's visibility timeout of minutes."""
+        try:
+            return self._process(message)
+        except TransientError as exc:
+            if visibility is not None:
+                s = self.d.settings
+                delay = full_jitter(receive_count, s.backoff_base_s, s.backoff_cap_s, self._rng)
+                visibility.change(delay)
+                obs.count("PublicationStepRetried")
+                obs.logger.warning("publication step failed, retried", extra={"error": str(exc), "code": exc.code,
+                                                                              "retry_in_s": round(delay, 1)})
+            raise
+
+    def _process(self, message: PublicationMessage) -> Result:
         d = self.d
         obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
         publication = d.publications.get(message.site_id, message.seq)

@@ -40,6 +40,19 @@ class WxrTerm:
 
 
 @dataclass(frozen=True)
+class WxrComment:
+    wxr_id: int
+    author: str
+    author_email: str
+    author_url: str
+    date_gmt: str
+    content: str
+    approved: str  # "1", "0", "spam", "trash"
+    type: str
+    parent_wxr_id: int
+
+
+@dataclass(frozen=True)
 class WxrItem:
     guid: str
     wxr_id: int
@@ -58,6 +71,8 @@ class WxrItem:
     terms: tuple[tuple[str, str, str], ...]  # (taxonomy, slug, name)
     comment_count: int
     meta: dict[str, str] = field(default_factory=dict)
+    comments: tuple[WxrComment, ...] = ()
+    comment_status: str = ""  # "open" | "closed" ("" when the file does not say)
 
 
 WxrEvent = WxrAuthor | WxrTerm | WxrItem
@@ -169,15 +184,14 @@ def _top_level(prefix: str, name: str, element: Element) -> WxrEvent | None:
 def _item(element: Element) -> WxrItem:
     c = _children(element)
     terms: list[tuple[str, str, str]] = []
-    comments = 0
+    comments: list[WxrComment] = []
     meta: dict[str, str] = {}
     for child in element:
         prefix, name = _local(child.tag)
         if not prefix and name == "category" and child.get("domain"):
             terms.append((child.get("domain", ""), child.get("nicename", ""), (child.text or "").strip()))
         elif prefix == "wp" and name == "comment":
-            approved = _children(child).get(("wp", "comment_approved"), "1")
-            comments += approved == "1"
+            comments.append(_comment(_children(child)))
         elif prefix == "wp" and name == "postmeta":
             m = _children(child)
             key = m.get(("wp", "meta_key"), "")
@@ -205,6 +219,23 @@ def _item(element: Element) -> WxrItem:
         sticky=c.get(("wp", "is_sticky"), "0") == "1",
         protected=bool(c.get(("wp", "post_password"), "")),
         terms=tuple(terms),
-        comment_count=comments,
+        comment_count=sum(comment.approved == "1" for comment in comments),
         meta=meta,
+        comments=tuple(comments),
+        comment_status=c.get(("wp", "comment_status"), ""),
+    )
+
+
+def _comment(c: dict[tuple[str, str], str]) -> WxrComment:
+    date = c.get(("wp", "comment_date_gmt"), "") or c.get(("wp", "comment_date"), "") or ZERO_DATE
+    return WxrComment(
+        wxr_id=_int(c.get(("wp", "comment_id"), "")),
+        author=c.get(("wp", "comment_author"), ""),
+        author_email=c.get(("wp", "comment_author_email"), ""),
+        author_url=c.get(("wp", "comment_author_url"), ""),
+        date_gmt="1970-01-01 00:00:00" if date == ZERO_DATE else date,
+        content=c.get(("wp", "comment_content"), ""),
+        approved=c.get(("wp", "comment_approved"), "1") or "1",
+        type=c.get(("wp", "comment_type"), "") or "comment",
+        parent_wxr_id=_int(c.get(("wp", "comment_parent"), "")),
     )
