@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InvalidInput, PermanentError
+from .resources import SECRET_NAME_PREFIX
 from .wordpress.origin import Credential
 
 CACHE_S = 300.0
@@ -23,10 +24,13 @@ def check_reference(ref: str) -> str:
     """A credential reference as users give it (validated at registration, before anything is stored)."""
     if ref.startswith(FILE_PREFIX) and ref[len(FILE_PREFIX):].startswith("/"):
         return ref
-    if ref.startswith(SECRET_ARN_PREFIX) or (ref.startswith(SECRETS_PREFIX) and len(ref) > len(SECRETS_PREFIX)):
+    named = SECRETS_PREFIX + SECRET_NAME_PREFIX
+    if (ref.startswith(SECRET_ARN_PREFIX) and f":secret:{SECRET_NAME_PREFIX}" in ref) or (
+            ref.startswith(named) and len(ref) > len(named)):
         return ref
-    raise InvalidInput(f"credential reference must be file:///absolute/path.json, a Secrets Manager ARN or "
-                       f"secretsmanager:NAME, not {ref[:40]!r}", field="credential")
+    raise InvalidInput(f"credential reference must be file:///absolute/path.json, or a Secrets Manager secret named "
+                       f"{SECRET_NAME_PREFIX}... (its ARN, or secretsmanager:{SECRET_NAME_PREFIX}NAME: the workers may "
+                       f"read only those), not {ref[:40]!r}", field="credential")
 
 
 class Credentials:

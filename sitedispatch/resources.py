@@ -13,6 +13,7 @@ from dataclasses import dataclass
 REDRIVE_BACKSTOP_RECEIVES = 100
 VISIBILITY_PER_TIMEOUT = 6  # AWS's guidance for SQS event sources: visibility >= 6 x function timeout
 RETENTION_S = 14 * 24 * 3600
+SECRET_NAME_PREFIX = "sitedispatch/"  # site credentials in Secrets Manager: the operations worker reads only these
 
 
 @dataclass(frozen=True)

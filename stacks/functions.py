@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -18,7 +18,7 @@ from constructs import Construct
 
 from sitedispatch.aws.tables import table_specs
 from sitedispatch.observability import NAMESPACE, SERVICE
-from sitedispatch.resources import FUNCTIONS, QUEUES, FunctionSpec
+from sitedispatch.resources import FUNCTIONS, QUEUES, SECRET_NAME_PREFIX, FunctionSpec
 
 from .bundling import ARCHITECTURE, RUNTIME, function_code
 from .queues import SiteQueues
@@ -111,6 +111,11 @@ class DispatchFunctions(Construct):
         self._allow("operations", CONSUME, [q.queues[lane].queue_arn for lane in lanes])
         self._allow("operations", ["sqs:SendMessage"], [*(q.dead_letter_queues[lane].queue_arn for lane in lanes),
                                                         q.queues["publications"].queue_arn])
+        # WordPress sites' application passwords (the wordpress driver); the crawl of publication needs none
+        stack = Stack.of(self)
+        self._allow("operations", ["secretsmanager:GetSecretValue"],
+                    [f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}:secret:"
+                     f"{SECRET_NAME_PREFIX}*"])
 
     def _grant_publication_worker(self) -> None:
         q = self.queues

@@ -37,12 +37,14 @@ class WordPressDriver:
     def __init__(self, credentials: Credentials) -> None:
         self.credentials = credentials
 
-    def origin(self, site: Site, fence: int | None = None) -> WordPressOrigin:
+    def origin(self, site: Site, fence: int | None = None, public: bool = False) -> WordPressOrigin:
+        """The site's origin; `public`: its pages only, as a visitor (a crawl needs no credential)."""
         connection = site.connection
-        if not connection.endpoint or not connection.credential_ref:
+        if not connection.endpoint or not (public or connection.credential_ref):
             raise PermanentError(f"site {site.site_id} is a WordPress site without an endpoint and a credential",
                                  code="site_misconfigured")
-        return WordPressOrigin(connection.endpoint, self.credentials.get(connection.credential_ref), fence)
+        credential = None if public else self.credentials.get(str(connection.credential_ref))
+        return WordPressOrigin(connection.endpoint, credential, fence)
 
     # -- kinds ---------------------------------------------------------------------------------------------------
 
@@ -110,7 +112,7 @@ class WordPressDriver:
                         summary={"rolled_back_to": payload.revision_id}, next_due_at=ctx.site.next_due_at)
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
-        return CrawledRoutes(self.origin(site), blobs, site.site_id, revision_id)
+        return CrawledRoutes(self.origin(site, public=True), blobs, site.site_id, revision_id)
 
     # -- revisions -------------------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 an application password for the dispatcher. Nothing is written outside the work directory; nothing listens beyond
 127.0.0.1; WordPress's own outbound HTTP is blocked (WP_HTTP_BLOCK_EXTERNAL).
 
-Needs: wordpress php-cli php-mysql php-curl php-xml php-mbstring mariadb-server wordpress-theme-twentytwentythree.
+Needs the Debian packages listed in wordpress-packages.txt (beside this module).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from types import TracebackType
 from ..wordpress.origin import MU_PLUGIN
 
 WORDPRESS_DIR = Path("/usr/share/wordpress")
-PACKAGES = ("wordpress", "php-cli", "php-mysql", "php-curl", "php-xml", "php-mbstring", "mariadb-server",
-            "wordpress-theme-twentytwentythree")
+PACKAGES = tuple(Path(__file__).with_name("wordpress-packages.txt").read_text().split())  # .ci/run reads it too
 INSTALL_SCRIPT = Path(__file__).with_name("wp_install.php")
 ROUTER_SCRIPT = Path(__file__).with_name("wp_router.php")
 READY_TIMEOUT_S = 30.0

@@ -68,11 +68,12 @@ def http_pool() -> urllib3.PoolManager:
 class WordPressOrigin:
     """One site: `base_url` is its home (http://host[:port][/path]). Writes carry `fence` when one is given."""
 
-    def __init__(self, base_url: str, credential: Credential, fence: int | None = None,
+    def __init__(self, base_url: str, credential: Credential | None, fence: int | None = None,
                  pool: urllib3.PoolManager | None = None) -> None:
+        """`credential` None: public pages only (a crawl), no REST."""
         self.base_url = base_url.rstrip("/")
         self.fence = fence
-        self._auth = "Basic " + base64.b64encode(
+        self._auth = "" if credential is None else "Basic " + base64.b64encode(
             f"{credential.user}:{credential.application_password}".encode()).decode()
         self.pool = pool or http_pool()
         self.requests = 0

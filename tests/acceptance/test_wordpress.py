@@ -135,7 +135,10 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     assert origin(site).info()["counts"]["comments"] == 1 + sum(c.approved == "1" for c in comments)
 
     # the import's publication is a new crawl that shows the imported posts
-    live_after(deps, site.name, live.live_seq + 1)
+    crawled = live_after(deps, site.name, live.live_seq + 1)
+    publication = deps.publications.get(site.name, crawled.live_seq)
+    assert publication is not None and publication.finished_at is not None
+    crawl_s = publication.finished_at - publication.created_at
     routes = live_routes(deps, site.name)
     assert len(routes) > 100
     post_routes = [r for r in routes if r.count("/") >= 5 and not r.endswith(".xml")]
@@ -143,7 +146,7 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     assert b"<html" in body
     total = sum(created.values())
     print(f"\nimport: {total} items in {took:.1f}s ({total / took:.1f} items/s, {summary['requests']} requests); "
-          f"live revision has {len(routes)} crawled routes")
+          f"publication crawled {len(routes)} routes in {crawl_s:.1f}s ({len(routes) / crawl_s:.1f} routes/s)")
 
     # importing the same file again creates nothing
     again = run(deps, "import", site.name, deps.submitter().stage_upload(site.name, FIXTURE), timeout_s=300)

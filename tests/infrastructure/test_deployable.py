@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.tables import table_specs
-from sitedispatch.resources import FUNCTIONS, QUEUES, SCHEDULES
+from sitedispatch.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
 
@@ -96,6 +96,10 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
     assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "s3:GetObject",
             "s3:PutObject", "sqs:ChangeMessageVisibility", "sqs:SendMessage"} <= worker
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= publisher
+    # WordPress credentials: the operations worker reads sitedispatch/ secrets only; nobody else reads any
+    secret_reads = [s for s in worker_statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
+    assert secret_reads and all(f":secret:{SECRET_NAME_PREFIX}*" in json.dumps(s["Resource"]) for s in secret_reads)
+    assert not any(a.startswith("secretsmanager:") for a in publisher | reconciler)
     # the publication worker touches only the sites and publications tables and the sites/ prefix
     tables = resources(template, "AWS::DynamoDB::Table")
     touched = {ref for s in publisher_statements for r in (s["Resource"] if isinstance(s["Resource"], list)

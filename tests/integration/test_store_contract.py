@@ -17,7 +17,7 @@ from sitedispatch.errors import (
     NotRunnable,
     StaleFence,
 )
-from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Status
+from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, SiteConnection, Status
 from sitedispatch.ports import PreparedCommit, Slot
 from tests.conftest import Cloud
 from tests.fakes import MemoryWorld
@@ -83,6 +83,16 @@ def test_site_belongs_to_the_principal_that_registered_it(stores: Stores) -> Non
     assert stores.sites.register("acme-blog", "p", NOW + 5).created_at == NOW
     with pytest.raises(Conflict):
         stores.sites.register("acme-blog", "intruder", NOW)
+
+
+def test_a_site_keeps_the_connection_it_was_registered_with(stores: Stores) -> None:
+    wordpress = SiteConnection("wordpress", "https://blog.example", "secretsmanager:sitedispatch/blog")
+    site = stores.sites.register("acme-blog", "p", NOW, wordpress)
+    assert stores.sites.get("acme-blog").connection == site.connection == wordpress
+    assert stores.sites.register("acme-blog", "p", NOW + 5).connection == wordpress  # a submit's register
+    with pytest.raises(Conflict):
+        stores.sites.register("acme-blog", "p", NOW, SiteConnection())
+    assert stores.sites.register("plain-site", "p", NOW).connection == SiteConnection()
 
 
 def test_lease_claims_are_exclusive_and_fences_increase(stores: Stores) -> None:
