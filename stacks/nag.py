@@ -10,6 +10,8 @@ from aws_cdk import Acknowledgment, CfnElement, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
+from sitedispatch.resources import SECRET_NAME_PREFIX
+
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack
 
@@ -20,6 +22,9 @@ OBJECTS = ("object keys are per site and per content digest, unknown until run t
            "this stack's bucket and the prefix the code writes")
 VERSIONS = ("CDK's LambdaInvoke grants the reconciler function and its versions (ARN:*); the scheduler invokes "
             "only this function")
+SECRETS = ("WordPress sites' credentials are Secrets Manager secrets named by site, registered at run time; the "
+           "wildcard is confined to this account's secrets under the sitedispatch/ prefix, which registration "
+           "enforces")
 SCHEDULE_DLQ = ("this queue is itself the dead-letter queue of the EventBridge schedules (failed invocations land "
                 "here); a DLQ of a DLQ would only move the problem")
 
@@ -40,6 +45,9 @@ def apply_nag(stack: SiteDispatchStack) -> None:
         policy = _cfn(function.role.node.find_child("DefaultPolicy"))
         acknowledge(policy, "IAM5", XRAY, "*")
         acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/sites/*" if role == "publications" else f"{bucket}/*")
+        if role == "operations":
+            acknowledge(policy, "IAM5", SECRETS, "arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                                                 f"<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*")
     producer = _cfn(stack.access.producer)
     operator = _cfn(stack.access.operator)
     for policy in (producer, operator):
