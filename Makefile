@@ -49,7 +49,7 @@ infrastructure: $(STAMP) $(LAMBDA_WHEELS)
 synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, no network, no Docker
 	$(PY) app.py
 
-bench: $(STAMP)  ## import memory (10 and 100 MB WXR) and publication parallelism (1 vs 4 workers)
+bench: $(STAMP) $(LAMBDA_WHEELS)  ## requests/cost, cold start, fleet model + validation, throughput vs raw moto, publication and import memory
 	$(PY) -m bench.run
 
 SEEDS ?= 20

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.model import QueueMessage
 from sitedispatch.settings import Settings
+
+
+def peak_rss_kib() -> int:
+    """This process's own peak resident set (VmHWM). Not getrusage's ru_maxrss: Linux carries the pre-exec image's
+    high-water mark into it, so a child started from a large parent reports the parent's size (seen: 255 MB for a
+    publication of 500 routes and of 4,700 routes alike)."""
+    for line in open("/proc/self/status"):  # noqa: SIM115
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 class NoVisibility:
@@ -23,7 +32,7 @@ def main() -> None:
     started = time.perf_counter()
     result = deps.worker().process(QueueMessage(operation_id, site_id), NoVisibility())
     elapsed = time.perf_counter() - started
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = peak_rss_kib()
     print(json.dumps({"outcome": result.outcome.value, "reason": result.reason, "seconds": round(elapsed, 2),
                       "peak_rss_mb": round(peak_kib / 1024, 1),
                       "summary": result.commit.summary if result.commit else None}))

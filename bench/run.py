@@ -1,5 +1,6 @@
-"""`make bench`: import memory and publication parallelism on the local runtime. Prints figures and writes them
-to bench/results/*.json."""
+"""`make bench`: requests and cost per operation, cold start, the fleet model and its validation, end-to-end
+throughput against a raw moto baseline, publication parallelism and memory, import memory. Prints figures and writes
+them to bench/results/*.json (and fleet.png)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.settings import Settings
 from sitedispatch.wordpress.synthetic import write_wxr
 
-from . import coldstart, fleet, requests
+from . import coldstart, fleet, requests, throughput
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
@@ -50,6 +51,23 @@ def cpu_seconds(pids: list[int]) -> float:
             except psutil.NoSuchProcess:
                 continue
     return total
+
+
+def asset_size() -> dict[str, Any]:
+    """The Lambda asset as `make synth` bundles it (Docker-free, arm64 wheels): files, bytes, zipped bytes."""
+    import shutil
+
+    from stacks.bundling import cached_bundle
+
+    bundle = cached_bundle()
+    files = [p for p in bundle.rglob("*") if p.is_file()]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(shutil.make_archive(str(Path(tmp) / "asset"), "zip", bundle))
+        zipped = archive.stat().st_size
+    unzipped = sum(p.stat().st_size for p in files)
+    print(f"Lambda asset: {len(files)} files, {unzipped / 1e6:.1f} MB unzipped, {zipped / 1e6:.1f} MB zipped "
+          f"(limit 250 MB unzipped)", flush=True)
+    return {"files": len(files), "unzipped_bytes": unzipped, "zipped_bytes": zipped}
 
 
 def provisioned(deps: Dependencies, site: str) -> None:
@@ -82,6 +100,37 @@ def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
             print(f"import {mb} MB ({counts['posts']} posts): {report['seconds']} s, peak RSS "
                   f"{report['peak_rss_mb']} MB, {report['outcome']}", flush=True)
             runtime.start_worker("operations", 1)
+    return out
+
+
+def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, Any]]:
+    """Peak RSS of one process running a whole publication (plan, every chunk, finish) of ~N routes."""
+    out = []
+    with LocalRuntime(workdir / "publication-rss") as runtime:
+        env = runtime.start_cloud(0, function_timeout_s=900)
+        runtime.start_worker("operations", 1)
+        runtime.start_worker("bulk", 1)
+        os.environ.update(env)
+        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+        for target in route_targets:
+            site = f"pub-rss-{target}"
+            provisioned(deps, site)
+            with tempfile.TemporaryDirectory() as tmp:
+                wxr = Path(tmp) / "posts.xml"
+                write_wxr(wxr, posts=int(target * 0.72), seed=target)
+                submitter = deps.submitter()
+                submitter.submit(kind="import", site_id=site, principal="bench",
+                                 params=submitter.stage_upload(site, wxr))
+            wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 2, 900,  # noqa: B023
+                 f"{site} imported")
+            child = subprocess.run([sys.executable, "-m", "bench.publish_worker", site, "2"], capture_output=True,
+                                   text=True, env={**os.environ, **env}, timeout=1800)
+            report = json.loads(child.stdout.strip().splitlines()[-1])
+            publication = deps.publications.get(site, 2)
+            receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
+            out.append({"routes": receipt["route_count"], **report})
+            print(f"publication of {receipt['route_count']} routes ({report['chunks']} chunks) in one process: "
+                  f"{report['seconds']} s, peak RSS {report['peak_rss_mb']} MB", flush=True)
     return out
 
 
@@ -133,6 +182,9 @@ def main() -> None:
     parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
+    parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
+    parser.add_argument("--throughput-workers", type=int, nargs="*", default=[1, 2, 4])
+    parser.add_argument("--throughput-ops", type=int, default=60)
     parser.add_argument("--validate-fleets", type=int, nargs="*", default=[10, 50],
                         help="fleet sizes at which the model is checked against the local runtime")
     args = parser.parse_args()
@@ -142,7 +194,7 @@ def main() -> None:
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
     cold = coldstart.measure(dict(os.environ))
-    (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold}, indent=2))
+    (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []
@@ -160,6 +212,12 @@ def main() -> None:
             (RESULTS / "publication.json").write_text(json.dumps({**meta, "runs": publication,
                                                                   "ratio_most_to_fewest": ratio}, indent=2))
             print(f"publication time ratio {max(by)} workers / {min(by)} worker: {ratio}")
+        if args.throughput_workers:
+            tp = throughput.measure(Path(tmp), args.throughput_workers, args.throughput_ops)
+            (RESULTS / "throughput.json").write_text(json.dumps({**meta, **tp}, indent=2))
+        if args.publish_routes:
+            memory = publication_rss(Path(tmp), args.publish_routes)
+            (RESULTS / "publication-memory.json").write_text(json.dumps({**meta, "runs": memory}, indent=2))
         if args.import_mb:
             imports = import_rss(Path(tmp), args.import_mb)
             (RESULTS / "import.json").write_text(json.dumps({**meta, "runs": imports}, indent=2))

@@ -105,10 +105,12 @@ class FifoLane:
         return done
 
 
-def queue_fleet_provision_s(n_sites: int, limits: AwsLimits, durations: Durations) -> float:
-    """Every site asks for its provision at t=0: when is the last one committed?"""
+def queue_fleet_provision_s(n_sites: int, limits: AwsLimits, durations: Durations,
+                            arrivals: list[float] | None = None) -> float:
+    """Every site asks for its provision at t=0 (or at `arrivals[i]`): when is the last one committed?"""
     lane = FifoLane(limits)
-    return max(lane.run(0.0, f"site-{i}", durations.operation_s, durations.hop_s) for i in range(n_sites))
+    return max(lane.run(arrivals[i] if arrivals else 0.0, f"site-{i}", durations.operation_s, durations.hop_s)
+               for i in range(n_sites))
 
 
 def queue_publication_latencies_s(n_sites: int, routes: int, limits: AwsLimits, durations: Durations,

@@ -121,8 +121,11 @@ def reconcile(schedule: Annotated[str, typer.Option(help="reconcile | wp-events 
 def demo(sites_: Annotated[int, typer.Option("--sites", min=1, max=100, help="fleet size")] = 10,
          latency: Annotated[float, typer.Option(help="simulated provisioning latency per site (s)")] = 2.0,
          workdir: Annotated[Path, typer.Option(help="logs")] = Path(".sitedispatch") / "demo",
+         wordpress: Annotated[bool | None, typer.Option(
+             "--wordpress/--no-wordpress", help="include a real WordPress site (default: when Debian's packages "
+                                                "are installed)")] = None,
          json: JsonOpt = False) -> None:
     """Start the local runtime, provision a fleet at once, compare with the cron round-robin it replaces."""
     from ..local.demo import run_demo
 
-    raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json))
+    raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress))

@@ -15,8 +15,9 @@ from .routes import Route
 
 
 class RouteSource(Protocol):
-    # True: a route already stored under the revision is kept and not produced again (a crawled revision is what
-    # the origin served when it was first taken; producing it again would serve today's origin under its name).
+    # True for a source that is not deterministic (a crawl): a route already stored under the revision is kept and
+    # not produced again (a crawled revision is what the origin served when it was first taken; producing it again
+    # would serve today's origin under its name), and after a lost race the stored bytes are what the receipt names.
     reuses_stored: bool
 
     def routes(self) -> list[Route]:

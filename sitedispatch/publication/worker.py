@@ -140,8 +140,10 @@ class PublicationWorker:
             body = _stored(d.blobs, key) if source.reuses_stored else None
             if body is None:
                 body = source.render(route)
-                if not d.blobs.put_if_absent(key, body, route.content_type):
-                    body = d.blobs.get(key)  # an earlier delivery stored it first: the receipt describes those bytes
+                if not d.blobs.put_if_absent(key, body, route.content_type) and source.reuses_stored:
+                    # an earlier delivery stored it first: the receipt describes those bytes (a deterministic source
+                    # rendered the very same bytes, so it is spared the read)
+                    body = d.blobs.get(key)
             return {"route": route.path, "key": route.key, "sha256": hashlib.sha256(body).hexdigest(),
                     "size": len(body), "content_type": route.content_type}
 

@@ -32,7 +32,7 @@ from tests.factories import PROVISION
 
 pytestmark = pytest.mark.acceptance
 
-FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "themeunittestdata.wordpress.xml"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "wxr" / "themeunittestdata.wordpress.xml"  # = shared's
 PRINCIPAL = "tenant-wp"
 STATUSES = "publish,future,draft,pending,private"
 

@@ -25,6 +25,13 @@ def test_the_cron_does_one_site_a_minute() -> None:
     assert latencies == [49 * 3 * 60.0, (49 * 3 + 1) * 60.0, (49 * 3 + 2) * 60.0]
 
 
+def test_sites_submitted_over_time_start_as_they_arrive() -> None:
+    # 8 sites arriving one a second, 4 environments, 2 s each: never more than 2 at once, the last done at 7 + 2
+    assert queue_fleet_provision_s(8, WARM, D, arrivals=[float(i) for i in range(8)]) == pytest.approx(9.0, abs=0.05)
+    # arriving faster than they drain: the backlog sets the end: two waves of 4, the fourth starting at 3/70 s
+    assert queue_fleet_provision_s(8, WARM, D, arrivals=[i / 70 for i in range(8)]) == pytest.approx(4 + 3 / 70)
+
+
 def test_sites_run_in_waves_of_the_concurrency_cap() -> None:
     assert queue_fleet_provision_s(4, WARM, D) == pytest.approx(2.0, abs=0.02)
     assert queue_fleet_provision_s(8, WARM, D) == pytest.approx(4.0, abs=0.05)
