@@ -125,17 +125,26 @@ class Dependencies:
     @cached_property
     def drivers(self) -> Any:
         """Every site driver this deployment has (a site names its own)."""
-        from .credentials import Credentials
-        from .drivers import reference_only
-        from .drivers.wordpress import WordPressDriver
-        from .model import WORDPRESS_DRIVER
+        from .drivers import DriverRegistry
+        from .model import REFERENCE_DRIVER, WORDPRESS_DRIVER
 
-        def secret_string(secret_id: str) -> str:  # the client is built on the first secret read, not before
-            from .aws.secrets import secret_reader
+        def reference() -> Any:
+            from .drivers.reference import ReferenceDriver
 
-            return str(secret_reader(self.session.client("secretsmanager"))(secret_id))
+            return ReferenceDriver()
 
-        return {**reference_only(), WORDPRESS_DRIVER: WordPressDriver(Credentials(secret_string))}
+        def wordpress() -> Any:
+            from .credentials import Credentials
+            from .drivers.wordpress import WordPressDriver
+
+            def secret_string(secret_id: str) -> str:  # the client is built on the first secret read, not before
+                from .aws.secrets import secret_reader
+
+                return str(secret_reader(self.session.client("secretsmanager"))(secret_id))
+
+            return WordPressDriver(Credentials(secret_string))
+
+        return DriverRegistry({REFERENCE_DRIVER: reference, WORDPRESS_DRIVER: wordpress})
 
     def warm(self) -> Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""

@@ -8,7 +8,7 @@ Both share the leases, commits, revisions, receipts and promotion; only how cont
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import PermanentError
@@ -35,6 +35,26 @@ class SiteDriver(Protocol):
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
         """The routes of a stored revision and how to produce each one's bytes (publication)."""
+
+
+class DriverRegistry(Mapping[str, "SiteDriver"]):
+    """Drivers by name, each built on first use: a fleet of reference sites never loads the WordPress client (35 ms
+    of a cold start)."""
+
+    def __init__(self, factories: dict[str, Callable[[], SiteDriver]]) -> None:
+        self._factories = factories
+        self._built: dict[str, SiteDriver] = {}
+
+    def __getitem__(self, name: str) -> SiteDriver:
+        if name not in self._built:
+            self._built[name] = self._factories[name]()  # KeyError for a name this deployment does not have
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factories)
+
+    def __len__(self) -> int:
+        return len(self._factories)
 
 
 def driver_for(drivers: Mapping[str, SiteDriver], site: Site) -> SiteDriver:

@@ -205,3 +205,25 @@ def test_a_route_the_origin_cannot_serve_is_transient() -> None:
     with pytest.raises(TransientError) as raised:
         source.routes()  # no sitemap: nothing to plan from yet
     assert raised.value.code == "route_unavailable"
+
+
+def test_drivers_are_built_on_first_use_only() -> None:
+    from sitedispatch.drivers import DriverRegistry, driver_for
+    from sitedispatch.drivers.reference import ReferenceDriver
+    from sitedispatch.model import Site
+
+    built: list[str] = []
+
+    def factory(name: str) -> Any:
+        def build() -> Any:
+            built.append(name)
+            return ReferenceDriver()
+        return build
+
+    registry = DriverRegistry({"reference": factory("reference"), "wordpress": factory("wordpress")})
+    site = Site("acme-blog", "p", 0.0)
+    assert driver_for(registry, site) is driver_for(registry, site)
+    assert built == ["reference"] and sorted(registry) == ["reference", "wordpress"]
+    with pytest.raises(PermanentError) as unknown:
+        driver_for(registry, Site("acme-blog", "p", 0.0, connection=SiteConnection("gopher")))
+    assert unknown.value.code == "unknown_driver" and "reference, wordpress" in str(unknown.value)
