@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,14 +77,28 @@ def provisioned(deps: Dependencies, site: str) -> None:
     wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 1, 60, f"{site} provisioned")
 
 
+@contextmanager
+def measuring_runtime(workdir: Path, *queues: str) -> Iterator[tuple[LocalRuntime, dict[str, str], Dependencies]]:
+    """A local runtime with long function timeouts and one worker per queue, and dependencies pointing at it."""
+    with LocalRuntime(workdir) as runtime:
+        env = runtime.start_cloud(0, function_timeout_s=900)
+        for queue in queues:
+            runtime.start_worker(queue, 1)
+        os.environ.update(env)
+        yield runtime, env, Dependencies(Settings()).warm()  # type: ignore[call-arg]
+
+
+def child_report(env: dict[str, str], module: str, *args: str) -> dict[str, Any]:
+    """Run a measuring child process (its own peak RSS); its last output line is a JSON report."""
+    child = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=1800)
+    return dict(json.loads(child.stdout.strip().splitlines()[-1]))
+
+
 def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
     """Peak RSS of a worker process importing generated WXR files of the given sizes."""
     out = []
-    with LocalRuntime(workdir / "import") as runtime:
-        env = runtime.start_cloud(0, function_timeout_s=900)
-        runtime.start_worker("operations", 1)
-        os.environ.update(env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    with measuring_runtime(workdir / "import", "operations") as (runtime, env, deps):
         for mb in megabytes:
             site = f"rss-{mb}mb"
             provisioned(deps, site)
@@ -93,9 +109,7 @@ def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
                 submitter = deps.submitter()
                 op = submitter.submit(kind="import", site_id=site, principal="bench",
                                       params=submitter.stage_upload(site, wxr)).operation
-            child = subprocess.run([sys.executable, "-m", "bench.import_worker", op.operation_id, site],
-                                   capture_output=True, text=True, env={**os.environ, **env}, timeout=1800)
-            report = json.loads(child.stdout.strip().splitlines()[-1])
+            report = child_report(env, "bench.import_worker", op.operation_id, site)
             out.append({"wxr_mb": mb, "posts": counts["posts"], **report})
             print(f"import {mb} MB ({counts['posts']} posts): {report['seconds']} s, peak RSS "
                   f"{report['peak_rss_mb']} MB, {report['outcome']}", flush=True)
@@ -106,12 +120,7 @@ def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
 def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, Any]]:
     """Peak RSS of one process running a whole publication (plan, every chunk, finish) of ~N routes."""
     out = []
-    with LocalRuntime(workdir / "publication-rss") as runtime:
-        env = runtime.start_cloud(0, function_timeout_s=900)
-        runtime.start_worker("operations", 1)
-        runtime.start_worker("bulk", 1)
-        os.environ.update(env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    with measuring_runtime(workdir / "publication-rss", "operations", "bulk") as (_, env, deps):
         for target in route_targets:
             site = f"pub-rss-{target}"
             provisioned(deps, site)
@@ -123,9 +132,7 @@ def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, A
                                  params=submitter.stage_upload(site, wxr))
             wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 2, 900,  # noqa: B023
                  f"{site} imported")
-            child = subprocess.run([sys.executable, "-m", "bench.publish_worker", site, "2"], capture_output=True,
-                                   text=True, env={**os.environ, **env}, timeout=1800)
-            report = json.loads(child.stdout.strip().splitlines()[-1])
+            report = child_report(env, "bench.publish_worker", site, "2")
             publication = deps.publications.get(site, 2)
             receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
             out.append({"routes": receipt["route_count"], **report})
