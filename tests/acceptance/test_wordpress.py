@@ -275,14 +275,17 @@ def test_a_failed_route_fetch_leaves_the_previous_publication_live(wordpress: Lo
     # one route starts failing (a plugin error on one page), then a publish is requested
     origin(site).rest("POST", "/wp/v2/pages", {"title": "Broken", "slug": "broken", "status": "publish"})
     breaker = site.directory / "wp-content" / "mu-plugins" / "break-one-route.php"
+    refusals = site.directory / "broken-refusals.log"
     breaker.write_text("<?php\nif (str_starts_with($_SERVER['REQUEST_URI'] ?? '', '/broken/')) "
-                       "{ http_response_code(500); exit('boom'); }\n")
+                       f"{{ file_put_contents('{refusals}', 'x', FILE_APPEND); http_response_code(500); "
+                       "exit('boom'); }\n")
     publish = run(deps, "publish", site.name)
     assert publish.status == Status.SUCCEEDED  # the commit is recorded; its publication waits
     seq = deps.commits.get(publish.operation_id).version  # type: ignore[union-attr]
     wait_for(lambda: (p := deps.publications.get(site.name, seq)) is not None and p.total_chunks is not None,
              timeout_s=60, what="publication planned")
-    time.sleep(3)  # deliveries of the failing chunk come and go
+    wait_for(lambda: refusals.exists() and refusals.stat().st_size >= 2, timeout_s=60,
+             what="the failing route fetched (and refused) at least twice")
     record = deps.sites.get(site.name)
     assert record is not None and record.live_seq == live.live_seq  # the previous publication is still live
     for route in previous:
