@@ -90,7 +90,7 @@ class RestImporter:
             if event.login not in self.users:
                 self.tally.skipped["authors_without_user"] += 1
         elif isinstance(event, WxrTerm):
-            self._term(event.taxonomy, event.slug, event.name, event.description, event.parent_slug)
+            self._term(event.taxonomy, event.slug, event.name, event.description, event.parent_slug, declared=True)
         elif event.type == "attachment":
             self.tally.attachments += 1
         elif event.type not in COLLECTIONS:
@@ -123,14 +123,19 @@ class RestImporter:
 
     # -- terms -------------------------------------------------------------------------------------------------------
 
-    def _term(self, taxonomy: str, slug: str, name: str, description: str = "", parent_slug: str = "") -> int | None:
+    def _term(self, taxonomy: str, slug: str, name: str, description: str = "", parent_slug: str = "",
+              declared: bool = False) -> int | None:
+        """The term's id, created if the site lacks it. `declared`: a term of the file's header (counted when it
+        already exists); an item's reference to a term is not counted again."""
         collection = TAXONOMIES.get(taxonomy)
         if collection is None:
-            self.tally.skipped[f"term_{taxonomy}"] += 1
+            if declared:
+                self.tally.skipped[f"term_{taxonomy}"] += 1
             return None
         known = self.terms.get((taxonomy, slug))
         if known is not None:
-            self.tally.existing[taxonomy] += 1
+            if declared:
+                self.tally.existing[taxonomy] += 1
             return known
         body: dict[str, Any] = {"name": name or slug, "slug": slug, "description": description}
         if parent_slug and taxonomy == "category":
