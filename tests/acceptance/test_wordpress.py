@@ -136,9 +136,11 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
 
     # the import's publication is a new crawl that shows the imported posts
     crawled = live_after(deps, site.name, live.live_seq + 1)
-    publication = deps.publications.get(site.name, crawled.live_seq)
-    assert publication is not None and publication.finished_at is not None
-    crawl_s = publication.finished_at - publication.created_at
+    # promotion comes first, the publication's own record just after it: wait for that record
+    publication = wait_for(lambda: (p := deps.publications.get(site.name, crawled.live_seq)) is not None
+                           and p.finished_at is not None and p, timeout_s=30, what="publication recorded finished")
+    assert publication.status.value == "published"
+    crawl_s = (crawled.live_at or 0) - publication.created_at  # from the commit to the promotion
     routes = live_routes(deps, site.name)
     assert len(routes) > 100
     post_routes = [r for r in routes if r.count("/") >= 5 and not r.endswith(".xml")]
