@@ -100,8 +100,8 @@ foreach ($logs as $log) {
 }
 check('racing writers: no fence accepted below one already stored', $accepted_below === 0,
     "$accepted_below accepted below the highest");
-check('racing writers: both made progress', count(array_filter($logs[0], fn($r) => $r[1])) > 0
-    && count(array_filter($logs[1], fn($r) => $r[1])) > 0);
+// (Not checked: that both writers had fences accepted. If one process runs all 200 before the other starts, the
+// later one is rightly refused throughout: that is scheduling, not a property. A first version checked it and failed.)
 check('racing writers: the highest fence wins', highest() === max(101 + 398, 102 + 398), 'highest ' . highest());
 
 // the info endpoint
