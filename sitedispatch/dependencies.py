@@ -19,12 +19,6 @@ class SystemClock:
         time.sleep(seconds)
 
 
-def operation_lanes() -> list[str]:
-    from .resources import QUEUES
-
-    return [role for role, spec in QUEUES.items() if spec.function == "operations"]
-
-
 @dataclass
 class Dependencies:
     settings: Settings
@@ -105,7 +99,7 @@ class Dependencies:
     @cached_property
     def queue(self) -> Any:
         from .aws.sqs import SqsOperationQueue
-        from .resources import QUEUES
+        from .resources import QUEUES, operation_lanes
 
         return SqsOperationQueue(self.sqs, {lane: (getattr(self.settings, QUEUES[lane].url_field),
                                                    getattr(self.settings, QUEUES[lane].dlq_url_field))

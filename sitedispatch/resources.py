@@ -13,7 +13,9 @@ from dataclasses import dataclass
 REDRIVE_BACKSTOP_RECEIVES = 100
 VISIBILITY_PER_TIMEOUT = 6  # AWS's guidance for SQS event sources: visibility >= 6 x function timeout
 RETENTION_S = 14 * 24 * 3600
-SECRET_NAME_PREFIX = "sitedispatch/"  # site credentials in Secrets Manager: the operations worker reads only these
+SECRET_NAME_PREFIX = "sitedispatch/"  # site credentials in Secrets Manager: the operations workers read only these
+LAMBDA_MAX_TIMEOUT_S = 900
+OPERATIONS_WORK, PUBLICATION_WORK = "operations", "publications"
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class QueueSpec:
     dlq_logical_id: str
     dlq_url_field: str
     function: str  # FunctionSpec.role consuming it
+    carries: str = OPERATIONS_WORK  # what its messages name: operations (QueueMessage) or publications
 
     def local_name(self, prefix: str) -> str:
         return f"{prefix}-{self.role}.fifo"
@@ -57,6 +60,14 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "publications": FunctionSpec("publications", "PublicationWorker", "functions.publication_worker.handler",
                                  timeout_s=120, memory_mb=1024, batch_size=1,
                                  init="functions.publication_worker.warm"),
+    # The bulk lane's consumer: the same code as the operations worker, given Lambda's longest timeout and a whole
+    # vCPU (1,769 MB), because an import is the one operation that grows with its input. Measured here: a 100 MB
+    # WXR export takes 149 s and a REST import into WordPress ~30 items/s — past the interactive lane's 120 s,
+    # within 900 s up to ~27,000 WordPress items. Its queue's visibility is 6 x 900 s; the lease, not the visibility,
+    # decides when a stalled import is taken over (heartbeats every 100 items).
+    "bulk": FunctionSpec("bulk", "BulkOperationsWorker", "functions.operations_worker.handler",
+                         timeout_s=LAMBDA_MAX_TIMEOUT_S, memory_mb=1769, batch_size=1,
+                         init="functions.operations_worker.warm"),
     "reconciler": FunctionSpec("reconciler", "Reconciler", "functions.reconciler.handler",
                                timeout_s=60, memory_mb=512, batch_size=0),
 }
@@ -64,13 +75,25 @@ FUNCTIONS: dict[str, FunctionSpec] = {
 QUEUES: dict[str, QueueSpec] = {
     "operations": QueueSpec("operations", "OperationsQueue", "operations_queue_url",
                             "OperationsDeadLetterQueue", "operations_dlq_url", function="operations"),
-    # Bulk work (imports) has its own lane, so a tenant's thousand imports never stand between anyone's provision
-    # and a free worker: each lane's event source mapping has its own maximum concurrency.
+    # Bulk work (imports) has its own lane and its own function, so a tenant's thousand imports never stand between
+    # anyone's provision and a free worker (each lane's event source mapping has its own maximum concurrency), and
+    # an import may run as long as Lambda allows without lengthening the interactive lane's timeout.
     "bulk": QueueSpec("bulk", "BulkOperationsQueue", "bulk_queue_url", "BulkOperationsDeadLetterQueue",
-                      "bulk_dlq_url", function="operations"),
+                      "bulk_dlq_url", function="bulk"),
     "publications": QueueSpec("publications", "PublicationsQueue", "publications_queue_url",
-                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="publications"),
+                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="publications",
+                              carries=PUBLICATION_WORK),
 }
+
+
+def operation_lanes() -> list[str]:
+    """The queues that carry operations (interactive and bulk), in definition order."""
+    return [role for role, spec in QUEUES.items() if spec.carries == OPERATIONS_WORK]
+
+
+def operation_workers() -> list[str]:
+    """The functions that consume operation lanes (each runs the operations worker's code)."""
+    return sorted({QUEUES[lane].function for lane in operation_lanes()})
 
 SCHEDULES: dict[str, ScheduleSpec] = {
     "reconcile": ScheduleSpec("reconcile", 60, "reconciler"),

@@ -13,6 +13,8 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from sitedispatch.resources import operation_lanes
+
 from .functions import CONSUME, READ, SCAN, WRITE, DispatchFunctions
 
 PRODUCER_TABLES = ("operations", "sites", "counters", "audit")
@@ -22,7 +24,6 @@ class AccessPolicies(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, functions: DispatchFunctions) -> None:
         super().__init__(scope, construct_id)
         q, bucket = functions.queues, functions.storage.bucket
-        operation_lanes = [lane for lane in q.queues if lane != "publications"]
         stack = Stack.of(self)
         whoami = iam.PolicyStatement(actions=["sts:GetCallerIdentity"], resources=["*"])
         find_stack = iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[stack.stack_id])
@@ -35,7 +36,7 @@ class AccessPolicies(Construct):
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects("sites/*")]),
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
             iam.PolicyStatement(actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
-                                resources=[q.queues[lane].queue_arn for lane in operation_lanes]),
+                                resources=[q.queues[lane].queue_arn for lane in operation_lanes()]),
             whoami, find_stack])
         self.operator = iam.ManagedPolicy(self, "OperatorPolicy", description=(
             "sitedispatch operator: every CLI action (status, dead letters, redrive, replay, pause, audit)"),

@@ -18,7 +18,14 @@ from constructs import Construct
 
 from sitedispatch.aws.tables import table_specs
 from sitedispatch.observability import NAMESPACE, SERVICE
-from sitedispatch.resources import FUNCTIONS, QUEUES, SECRET_NAME_PREFIX, FunctionSpec
+from sitedispatch.resources import (
+    FUNCTIONS,
+    QUEUES,
+    SECRET_NAME_PREFIX,
+    FunctionSpec,
+    operation_lanes,
+    operation_workers,
+)
 
 from .bundling import ARCHITECTURE, RUNTIME, function_code
 from .queues import SiteQueues
@@ -54,14 +61,14 @@ class DispatchFunctions(Construct):
         self.log_groups: dict[str, logs.LogGroup] = {}
         for role, spec in FUNCTIONS.items():
             self.functions[role] = self._function(role, spec, code, environment)
-        operation_lanes = [r for r, q in QUEUES.items() if q.function == "operations"]
         for lane, queue_spec in QUEUES.items():
             self.functions[queue_spec.function].add_event_source(sources.SqsEventSource(
                 queues.queues[lane], batch_size=FUNCTIONS[queue_spec.function].batch_size,
                 report_batch_item_failures=True, max_concurrency=max_concurrency(self, lane)))
-        self._grant_operations_worker(operation_lanes)
+        for role in operation_workers():
+            self._grant_operations_worker(role)
         self._grant_publication_worker()
-        self._grant_reconciler(operation_lanes)
+        self._grant_reconciler(operation_lanes())
 
     def _function(self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
                   ) -> lambda_.Function:
@@ -103,17 +110,21 @@ class DispatchFunctions(Construct):
         self._allow(role, ["s3:GetObject", "s3:PutObject"], [bucket.arn_for_objects(prefix)])
         self._allow(role, ["s3:ListBucket"], [bucket.bucket_arn])
 
-    def _grant_operations_worker(self, lanes: list[str]) -> None:
+    def _grant_operations_worker(self, role: str) -> None:
+        """One operations-worker function: it consumes only its own lanes, and dead-letters by the operation's kind
+        (so into any operation lane's DLQ: a message that arrived on the wrong lane still goes dead where `dlq`
+        looks for its kind)."""
         q = self.queues
-        self._allow("operations", [*READ, *WRITE],
+        self._allow(role, [*READ, *WRITE],
                     self.table_arns("operations", "sites", "commits", "publications", "counters"))
-        self._allow_bucket("operations", "*")
-        self._allow("operations", CONSUME, [q.queues[lane].queue_arn for lane in lanes])
-        self._allow("operations", ["sqs:SendMessage"], [*(q.dead_letter_queues[lane].queue_arn for lane in lanes),
-                                                        q.queues["publications"].queue_arn])
+        self._allow_bucket(role, "*")
+        self._allow(role, CONSUME, [q.queues[lane].queue_arn for lane in operation_lanes()
+                                    if QUEUES[lane].function == role])
+        self._allow(role, ["sqs:SendMessage"], [*(q.dead_letter_queues[lane].queue_arn for lane in operation_lanes()),
+                                                q.queues["publications"].queue_arn])
         # WordPress sites' application passwords (the wordpress driver); the crawl of publication needs none
         stack = Stack.of(self)
-        self._allow("operations", ["secretsmanager:GetSecretValue"],
+        self._allow(role, ["secretsmanager:GetSecretValue"],
                     [f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}:secret:"
                      f"{SECRET_NAME_PREFIX}*"])
 

@@ -10,7 +10,7 @@ from aws_cdk import Acknowledgment, CfnElement, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from sitedispatch.resources import SECRET_NAME_PREFIX
+from sitedispatch.resources import SECRET_NAME_PREFIX, operation_workers
 
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack
@@ -45,7 +45,7 @@ def apply_nag(stack: SiteDispatchStack) -> None:
         policy = _cfn(function.role.node.find_child("DefaultPolicy"))
         acknowledge(policy, "IAM5", XRAY, "*")
         acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/sites/*" if role == "publications" else f"{bucket}/*")
-        if role == "operations":
+        if role in operation_workers():
             acknowledge(policy, "IAM5", SECRETS, "arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
                                                  f"<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*")
     producer = _cfn(stack.access.producer)

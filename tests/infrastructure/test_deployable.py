@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.tables import table_specs
-from sitedispatch.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
+from sitedispatch.resources import FUNCTIONS, LAMBDA_MAX_TIMEOUT_S, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
 
@@ -72,6 +72,30 @@ def test_event_source_mappings_report_batch_item_failures_with_a_concurrency_cap
         assert function.startswith(f"Functions{FUNCTIONS[spec.function].logical_id}")
 
 
+def test_imports_run_in_their_own_function_with_lambdas_longest_timeout(synthesized_stack: Synthesized) -> None:
+    """The bulk lane has its own function: an import may run 15 minutes while the interactive lane keeps a short
+    timeout (and so a short visibility: a provision held by a dead environment comes back in minutes)."""
+    template = synthesized_stack.template
+    functions = resources(template, "AWS::Lambda::Function")
+    [bulk] = [f["Properties"] for k, f in functions.items() if k.startswith("FunctionsBulkOperationsWorker")]
+    [interactive] = [f["Properties"] for k, f in functions.items() if k.startswith("FunctionsOperationsWorker")]
+    assert bulk["Timeout"] == LAMBDA_MAX_TIMEOUT_S > interactive["Timeout"]
+    assert bulk["Handler"] == interactive["Handler"]  # one worker core, two lanes
+    assert bulk["MemorySize"] >= 1769  # a whole vCPU for the XML parse
+    assert all(f["Properties"]["Timeout"] <= LAMBDA_MAX_TIMEOUT_S for f in functions.values())
+    bulk_actions, bulk_statements = role_actions(template, "BulkOperationsWorker")
+    _, interactive_statements = role_actions(template, "OperationsWorker")
+
+    def consumed(statements: list[dict[str, Any]]) -> set[str]:
+        return {json.dumps(r) for s in statements if "sqs:ReceiveMessage" in s["Action"]
+                for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}
+
+    assert consumed(bulk_statements) and all("BulkOperationsQueue" in q for q in consumed(bulk_statements))
+    assert consumed(interactive_statements)
+    assert not any("BulkOperationsQueue" in q for q in consumed(interactive_statements))
+    assert "secretsmanager:GetSecretValue" in bulk_actions  # imports into WordPress sites read their credentials
+
+
 def test_maximum_concurrency_comes_from_cdk_context(tmp_path: Path) -> None:
     synthesized = synthesize(tmp_path / "out", context={"maxConcurrency.bulk": "7", "alarmTopicArn":
                                                          "arn:aws:sns:us-east-1:123456789012:ops"})
@@ -99,7 +123,7 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
     # WordPress credentials: the operations worker reads sitedispatch/ secrets only; nobody else reads any
     secret_reads = [s for s in worker_statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
     assert secret_reads and all(f":secret:{SECRET_NAME_PREFIX}*" in json.dumps(s["Resource"]) for s in secret_reads)
-    assert not any(a.startswith("secretsmanager:") for a in publisher | reconciler)
+    assert not any(a.startswith("secretsmanager:") for a in publisher | reconciler)  # only the operations workers
     # the publication worker touches only the sites and publications tables and the sites/ prefix
     tables = resources(template, "AWS::DynamoDB::Table")
     touched = {ref for s in publisher_statements for r in (s["Resource"] if isinstance(s["Resource"], list)
