@@ -7,7 +7,6 @@ writes nothing, an acceptance is counted exactly once, and nothing accepted is e
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,14 +71,15 @@ def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
     return (
         Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
         Limit(principal_counter(op.principal), settings.max_outstanding_per_principal, "principal",
-              settings.expected_concurrency),
+              settings.max_running_per_principal),
         Limit(site_counter(op.site_id), settings.max_queued_per_site, "site", 1),
     )
 
 
 def estimated_wait_s(ahead: int, operation_seconds: float, parallelism: int = 1) -> float:
-    """How long work waits behind `ahead` operations run `parallelism` at a time, each taking `operation_seconds`."""
-    return round(math.ceil(ahead / max(parallelism, 1)) * operation_seconds, 1) if ahead > 0 else 0.0
+    """How long work waits behind `ahead` operations run `parallelism` at a time, each taking `operation_seconds`:
+    it starts when a slot frees, after ahead // parallelism rounds (with fewer ahead than slots, at once)."""
+    return round((max(ahead, 0) // max(parallelism, 1)) * operation_seconds, 1)
 
 
 def backpressure(limit: Limit, value: int, operation_seconds: float) -> Backpressure:
@@ -88,7 +88,7 @@ def backpressure(limit: Limit, value: int, operation_seconds: float) -> Backpres
     estimated_delay_s: the backlog ahead, run `parallelism` at a time, at the measured time per operation;
     retry_after_s: about one operation time, when one slot of this limit frees up.
     """
-    estimated = estimated_wait_s(max(value, 1), operation_seconds, limit.parallelism)
+    estimated = estimated_wait_s(max(value, limit.parallelism), operation_seconds, limit.parallelism)
     retry_after = round(max(1.0, operation_seconds), 1)
     return Backpressure(
         f"{limit.name} limit reached: {value} of {limit.maximum} outstanding operations; retry in about "

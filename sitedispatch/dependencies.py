@@ -71,12 +71,12 @@ class Dependencies:
         return DynamoPublicationStore(self.models)
 
     @cached_property
-    def retry_budget(self) -> Any:
-        from .aws.dynamo import DynamoCounters
-        from .retry_budget import RetryBudget
+    def recent(self) -> Any:
+        from .aws.dynamo import DynamoMinuteBuckets
+        from .recent import Recent
 
         s = self.settings
-        return RetryBudget(DynamoCounters(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
+        return Recent(DynamoMinuteBuckets(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
 
     @cached_property
     def audit(self) -> Any:
@@ -150,7 +150,8 @@ class Dependencies:
     def submitter(self) -> Any:
         from .submission import SubmitDeps, Submitter
 
-        return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock))
+        return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock,
+                                    self.recent.pace))
 
     def controls(self) -> Any:
         from .control import ControlDeps, Controls
@@ -175,7 +176,7 @@ class Dependencies:
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
-                                           self.publications, self.publication_queue, self.retry_budget,
+                                           self.publications, self.publication_queue, self.recent,
                                            self.drivers))
 
     def publication_worker(self) -> Any:

@@ -6,10 +6,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .admission import estimated_wait_s
+from .admission import estimated_wait_s, running_counter
 from .model import Operation, Status, lane_for
 from .ports import OperationStore, SiteStore
+from .recent import Pace
 from .resources import QUEUES
+from .settings import Settings
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,39 @@ class SiteDelay:
 
 
 @dataclass(frozen=True)
+class PrincipalDelay:
+    principal: str
+    lane: str
+    backlog: int  # unfinished operations of the principal in the lane (running ones included)
+    completed_recently: int  # in the pace window (5 minutes)
+    operation_s: float  # their measured mean (or the default before any completed in the window)
+    estimated_delay_s: float  # for work submitted now: the backlog, `max_running_per_principal` at a time
+
+
+@dataclass(frozen=True)
 class StatusReport:
     queues: list[QueueStatus]
     backlog_by_status: dict[str, int]
     backlog_by_principal: dict[str, int] = field(default_factory=dict)
     delay_by_site: list[SiteDelay] = field(default_factory=list)
+    delay_by_principal: list[PrincipalDelay] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DelayEstimate:
+    """How long a waiting operation should wait: the larger of two bounds, each measured.
+
+    site: the site's earlier unfinished operations run one at a time, at the site's running average;
+    principal: the principal's earlier unfinished operations in the same lane (its running ones included) run
+    `max_running_per_principal` at a time, at the principal's mean over its completions of the last minutes.
+    """
+
+    delay_s: float
+    bound: str  # "site" or "principal": which one decided
+    site_ahead: int
+    site_operation_s: float
+    principal_ahead: int
+    principal_operation_s: float
 
 
 SITES_SHOWN = 20
@@ -46,13 +76,36 @@ def operation_seconds(sites: SiteStore, site_id: str, default_s: float) -> float
     return site.avg_operation_s if site is not None and site.avg_operation_s else default_s
 
 
-def estimated_delay_for(op: Operation, operations: OperationStore, sites: SiteStore, default_s: float) -> float:
-    """For a waiting operation: the site's earlier unfinished operations, one at a time, at its measured pace."""
+def principal_operation_s(pace: Pace, lane: str, principal: str, now: float, fallback_s: float) -> tuple[int, float]:
+    """(completions in the window, mean operation time) of a principal's work in a lane; the fallback until some
+    operation of it has completed within the window."""
+    reading = pace.reading(lane, principal, now)
+    return reading.completions, reading.mean_s if reading.mean_s is not None else fallback_s
+
+
+WAITING = (Status.ACCEPTED, Status.QUEUED)
+LISTED = 1000  # operations read per status for an estimate (an estimate, not an inventory)
+
+
+def estimated_delay_for(op: Operation, operations: OperationStore, sites: SiteStore, pace: Pace,
+                        settings: Settings, now: float) -> DelayEstimate:
+    """For a waiting operation: the larger of the site bound and the principal bound (see DelayEstimate)."""
+    site_s = operation_seconds(sites, op.site_id, settings.default_operation_s)
+    lane = lane_for(op.kind)
+    _, principal_s = principal_operation_s(pace, lane, op.principal, now, site_s)
     if op.status.terminal or op.status == Status.RUNNING:
-        return 0.0
-    ahead = sum(1 for other in operations.list(site_id=op.site_id, limit=1000)
-                if other.created_at < op.created_at and not other.status.terminal)
-    return estimated_wait_s(ahead, operation_seconds(sites, op.site_id, default_s))
+        return DelayEstimate(0.0, "site", 0, site_s, 0, principal_s)
+    site_ahead = sum(1 for other in operations.list(site_id=op.site_id, limit=LISTED)
+                     if other.created_at < op.created_at and not other.status.terminal)
+    running = operations.counter(running_counter(lane, op.principal))
+    waiting_ahead = sum(1 for status in WAITING for other in operations.list(status=status, limit=LISTED)
+                        if other.principal == op.principal and lane_for(other.kind) == lane
+                        and other.created_at < op.created_at)
+    principal_ahead = running + waiting_ahead
+    by_site = estimated_wait_s(site_ahead, site_s)
+    by_principal = estimated_wait_s(principal_ahead, principal_s, settings.max_running_per_principal)
+    bound = "principal" if by_principal > by_site else "site"
+    return DelayEstimate(max(by_site, by_principal), bound, site_ahead, site_s, principal_ahead, principal_s)
 
 
 def _oldest_by_lane(stamped: Iterable[tuple[float, Operation]]) -> dict[str, float]:
@@ -67,7 +120,7 @@ def _count(attributes: dict[str, str], name: str) -> int:
     return int(attributes.get(name, "0"))
 
 
-def collect_status(sqs: Any, settings: Any, operations: OperationStore, sites: SiteStore, now: float
+def collect_status(sqs: Any, settings: Settings, operations: OperationStore, sites: SiteStore, pace: Pace, now: float
                    ) -> StatusReport:
     """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
 
@@ -102,6 +155,16 @@ def collect_status(sqs: Any, settings: Any, operations: OperationStore, sites: S
     busiest = sorted(by_site.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
     delays = []
     for site_id, backlog in busiest:
-        pace = operation_seconds(sites, site_id, settings.default_operation_s)
-        delays.append(SiteDelay(site_id, backlog, round(pace, 2), estimated_wait_s(backlog, pace)))
-    return StatusReport(queues, backlog_by_status, by_principal, delays)
+        site_s = operation_seconds(sites, site_id, settings.default_operation_s)
+        delays.append(SiteDelay(site_id, backlog, round(site_s, 2), estimated_wait_s(backlog, site_s)))
+    by_principal_lane: dict[tuple[str, str], int] = {}
+    for op in waiting:
+        key = (op.principal, lane_for(op.kind))
+        by_principal_lane[key] = by_principal_lane.get(key, 0) + 1
+    principal_delays = []
+    for (principal, lane), backlog in sorted(by_principal_lane.items(), key=lambda item: (-item[1], item[0])
+                                             )[:SITES_SHOWN]:
+        completed, pace_s = principal_operation_s(pace, lane, principal, now, settings.default_operation_s)
+        principal_delays.append(PrincipalDelay(principal, lane, backlog, completed, round(pace_s, 2), estimated_wait_s(
+            backlog, pace_s, settings.max_running_per_principal)))
+    return StatusReport(queues, backlog_by_status, by_principal, delays, principal_delays)

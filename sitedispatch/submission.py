@@ -29,8 +29,10 @@ from .model import (
     sha256_hex,
 )
 from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from .recent import Pace
 from .schemas import parse_input
 from .settings import Settings
+from .status import operation_seconds, principal_operation_s
 
 ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
 
@@ -49,6 +51,7 @@ class SubmitDeps:
     blobs: BlobStore
     queue: OperationQueue
     clock: Clock
+    pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
 
 
 def input_key(site_id: str, digest: str) -> str:
@@ -122,9 +125,9 @@ class Submitter:
         except LimitReached as full:
             obs.count("Backpressured")
             limit = next(limit for limit in limits_for(d.settings, op) if limit.counter == full.counter)
-            site = d.sites.get(site_id)
-            per_operation = (site.avg_operation_s if site and site.avg_operation_s else
-                             d.settings.default_operation_s)
+            per_operation = operation_seconds(d.sites, site_id, d.settings.default_operation_s)
+            if limit.name == "principal" and d.pace is not None:
+                _, per_operation = principal_operation_s(d.pace, lane_for(kind_enum), principal, now, per_operation)
             raise backpressure(limit, full.value, per_operation) from None
         except AlreadyExists:
             # A concurrent submit with the same key won the race.

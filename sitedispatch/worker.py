@@ -46,7 +46,7 @@ from .ports import (
     SiteStore,
     Visibility,
 )
-from .retry_budget import RetryBudget
+from .recent import Recent
 from .schemas import load_input
 from .settings import Settings
 
@@ -88,7 +88,7 @@ class WorkerDeps:
     rng: random.Random
     publications: PublicationStore
     publication_queue: PublicationQueue
-    retry_budget: RetryBudget
+    recent: Recent  # the retry budget's counts and each principal's measured pace
     drivers: Mapping[str, SiteDriver] = field(default_factory=reference_only)
 
 
@@ -159,7 +159,7 @@ class OperationsWorker:
         obs.bind(attempt=op.attempt, fence=lease.fence)
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
-        d.retry_budget.record_attempt(op.attempt, now)
+        d.recent.retry_budget.record_attempt(op.attempt, now)
         obs.count("AttemptStarted")
         if op.queued_at:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
@@ -227,9 +227,19 @@ class OperationsWorker:
             # next delivery of this operation or by the reconciler).
             d.publication_queue.send(PublicationMessage(op.site_id, publication.revision_id, publication.seq))
         obs.count("OperationSucceeded")
-        obs.seconds("OperationDuration", d.clock.now() - (op.started_at or commit.committed_at))
+        took = d.clock.now() - (op.started_at or commit.committed_at)
+        obs.seconds("OperationDuration", took)
+        self._count_completion(op, took)
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
+
+    def _count_completion(self, op: Operation, took: float) -> None:
+        """The principal's pace (estimated delays read it). A statistic, counted after the commit: a failure here
+        is logged, never turned into a retry of work that is done."""
+        try:
+            self.d.recent.pace.record(lane_for(op.kind), op.principal, took, self.d.clock.now())
+        except Exception as exc:
+            obs.logger.warning("completion not counted", extra={"error": _describe(exc)})
 
     def _send_pending_publication(self, site_id: str, seq: int) -> None:
         publication = self.d.publications.get(site_id, seq)
@@ -277,7 +287,7 @@ class OperationsWorker:
                                                    f"{error.message}", False), message, exc)
         self._count_failure(op, error)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
-        if d.retry_budget.exhausted(d.clock.now()):
+        if d.recent.retry_budget.exhausted(d.clock.now()):
             # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
             delay = max(delay, d.settings.retry_budget_defer_s * (1 + d.rng.random()))
             obs.count("RetryBudgetExhausted")

@@ -36,7 +36,7 @@ LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20}  # per queue; CDK context overrides
 
 # DynamoDB actions by need. TransactWriteItems is authorized per item by the item's own action.
-READ = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
+READ = ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
 WRITE = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
 SCAN = ["dynamodb:Scan"]
 CONSUME = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]

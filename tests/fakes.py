@@ -40,6 +40,7 @@ from sitedispatch.model import (
     Status,
 )
 from sitedispatch.ports import DeadLetter, PreparedCommit, Slot, checked_registration
+from sitedispatch.recent import Bucket
 
 
 class FakeClock:
@@ -69,6 +70,8 @@ class MemoryDb:
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     counters_changed_at: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, Bucket] = field(default_factory=dict)  # the per-minute counts (sitedispatch.recent)
+    counter_expiry: dict[str, float] = field(default_factory=dict)  # the TTL of per-minute counts
 
     def bump(self, counter: str, delta: int, now: float) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + delta
@@ -363,16 +366,21 @@ class MemoryPublicationStore:
         return sorted(pubs, key=lambda p: p.seq, reverse=True)[:limit]
 
 
-class MemoryCounters:
+class MemoryMinuteBuckets:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
-    def add(self, counter_id: str, amount: int) -> None:
+    def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
         with self.db.lock:
-            self.db.counters[counter_id] = self.db.counters.get(counter_id, 0) + amount
+            current = self.db.buckets.get(bucket_id)
+            if current is None or current.minute < minute:
+                self.db.buckets[bucket_id] = Bucket(minute, count, amount)
+            elif current.minute == minute:
+                self.db.buckets[bucket_id] = Bucket(minute, current.count + count, current.amount + amount)
 
-    def value(self, counter_id: str) -> int:
-        return self.db.counters.get(counter_id, 0)
+    def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
+        with self.db.lock:
+            return {b: self.db.buckets[b] for b in bucket_ids if b in self.db.buckets}
 
 
 class MemoryAuditLog:

@@ -41,6 +41,7 @@ from ..model import (
     Status,
 )
 from ..ports import PreparedCommit, Slot, checked_registration
+from ..recent import Bucket
 from .tables import DUE_PARTITION, Models
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -543,20 +544,38 @@ class DynamoCommitStore:
         return [_to_commit(item) for item in items]
 
 
-class DynamoCounters:
-    """Plain counters (the retry budget's per-minute counts) in the counters table."""
+class DynamoMinuteBuckets:
+    """The per-minute counts of `sitedispatch.recent` in the counters table. Adding is one conditional UpdateItem
+    (ADD while the bucket holds this minute); the first add of a minute starts the bucket over (a second conditional
+    UpdateItem), and a concurrent first add makes the loser add instead. Reading a window is one BatchGetItem."""
+
+    ATTEMPTS = 3
 
     def __init__(self, models: Models) -> None:
         self.C: Any = models.Counter
 
-    def add(self, counter_id: str, amount: int) -> None:
-        self.C(counter_id).update(actions=[self.C.value.add(amount)])
+    def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
+        C = self.C
+        for _ in range(self.ATTEMPTS):
+            try:
+                C(bucket_id).update(actions=[C.value.add(count), C.total.add(amount)], condition=C.minute == minute)
+                return
+            except UpdateError as exc:
+                if not _condition_failed(exc):
+                    raise
+            try:
+                C(bucket_id).update(actions=[C.value.set(count), C.total.set(amount), C.minute.set(minute)],
+                                    condition=C.minute.does_not_exist() | (C.minute < minute))
+                return
+            except UpdateError as exc:
+                if not _condition_failed(exc):
+                    raise
+        # The bucket holds a later minute than this clock's: a count from the past is dropped, not misfiled.
 
-    def value(self, counter_id: str) -> int:
-        try:
-            return int(self.C.get(counter_id).value or 0)
-        except DoesNotExist:
-            return 0
+    def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
+        wanted = list(dict.fromkeys(bucket_ids))
+        return {item.counter_id: Bucket(int(item.minute), int(item.value or 0), int(item.total or 0))
+                for item in (self.C.batch_get(wanted) if wanted else []) if item.minute is not None}
 
 
 class DynamoPublicationStore:

@@ -154,6 +154,8 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         counter_id = UnicodeAttribute(hash_key=True)
         value = NumberAttribute(default=0)
         changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
+        minute = NumberAttribute(null=True)  # per-minute buckets (sitedispatch.recent): the minute counted
+        total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
 
     class AuditItem(Model):
         """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""

@@ -102,7 +102,7 @@ def status(json: JsonOpt = False) -> None:
 
     with reported(json):
         d = deps()
-        report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.clock.now())
+        report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.recent.pace, d.clock.now())
         emit_json(report) if json else render_status(report)
 
 

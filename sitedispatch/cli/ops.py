@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,6 +12,9 @@ from ..errors import InvalidInput
 from ..model import Operation, Status
 from .context import AsOpt, caller, deps
 from .output import STATUS_STYLE, console, emit_json, plain, reported, table, when
+
+if TYPE_CHECKING:
+    from ..status import DelayEstimate
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -38,6 +41,14 @@ def render(op: Operation) -> None:
     table("operation", ["field", "value"], rows)
 
 
+def describe_estimate(op: Operation, estimate: DelayEstimate) -> str:
+    if estimate.bound == "principal":
+        return (f"{estimate.principal_ahead} earlier operations of {op.principal} in its lane, "
+                f"{estimate.principal_operation_s:g}s each, its running cap at a time")
+    return (f"{estimate.site_ahead} earlier operations of {op.site_id}, one at a time, "
+            f"{estimate.site_operation_s:g}s each")
+
+
 @app.command("get")
 def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show one operation (a waiting one with its estimated delay)."""
@@ -46,13 +57,13 @@ def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     with reported(json):
         d = deps()
         op = _get(operation_id, as_)
-        delay = estimated_delay_for(op, d.operations, d.sites, d.settings.default_operation_s)
+        estimate = estimated_delay_for(op, d.operations, d.sites, d.recent.pace, d.settings, d.clock.now())
         if json:
-            emit_json({**plain(op), "estimated_delay_s": delay})
+            emit_json({**plain(op), "estimated_delay_s": estimate.delay_s, "estimate": plain(estimate)})
             return
         render(op)
         if not op.status.terminal and op.status != Status.RUNNING:
-            console.print(f"estimated delay: about {delay:g}s (earlier operations of {op.site_id}, one at a time)")
+            console.print(f"estimated delay: about {estimate.delay_s:g}s ({describe_estimate(op, estimate)})")
 
 
 @app.command("list")

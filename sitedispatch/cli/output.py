@@ -115,3 +115,8 @@ def render_status(report: Any) -> None:
         table("estimated delay per site (busiest first)", ["site", "backlog", "operation time (s)",
                                                             "estimated delay (s)"],
               [[d.site_id, d.backlog, d.operation_s, d.estimated_delay_s] for d in report.delay_by_site])
+    if report.delay_by_principal:
+        table("estimated delay per principal and lane (busiest first)",
+              ["principal", "lane", "backlog", "completed (5 min)", "operation time (s)", "estimated delay (s)"],
+              [[d.principal, d.lane, d.backlog, d.completed_recently, d.operation_s, d.estimated_delay_s]
+               for d in report.delay_by_principal])

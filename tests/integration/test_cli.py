@@ -111,6 +111,9 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
     # no operation measured yet: each site's one waiting operation at the default pace
     assert {(d["site_id"], d["backlog"], d["estimated_delay_s"]) for d in report["delay_by_site"]} == {
         ("site-one", 1, 30.0), ("site-two", 1, 30.0)}
+    # per principal and lane: two waiting, run ten at a time, so new work would start at once
+    assert [(d["principal"], d["lane"], d["backlog"], d["completed_recently"], d["estimated_delay_s"])
+            for d in report["delay_by_principal"]] == [("tenant-a", "operations", 2, 0, 0.0)]
     code, out = run(cli, "status")
     assert code == 0 and "operations" in out and "DLQ depth" in out and "estimated delay" in out
 
@@ -126,7 +129,9 @@ def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, clou
     delays = [json.loads(run(cli, "ops", "get", op_id, "--json")[1])["estimated_delay_s"] for op_id in ids]
     assert delays == [0.0, 4.0, 8.0]  # one at a time behind the earlier ones, at the site's measured 4 s
     code, out = run(cli, "ops", "get", ids[2])
-    assert code == 0 and "estimated delay: about 8s" in out
+    assert code == 0 and "estimated delay: about 8s (2 earlier operations of queue-site" in out
+    estimate = json.loads(run(cli, "ops", "get", ids[2], "--json")[1])["estimate"]
+    assert estimate["bound"] == "site" and estimate["site_ahead"] == 2 and estimate["principal_ahead"] == 2
 
 
 def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sitedispatch.aws.dynamo import DynamoMinuteBuckets
 from sitedispatch.errors import (
     AlreadyCommitted,
     AlreadyExists,
@@ -19,8 +20,9 @@ from sitedispatch.errors import (
 )
 from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, SiteConnection, Status
 from sitedispatch.ports import PreparedCommit, Slot
+from sitedispatch.recent import RING_MINUTES, Bucket, MinuteCounts
 from tests.conftest import Cloud
-from tests.fakes import MemoryWorld
+from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
 NOW = 1_800_000_000.0
 ERR = ErrorInfo("TransientError", "transient", "boom", True)
@@ -32,15 +34,17 @@ class Stores:
     sites: Any
     commits: Any
     publications: Any
+    buckets: Any
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def stores(request: pytest.FixtureRequest) -> Stores:
     if request.param == "memory":
         world = MemoryWorld()
-        return Stores(world.operations, world.sites, world.commits, world.publications)
+        return Stores(world.operations, world.sites, world.commits, world.publications, MemoryMinuteBuckets(world.db))
     cloud: Cloud = request.getfixturevalue("cloud")
-    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits, cloud.deps.publications)
+    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits, cloud.deps.publications,
+                  DynamoMinuteBuckets(cloud.deps.models))
 
 
 def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
@@ -321,3 +325,27 @@ def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> No
     assert stores.operations.counter("site#acme-blog") == 0
     assert stores.operations.repair_counter("site#never-seen", 0, 3, NOW + 100, NOW + 200)
     assert stores.operations.counter("site#never-seen") == 3
+
+
+def test_minute_buckets_add_within_their_minute_and_start_over_in_a_later_one(stores: Stores) -> None:
+    buckets = stores.buckets
+    buckets.add("attempts@3", 13, 1, 0)
+    buckets.add("attempts@3", 13, 1, 1)
+    assert buckets.read(["attempts@3", "attempts@4"]) == {"attempts@3": Bucket(13, 2, 1)}
+    buckets.add("attempts@3", 23, 1, 0)  # the ring came round: the minute-13 counts are gone, not added to
+    assert buckets.read(["attempts@3"]) == {"attempts@3": Bucket(23, 1, 0)}
+    buckets.add("attempts@3", 13, 5, 5)  # a count from an earlier minute than the bucket's: dropped
+    assert buckets.read(["attempts@3"]) == {"attempts@3": Bucket(23, 1, 0)}
+
+
+def test_minute_counts_read_a_window_and_ignore_what_the_ring_left_from_earlier_rounds(stores: Stores) -> None:
+    counts = MinuteCounts(stores.buckets)
+    minute = int(NOW // 60)
+    counts.add("completed#bulk#p", NOW - 3 * 60, 1, 4000)
+    counts.add("completed#bulk#p", NOW - 60, 1, 2000)
+    counts.add("completed#bulk#p", NOW, 2, 3000)
+    counts.add("completed#bulk#p", NOW - (RING_MINUTES - 1) * 60, 7, 7000)  # same slot as minute + 1: stale there
+    assert counts.totals("completed#bulk#p", NOW, 5) == (4, 9000)
+    assert counts.totals("completed#bulk#p", NOW, 2) == (3, 5000)
+    assert counts.totals("completed#bulk#p", (minute + 1) * 60, 2) == (2, 3000)  # next minute: its slot is stale
+    assert counts.totals("completed#bulk#other", NOW, 5) == (0, 0)

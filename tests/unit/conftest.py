@@ -11,11 +11,11 @@ from sitedispatch.control import Caller, ControlDeps, Controls
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
-from sitedispatch.retry_budget import RetryBudget
+from sitedispatch.recent import Recent
 from sitedispatch.submission import SubmitDeps, Submitter
 from sitedispatch.worker import OperationsWorker, Result, WorkerDeps
 from tests.factories import PROVISION, settings
-from tests.fakes import MemoryCounters, MemoryWorld, RecordingVisibility
+from tests.fakes import MemoryMinuteBuckets, MemoryWorld, RecordingVisibility
 
 OPERATOR = Caller("ops-alice", operator=True)
 
@@ -28,15 +28,18 @@ class Harness:
         self.settings = settings(**policy)
         self.handlers = dict(handler_map())
         w = self.world
-        self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock))
+        self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock,
+                                              self.recent().pace))
 
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
                                            w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue, RetryBudget(MemoryCounters(w.db),
-                                                                            self.settings.retry_budget_ratio,
-                                                                            self.settings.retry_budget_min_retries)))
+                                           w.publication_queue, self.recent()))
+
+    def recent(self) -> Recent:
+        return Recent(MemoryMinuteBuckets(self.world.db), self.settings.retry_budget_ratio,
+                      self.settings.retry_budget_min_retries)
 
     def controls(self) -> Controls:
         w = self.world

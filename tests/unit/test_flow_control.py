@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from sitedispatch.admission import running_slot
+from sitedispatch.admission import is_admission_counter, running_slot
 from sitedispatch.errors import Backpressure, Conflict, PermanentError, TransientError
 from sitedispatch.model import Kind, Status
+from sitedispatch.status import DelayEstimate, estimated_delay_for
 from sitedispatch.worker import Outcome
 from tests.factories import PROVISION
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
@@ -47,7 +51,7 @@ def test_terminal_operations_release_their_counters() -> None:
     first = harness.submit()
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    admission = {k: v for k, v in harness.world.db.counters.items() if not k.startswith(("executions#", "retries#"))}
+    admission = {k: v for k, v in harness.world.db.counters.items() if is_admission_counter(k)}
     assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0,
                          "running#operations#tenant-a": 0}
     harness.submit(kind="publish", params={})  # accepted again
@@ -65,6 +69,85 @@ def test_estimated_delay_uses_the_sites_measured_operation_time() -> None:
     error = refused(harness, site_id="acme-blog", kind="publish", params={})
 
     assert error.retry_after_s == 12.0 and error.estimated_delay_s == 12.0  # one ahead, one at a time
+
+
+def test_each_commit_counts_toward_its_principals_measured_pace_in_its_lane() -> None:
+    harness = Harness()
+
+    def slow(inner: Callable[..., Any], ctx: Any, payload: Any) -> Any:
+        harness.world.clock.advance(6.0)  # the operation takes 6 s
+        return inner(ctx, payload)
+
+    harness.wrap(Kind.PROVISION, slow)
+    for site in ("site-one", "site-two"):
+        assert harness.deliver(harness.submit(site=site))[0].outcome == Outcome.SUCCEEDED
+    failing = harness.submit(site="site-three")
+    harness.fail_first(Kind.PROVISION, PermanentError("nope", code="bad"))
+    assert harness.deliver(failing)[0].outcome == Outcome.DEAD  # only commits count
+
+    pace = harness.recent().pace
+    now = harness.world.clock.now()
+    reading = pace.reading("operations", "tenant-a", now)
+    assert reading.completions == 2 and reading.mean_s == 6.0
+    assert pace.reading("bulk", "tenant-a", now).completions == 0  # lanes apart
+    assert pace.reading("operations", "tenant-b", now).mean_s is None
+    assert pace.reading("operations", "tenant-a", now + 10 * 60).completions == 0  # out of the 5-minute window
+
+
+def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -> None:
+    """Five provisions on five sites (no site waits behind another), one principal allowed 2 running at a time, its
+    last completions measured at 10 s each: they start in rounds of two."""
+    harness = Harness(max_running_per_principal=2)
+    clock = harness.world.clock
+    pace = harness.recent().pace
+    for _ in range(3):
+        pace.record("operations", "tenant-a", 10.0, clock.now())
+    ops = []
+    for n in range(5):
+        ops.append(harness.submit(site=f"site-{n}"))
+        clock.advance(1.0)
+
+    def estimates() -> list[DelayEstimate]:
+        w = harness.world
+        return [estimated_delay_for(w.operations.get(op), w.operations, w.sites, pace,  # type: ignore[arg-type]
+                                    harness.settings, clock.now()) for op in ops]
+
+    assert [e.delay_s for e in estimates()] == [0.0, 0.0, 10.0, 10.0, 20.0]
+    assert [e.bound for e in estimates()][2:] == ["principal"] * 3
+    assert [e.principal_ahead for e in estimates()] == [0, 1, 2, 3, 4]
+    harness.world.db.counters["running#operations#tenant-a"] = 2  # two of its others are running meanwhile
+    assert [e.delay_s for e in estimates()] == [10.0, 10.0, 20.0, 20.0, 30.0]
+    assert all(e.site_ahead == 0 for e in estimates())
+    # another principal's work is not behind tenant-a's
+    other = harness.submit(site="site-9", principal="tenant-b")
+    w = harness.world
+    assert estimated_delay_for(w.operations.get(other), w.operations, w.sites, pace,  # type: ignore[arg-type]
+                               harness.settings, clock.now()).delay_s == 0.0
+
+
+def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
+    harness = Harness(max_running_per_principal=10)
+    pace = harness.recent().pace
+    ops = []
+    for n in range(3):
+        ops.append(harness.submit(kind="publish", params={}, key=f"p{n}"))
+        harness.world.clock.advance(1.0)
+    w = harness.world
+    last = estimated_delay_for(w.operations.get(ops[2]), w.operations, w.sites, pace,  # type: ignore[arg-type]
+                               harness.settings, w.clock.now())
+    assert last.bound == "site" and last.site_ahead == 2 and last.delay_s == 2 * harness.settings.default_operation_s
+
+
+def test_a_refusal_at_the_principal_limit_estimates_with_the_principals_measured_pace() -> None:
+    harness = Harness(max_outstanding_per_principal=4, max_running_per_principal=2)
+    harness.recent().pace.record("operations", "tenant-a", 6.0, harness.world.clock.now())
+    for n in range(4):
+        harness.submit(site=f"site-{n}")
+
+    error = refused(harness, site_id="site-9")
+
+    assert error.limit == "principal" and error.retry_after_s == 6.0
+    assert error.estimated_delay_s == 12.0  # 4 outstanding, 2 at a time, 6 s each
 
 
 def test_cancel_of_a_queued_operation_is_immediate_and_its_message_is_then_acknowledged(harness: Harness) -> None:
