@@ -2,7 +2,9 @@
 
 Each limit is a DynamoDB counter incremented in the same transaction that writes the operation row, conditional on
 staying under its maximum, and decremented in the same transaction that makes the operation terminal. So a refusal
-writes nothing, an acceptance is counted exactly once, and nothing accepted is ever dropped to make room.
+writes no operation and moves no counter (the site's registration and the staged input, both idempotent, stay), an
+acceptance is counted exactly once, and nothing accepted is ever dropped to make room. An operator may override a
+principal's limits (`Quota`, `sitedispatch quotas set`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import Backpressure
-from .model import Operation, lane_for
-from .ports import Slot
+from .model import Operation, Quota, lane_for
+from .ports import Clock, QuotaReader, Slot
 from .settings import Settings
 
 GLOBAL = "global"
@@ -34,10 +36,45 @@ def running_counter(lane: str, principal: str) -> str:
     return f"{RUNNING_PREFIX}{lane}#{principal}"
 
 
-def running_slot(settings: Settings, op: Operation) -> Slot:
-    """Execution fairness: a principal runs at most `max_running_per_principal` attempts at once in each lane, so
-    one tenant with many sites cannot occupy every execution environment of a lane."""
-    return Slot(running_counter(lane_for(op.kind), op.principal), settings.max_running_per_principal)
+QUOTA_PREFIX = "quota#"  # a principal's override, kept beside its counters
+
+
+def quota_key(principal: str) -> str:
+    return f"{QUOTA_PREFIX}{principal}"
+
+
+def max_running(settings: Settings, quota: Quota | None) -> int:
+    override = quota.max_running if quota is not None else None
+    return settings.max_running_per_principal if override is None else override
+
+
+def max_outstanding(settings: Settings, quota: Quota | None) -> int:
+    override = quota.max_outstanding if quota is not None else None
+    return settings.max_outstanding_per_principal if override is None else override
+
+
+def running_slot(settings: Settings, op: Operation, quota: Quota | None = None) -> Slot:
+    """Execution fairness: a principal runs at most `max_running_per_principal` attempts at once in each lane (or
+    its quota's), so one tenant with many sites cannot occupy every execution environment of a lane."""
+    return Slot(running_counter(lane_for(op.kind), op.principal), max_running(settings, quota))
+
+
+class CachedQuotas:
+    """Quotas as the workers read them: each principal's at most once per `ttl_s` (an attempt start must not cost a
+    read more), so an operator's change reaches running workers within that time."""
+
+    def __init__(self, store: QuotaReader, clock: Clock, ttl_s: float) -> None:
+        self.store, self.clock, self.ttl_s = store, clock, ttl_s
+        self._read: dict[str, tuple[float, Quota | None]] = {}
+
+    def get(self, principal: str) -> Quota | None:
+        now = self.clock.now()
+        cached = self._read.get(principal)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        quota = self.store.get(principal)
+        self._read[principal] = (now, quota)
+        return quota
 
 
 def counters_for(op: Operation) -> tuple[str, ...]:
@@ -67,11 +104,11 @@ class Limit:
     parallelism: int  # how many of these operations run at once (a site runs one at a time)
 
 
-def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
+def limits_for(settings: Settings, op: Operation, quota: Quota | None = None) -> tuple[Limit, ...]:
     return (
         Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
-        Limit(principal_counter(op.principal), settings.max_outstanding_per_principal, "principal",
-              settings.max_running_per_principal),
+        Limit(principal_counter(op.principal), max_outstanding(settings, quota), "principal",
+              max_running(settings, quota)),
         Limit(site_counter(op.site_id), settings.max_queued_per_site, "site", 1),
     )
 

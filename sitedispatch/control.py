@@ -1,8 +1,8 @@
 """Operator and producer controls on accepted work, authorized and audited in one place.
 
 A caller is a principal (it sees and acts only on its own sites' operations) or an operator (all of them); refusals
-are `Forbidden` (exit 4). Every action (cancel, pause, resume, redrive, replay) writes an audit entry with who, what,
-target, reason, time and outcome, including the ones refused.
+are `Forbidden` (exit 4); quotas are operators' alone. Every action (cancel, pause, resume, redrive, replay, quota)
+writes an audit entry with who, what, target, reason, time and outcome, including the ones refused.
 """
 
 from __future__ import annotations
@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import observability as obs
-from .admission import backpressure, counters_for, limits_for
-from .errors import Conflict, Forbidden, LimitReached, NotFound, NotRunnable
-from .model import AuditEntry, Operation, QueueMessage, Site, Status, lane_for
-from .ports import AuditLog, BlobStore, Clock, DeadLetter, OperationQueue, OperationStore, SiteStore
+from .admission import (
+    backpressure,
+    counters_for,
+    limits_for,
+    max_outstanding,
+    max_running,
+    principal_counter,
+    running_counter,
+)
+from .errors import Conflict, Forbidden, InvalidInput, LimitReached, NotFound, NotRunnable
+from .model import AuditEntry, Kind, Operation, QueueMessage, Quota, Site, Status, check_principal, lane_for
+from .ports import AuditLog, BlobStore, Clock, DeadLetter, OperationQueue, OperationStore, QuotaStore, SiteStore
 from .settings import Settings
 
 DLQ_SCAN = 10_000
@@ -66,6 +74,16 @@ class RedriveReport:
     dlq_messages_removed: int = 0
 
 
+@dataclass(frozen=True)
+class PrincipalLimits:
+    principal: str
+    quota: Quota | None  # the operator's override, if any
+    max_outstanding: int  # in effect
+    max_running: int  # in effect, in each lane
+    outstanding: int  # now
+    running: dict[str, int]  # now, per lane
+
+
 @dataclass
 class ControlDeps:
     settings: Settings
@@ -75,6 +93,7 @@ class ControlDeps:
     queue: OperationQueue
     audit: AuditLog
     clock: Clock
+    quotas: QuotaStore
 
 
 class Controls:
@@ -168,7 +187,8 @@ class Controls:
             try:
                 self._requeue(op, new_input)
             except LimitReached as full:
-                limit = next(lim for lim in limits_for(self.d.settings, op) if lim.counter == full.counter)
+                limit = next(lim for lim in limits_for(self.d.settings, op, self.d.quotas.get(op.principal))
+                             if lim.counter == full.counter)
                 why = str(backpressure(limit, full.value, self.d.settings.default_operation_s))
                 report.refused[op.operation_id] = why
                 self._audit(caller, action, op, reason, "refused", why=why)
@@ -193,11 +213,66 @@ class Controls:
         between the dead transition and the send): the same requeue as a redrive, by operation."""
         return self.redrive(caller, operation_id=operation_id, new_input=new_input, reason=reason, action="replay")
 
+    # -- quotas ------------------------------------------------------------------------------------------------
+
+    def limits(self, caller: Caller, principal: str) -> PrincipalLimits:
+        """A principal's limits in effect (its override, else the deployment's) and how much of them it uses now.
+        A principal may read its own; operators any."""
+        check_principal(principal)
+        self._authorize(caller, principal, f"principal {principal}")
+        return self._limits(principal)
+
+    def set_quota(self, caller: Caller, principal: str, *, max_outstanding: int | None, max_running: int | None,
+                  reason: str) -> PrincipalLimits:
+        """Override a principal's limits (operators only). Lowering one below what the principal already has
+        outstanding or running refuses its new work until it drains; accepted work is never dropped."""
+        self._operator_only(caller, "quota", principal, reason)
+        if max_outstanding is None and max_running is None:
+            raise InvalidInput("give --max-outstanding, --max-running or both", field="max_outstanding")
+        for name, value in (("max_outstanding", max_outstanding), ("max_running", max_running)):
+            if value is not None and not 1 <= value <= self.d.settings.max_outstanding_global:
+                raise InvalidInput(f"{name} must be between 1 and the global limit "
+                                   f"{self.d.settings.max_outstanding_global}, got {value}", field=name)
+        before = self.d.quotas.get(principal)
+        quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason)
+        self.d.quotas.put(quota)
+        self._record(caller, "quota", principal, None, reason, "ok",
+                     {"max_outstanding": max_outstanding, "max_running": max_running,
+                      "was": None if before is None else {"max_outstanding": before.max_outstanding,
+                                                          "max_running": before.max_running}})
+        return self._limits(principal)
+
+    def clear_quota(self, caller: Caller, principal: str, reason: str) -> PrincipalLimits:
+        """Back to the deployment's limits (operators only)."""
+        self._operator_only(caller, "quota", principal, reason)
+        existed = self.d.quotas.clear(principal)
+        self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped",
+                     {"cleared": existed})
+        return self._limits(principal)
+
+    def _limits(self, principal: str) -> PrincipalLimits:
+        settings, quota = self.d.settings, self.d.quotas.get(principal)
+        return PrincipalLimits(
+            principal, quota, max_outstanding(settings, quota), max_running(settings, quota),
+            self.d.operations.counter(principal_counter(principal)),
+            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in sorted(
+                {lane_for(kind) for kind in Kind})})
+
+    def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
+        check_principal(target)
+        if not reason.strip():
+            raise InvalidInput("a reason is required (it goes into the audit trail)", field="reason")
+        if not caller.operator:
+            message = f"{caller.identity} may not change quotas: only operators may"
+            self._record(caller, action, target, None, reason, "denied", {"why": message})
+            obs.count("AuthorizationRefused")
+            raise Forbidden(message)
+
     # -- internals -----------------------------------------------------------------------------------------------
 
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
         d = self.d
-        limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)]
+        limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op, d.quotas.get(op.principal))]
         revived = d.operations.revive(op.operation_id, op.epoch, d.clock.now(), limits, new_input)
         # A crash here leaves an `accepted` row without a message: the reconciler's orphan sweep sends it.
         d.queue.send(QueueMessage(revived.operation_id, revived.site_id), revived.dedup_id, lane_for(revived.kind))

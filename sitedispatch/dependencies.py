@@ -79,6 +79,12 @@ class Dependencies:
         return Recent(DynamoMinuteBuckets(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
 
     @cached_property
+    def quotas(self) -> Any:
+        from .aws.dynamo import DynamoQuotaStore
+
+        return DynamoQuotaStore(self.models)
+
+    @cached_property
     def audit(self) -> Any:
         from .aws.dynamo import DynamoAuditLog
 
@@ -151,17 +157,20 @@ class Dependencies:
         from .submission import SubmitDeps, Submitter
 
         return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock,
-                                    self.recent.pace))
+                                    self.quotas, self.recent.pace))
 
     def controls(self) -> Any:
         from .control import ControlDeps, Controls
 
         return Controls(ControlDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit,
-                                    self.clock))
+                                    self.clock, self.quotas))
 
     def caller_identity(self) -> str:
-        """Who is calling, as AWS knows it (STS GetCallerIdentity): what the audit records on AWS."""
-        return str(self.session.client("sts").get_caller_identity()["Arn"])
+        """Who is calling, as AWS knows it (STS GetCallerIdentity, an assumed role without its session name): the
+        principal on AWS, and what the audit records."""
+        from .model import stable_identity
+
+        return stable_identity(str(self.session.client("sts").get_caller_identity()["Arn"]))
 
     def reconciler(self) -> Any:
         from .reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
@@ -171,12 +180,14 @@ class Dependencies:
                                          wp_cron_submitter(self.submitter())))
 
     def worker(self) -> Any:
+        from .admission import CachedQuotas
         from .handlers import handler_map
         from .worker import OperationsWorker, WorkerDeps
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
                                            self.publications, self.publication_queue, self.recent,
+                                           CachedQuotas(self.quotas, self.clock, self.settings.quota_cache_s),
                                            self.drivers))
 
     def publication_worker(self) -> Any:

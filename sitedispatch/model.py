@@ -8,8 +8,27 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .errors import InvalidInput
+
 SITE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
-PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+# A local name (`--as tenant-a`) or, on AWS, an IAM identity's ARN (`arn:aws:sts::123456789012:assumed-role/Role`).
+PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:/+=,-]{0,255}$")
+
+
+def check_principal(principal: str, field: str = "principal") -> None:
+    if not PRINCIPAL_PATTERN.match(principal):
+        raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field=field)
+
+
+def stable_identity(arn: str) -> str:
+    """The principal an STS caller ARN stands for. An assumed role's ARN ends with its session name, which changes
+    with every session (each Lambda container, each `aws sso login`): the principal is the role, so that its
+    operations, sites and quota stay its own across sessions."""
+    prefix, sep, rest = arn.partition(":assumed-role/")
+    if not sep:
+        return arn
+    role = rest.split("/", 1)[0]
+    return f"{prefix}:assumed-role/{role}"
 
 
 class Kind(StrEnum):
@@ -107,12 +126,24 @@ class AuditEntry:
 
     at: float
     actor: str  # the caller identity (STS ARN on AWS, the --as name locally)
-    action: str  # cancel, pause, resume, redrive, replay, ...
+    action: str  # cancel, pause, resume, redrive, replay, quota
     target: str  # an operation id or a site id
     outcome: str  # ok | refused | denied
     reason: str | None = None
     site_id: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An operator's override of one principal's limits; a field left None keeps the deployment's setting."""
+
+    principal: str
+    max_outstanding: int | None = None  # instead of MAX_OUTSTANDING_PER_PRINCIPAL
+    max_running: int | None = None  # instead of MAX_RUNNING_PER_PRINCIPAL (in each lane)
+    updated_by: str = ""
+    updated_at: float = 0.0
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

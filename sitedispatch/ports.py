@@ -17,6 +17,7 @@ from .model import (
     PublicationMessage,
     PublicationStatus,
     QueueMessage,
+    Quota,
     Site,
     SiteConnection,
     Status,
@@ -211,6 +212,18 @@ class OperationQueue(Protocol):
     def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
                            ) -> tuple[list[DeadLetter], list[DeadLetter]]:
         """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
+
+
+class QuotaReader(Protocol):
+    def get(self, principal: str) -> Quota | None: ...
+
+
+class QuotaStore(QuotaReader, Protocol):
+    def put(self, quota: Quota) -> None: ...
+
+    def clear(self, principal: str) -> bool:
+        """Remove the override; False if there was none."""
+        ...
 
 
 class AuditLog(Protocol):

@@ -15,7 +15,6 @@ from .credentials import check_reference
 from .errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached
 from .model import (
     DRIVERS,
-    PRINCIPAL_PATTERN,
     REFERENCE_DRIVER,
     SITE_ID_PATTERN,
     Kind,
@@ -24,11 +23,12 @@ from .model import (
     Site,
     SiteConnection,
     Status,
+    check_principal,
     lane_for,
     operation_id_for,
     sha256_hex,
 )
-from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from .ports import BlobStore, Clock, OperationQueue, OperationStore, QuotaReader, SiteStore
 from .recent import Pace
 from .schemas import parse_input
 from .settings import Settings
@@ -51,6 +51,7 @@ class SubmitDeps:
     blobs: BlobStore
     queue: OperationQueue
     clock: Clock
+    quotas: QuotaReader  # principals' overrides of their limits
     pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
 
 
@@ -74,8 +75,7 @@ class Submitter:
         is a reference site). Registering again with the same connection is a no-op; another is a Conflict."""
         if not SITE_ID_PATTERN.match(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
-        if not PRINCIPAL_PATTERN.match(principal):
-            raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field="as")
+        check_principal(principal, field="as")
         if connection.driver not in DRIVERS:
             raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}", field="driver")
         if connection.driver == REFERENCE_DRIVER:
@@ -100,8 +100,7 @@ class Submitter:
         kind_enum = _parse_kind(kind)
         if not SITE_ID_PATTERN.match(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
-        if not PRINCIPAL_PATTERN.match(principal):
-            raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field="as")
+        check_principal(principal, field="as")
         if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
         body, digest = self._validated(kind_enum, params, raw_size)
@@ -120,11 +119,12 @@ class Submitter:
             status=Status.ACCEPTED, input_key=input_key(site_id, digest), input_digest=digest,
             idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
         )
+        limits = limits_for(d.settings, op, d.quotas.get(principal))
         try:
-            d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)])
+            d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits])
         except LimitReached as full:
             obs.count("Backpressured")
-            limit = next(limit for limit in limits_for(d.settings, op) if limit.counter == full.counter)
+            limit = next(limit for limit in limits if limit.counter == full.counter)
             per_operation = operation_seconds(d.sites, site_id, d.settings.default_operation_s)
             if limit.name == "principal" and d.pace is not None:
                 _, per_operation = principal_operation_s(d.pace, lane_for(kind_enum), principal, now, per_operation)

@@ -13,11 +13,15 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from sitedispatch.admission import GLOBAL, principal_counter, running_counter, site_counter
 from sitedispatch.resources import operation_lanes
 
 from .functions import CONSUME, READ, SCAN, WRITE, DispatchFunctions
 
-PRODUCER_TABLES = ("operations", "sites", "counters", "audit")
+PRODUCER_TABLES = ("operations", "sites", "audit")
+# Producers move admission counters (submit, cancel) but never write an operator's quota override (`quota#…`) or
+# the workers' statistics: their writes to the counters table are confined to these keys.
+PRODUCER_COUNTER_KEYS = [GLOBAL, principal_counter("*"), site_counter("*"), running_counter("*", "*")]
 
 
 class AccessPolicies(Construct):
@@ -31,6 +35,9 @@ class AccessPolicies(Construct):
         self.producer = iam.ManagedPolicy(self, "ProducerPolicy", description=(
             "sitedispatch producer: submit operations, follow and cancel them, read published routes"), statements=[
             iam.PolicyStatement(actions=[*READ, *WRITE], resources=functions.table_arns(*PRODUCER_TABLES)),
+            iam.PolicyStatement(actions=READ, resources=functions.table_arns("counters")),
+            iam.PolicyStatement(actions=WRITE, resources=functions.table_arns("counters"), conditions={
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": PRODUCER_COUNTER_KEYS}}),
             iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("inputs/*"),
                                                                      bucket.arn_for_objects("uploads/*")]),
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects("sites/*")]),

@@ -35,6 +35,7 @@ from sitedispatch.model import (
     PublicationMessage,
     PublicationStatus,
     QueueMessage,
+    Quota,
     Site,
     SiteConnection,
     Status,
@@ -366,6 +367,20 @@ class MemoryPublicationStore:
         return sorted(pubs, key=lambda p: p.seq, reverse=True)[:limit]
 
 
+class MemoryQuotaStore:
+    def __init__(self) -> None:
+        self.quotas: dict[str, Quota] = {}
+
+    def get(self, principal: str) -> Quota | None:
+        return self.quotas.get(principal)
+
+    def put(self, quota: Quota) -> None:
+        self.quotas[quota.principal] = quota
+
+    def clear(self, principal: str) -> bool:
+        return self.quotas.pop(principal, None) is not None
+
+
 class MemoryMinuteBuckets:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
@@ -507,5 +522,6 @@ class MemoryWorld:
         self.commits = MemoryCommitStore(self.db)
         self.publications = MemoryPublicationStore(self.db)
         self.audit = MemoryAuditLog()
+        self.quotas = MemoryQuotaStore()
 
 

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from ..admission import quota_key
 from ..errors import (
     AlreadyCommitted,
     AlreadyExists,
@@ -36,6 +37,7 @@ from ..model import (
     Operation,
     Publication,
     PublicationStatus,
+    Quota,
     Site,
     SiteConnection,
     Status,
@@ -48,7 +50,7 @@ CONDITION_FAILED = "ConditionalCheckFailedException"
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 
 
-def _condition_failed(exc: PutError | UpdateError) -> bool:
+def _condition_failed(exc: PutError | UpdateError | DeleteError) -> bool:
     return exc.cause_response_code == CONDITION_FAILED
 
 
@@ -542,6 +544,34 @@ class DynamoCommitStore:
     def history(self, site_id: str, limit: int = 100) -> list[Commit]:
         items = self.models.Commit.by_site.query(site_id, scan_index_forward=False, limit=limit)
         return [_to_commit(item) for item in items]
+
+
+class DynamoQuotaStore:
+    """Principals' quota overrides, one item each (`quota#PRINCIPAL`) in the counters table."""
+
+    def __init__(self, models: Models) -> None:
+        self.C: Any = models.Counter
+
+    def get(self, principal: str) -> Quota | None:
+        item = _get_item(self.C, quota_key(principal))
+        if item is None:
+            return None
+        return Quota(principal, None if item.max_outstanding is None else int(item.max_outstanding),
+                     None if item.max_running is None else int(item.max_running), item.updated_by or "",
+                     float(item.changed_at or 0.0), item.reason)
+
+    def put(self, quota: Quota) -> None:
+        self.C(quota_key(quota.principal), max_outstanding=quota.max_outstanding, max_running=quota.max_running,
+               updated_by=quota.updated_by, changed_at=quota.updated_at, reason=quota.reason, value=0).save()
+
+    def clear(self, principal: str) -> bool:
+        try:
+            self.C(quota_key(principal)).delete(condition=self.C.counter_id.exists())
+        except DeleteError as exc:
+            if _condition_failed(exc):
+                return False
+            raise
+        return True
 
 
 class DynamoMinuteBuckets:

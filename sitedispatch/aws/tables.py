@@ -156,6 +156,11 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
         minute = NumberAttribute(null=True)  # per-minute buckets (sitedispatch.recent): the minute counted
         total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
+        # quota#PRINCIPAL: an operator's override of the principal's limits (changed_at: when it was set)
+        max_outstanding = NumberAttribute(null=True)
+        max_running = NumberAttribute(null=True)
+        updated_by = UnicodeAttribute(null=True)
+        reason = UnicodeAttribute(null=True)
 
     class AuditItem(Model):
         """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""

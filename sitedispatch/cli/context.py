@@ -11,9 +11,11 @@ import typer
 
 from ..control import Caller
 from ..dependencies import Dependencies
+from ..errors import InvalidInput
 from ..settings import ENV_PREFIX, Settings
 
 LOCAL_DEFAULT_CALLER = "operator"  # locally the person at the keyboard runs the runtime: the operator
+LOCAL_DEFAULT_PRINCIPAL = "default"  # whom a local submit is for without --as
 AsOpt = Annotated[str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); "
                                                         "default: the operator")]
 
@@ -67,6 +69,17 @@ def deps() -> Dependencies:
         for key, value in read_env_file(path).items():
             os.environ.setdefault(key, value)
     return Dependencies(Settings())  # type: ignore[call-arg]
+
+
+def principal(as_: str | None) -> str:
+    """Whom a submit (or a registration) is for. Locally `--as NAME` (default `default`). On AWS the caller's IAM
+    identity: a producer cannot submit as another principal (`--as`, if given, must name the caller itself)."""
+    if "AWS_ENDPOINT_URL" in os.environ:
+        return as_ or LOCAL_DEFAULT_PRINCIPAL
+    identity = deps().caller_identity()
+    if as_ is not None and as_ != identity:
+        raise InvalidInput(f"--as {as_!r}: on AWS you act as your IAM identity, {identity}", field="as")
+    return identity
 
 
 def caller(as_: str | None) -> Caller:

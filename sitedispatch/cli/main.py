@@ -10,8 +10,8 @@ import typer
 
 from ..errors import InvalidInput
 from ..settings import ENV_PREFIX
-from . import audit, dlq, local, ops, sites
-from .context import deps, use_env_file, use_stack
+from . import audit, dlq, local, ops, quotas, sites
+from .context import deps, principal, use_env_file, use_stack
 from .output import console, emit_json, render_status, reported
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -19,6 +19,7 @@ app.add_typer(ops.app, name="ops")
 app.add_typer(sites.app, name="sites")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(audit.app, name="audit")
+app.add_typer(quotas.app, name="quotas")
 app.add_typer(local.app, name="local")
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
@@ -71,7 +72,8 @@ def submit(
     = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE, repeatable")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key + same input = same operation")] = None,
-    as_: Annotated[str, typer.Option("--as", help="principal (locally; IAM decides on AWS)")] = "default",
+    as_: Annotated[str | None, typer.Option("--as", help="principal (locally, default `default`; on AWS your IAM "
+                                                         "identity)")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Submit one operation for a site. Exit 2 invalid input, 4 idempotency conflict, 75 backpressure."""
@@ -83,7 +85,7 @@ def submit(
             data, size = submitter.stage_upload(site, input_file), 0
         else:
             data, size = parse_params(input_file, param or [])
-        result = submitter.submit(kind=kind, site_id=site, principal=as_, params=data,
+        result = submitter.submit(kind=kind, site_id=site, principal=principal(as_), params=data,
                                   idempotency_key=idempotency_key, raw_size=size)
         op = result.operation
         if json:

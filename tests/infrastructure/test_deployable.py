@@ -188,6 +188,12 @@ def test_producer_and_operator_policies_are_exported_with_stable_ids(synthesized
     assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan"} & producer
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan", "cloudformation:DescribeStacks"} <= operator
     assert producer < operator | {"sqs:GetQueueAttributes"}
+    # producers write the counters table only at admission-counter keys: never an operator's quota override
+    counters_table = next(k for k in resources(template, "AWS::DynamoDB::Table") if k.startswith("TablesCountersTable"))
+    writes = [st for st in policies["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+              if "dynamodb:UpdateItem" in st["Action"] and counters_table in json.dumps(st["Resource"])]
+    assert writes and all(st["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [
+        "global", "principal#*", "site#*", "running#*#*"]}} for st in writes)
 
 
 def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_a_reason(

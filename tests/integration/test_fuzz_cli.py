@@ -15,11 +15,12 @@ from tests.conftest import Cloud, cli_runner, examples
 DOCUMENTED = {0, 1, 2, 3, 4, 75}  # 1: `ops wait` on a non-success; 2 also covers usage errors
 COMMANDS = [["submit"], ["ops", "get"], ["ops", "list"], ["ops", "cancel"], ["ops", "replay"], ["sites", "get"],
             ["sites", "history"], ["sites", "read"], ["sites", "pause"], ["sites", "resume"], ["dlq", "list"],
-            ["dlq", "show"], ["dlq", "redrive"], ["audit", "list"], ["status"], ["reconcile"]]
+            ["dlq", "show"], ["dlq", "redrive"], ["audit", "list"], ["status"], ["reconcile"], ["quotas", "get"],
+            ["quotas", "set"], ["quotas", "clear"]]
 WORDS = ["--site", "--param", "--as", "--json", "--status", "--limit", "--reason", "--operation", "--error-code",
          "--all", "--dry-run", "--since", "--kind", "--older-than", "--schedule", "--idempotency-key", "provision",
          "import", "publish", "wp_cron", "recover", "acme-blog", "op_0123", "title=x", "admin_email=a@b.co",
-         "-1", "0", "1e9", "queued", "dead", "5m", "tenant-b", ""]
+         "-1", "0", "1e9", "queued", "dead", "5m", "tenant-b", "--max-outstanding", "--max-running", ""]
 
 
 @pytest.fixture
@@ -35,6 +36,8 @@ def cli(cloud: Cloud) -> Iterator[CliRunner]:
 @example(command=["ops", "get"], tail=[""])  # found by CI: an empty key reached DynamoDB (ValidationException)
 @example(command=["sites", "read"], tail=[""])
 @example(command=["dlq", "show"], tail=[""])
+@example(command=["quotas", "set"], tail=["", "--max-running", "1", "--reason", "x"])
+@example(command=["quotas", "get"], tail=["x" * 300])
 def test_any_arguments_end_in_a_documented_exit_code(cli: CliRunner, command: list[str], tail: list[str]) -> None:
     from sitedispatch.cli.main import app
 

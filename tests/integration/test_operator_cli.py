@@ -136,3 +136,34 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
     assert code == 0 and json.loads(out)["redriven"] == [op_id]
     code, out = run(cli, "ops", "replay", op_id, "--as", "tenant-a")  # not dead any more: nothing to do
     assert code == 0 and "skipped" in out
+
+
+def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audited(cli: CliRunner) -> None:
+    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account",
+                    "--as", "tenant-a")
+    assert code == 4 and "only operators" in out  # a principal cannot raise (or set) its own
+    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account",
+                    "--json")
+    assert code == 0, out
+    assert json.loads(out)["max_outstanding"] == 1 and json.loads(out)["quota"]["updated_by"] == "operator"
+
+    provision(cli, "trial-one")
+    code, out = run(cli, "submit", "provision", "--site", "trial-two", "--param", "title=T", "--param",
+                    "admin_email=a@b.co", "--as", "tenant-a")
+    assert code == 75 and "principal limit reached: 1 of 1" in out
+
+    code, out = run(cli, "quotas", "get", "tenant-a", "--as", "tenant-a", "--json")
+    limits = json.loads(out)
+    assert code == 0 and (limits["max_outstanding"], limits["outstanding"]) == (1, 1)
+    assert run(cli, "quotas", "get", "tenant-a", "--as", "tenant-b")[0] == 4
+    code, out = run(cli, "quotas", "get", "tenant-a")
+    assert code == 0 and "override by operator" in out and "trial account" in out
+
+    code, out = run(cli, "quotas", "clear", "tenant-a", "--reason", "converted to paid", "--json")
+    assert code == 0 and json.loads(out)["quota"] is None and json.loads(out)["max_outstanding"] == 2000
+    provision(cli, "trial-two")  # the deployment's limit applies again
+
+    code, out = run(cli, "audit", "list", "--action", "quota", "--json")
+    entries = sorted((e["actor"], e["outcome"], e["reason"]) for e in json.loads(out))
+    assert entries == [("operator", "ok", "converted to paid"), ("operator", "ok", "trial account"),
+                       ("tenant-a", "denied", "trial account")]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sitedispatch.admission import CachedQuotas
 from sitedispatch.control import Caller, ControlDeps, Controls
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
@@ -29,13 +30,14 @@ class Harness:
         self.handlers = dict(handler_map())
         w = self.world
         self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock,
-                                              self.recent().pace))
+                                              w.quotas, self.recent().pace))
 
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
                                            w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue, self.recent()))
+                                           w.publication_queue, self.recent(),
+                                           CachedQuotas(w.quotas, w.clock, self.settings.quota_cache_s)))
 
     def recent(self) -> Recent:
         return Recent(MemoryMinuteBuckets(self.world.db), self.settings.retry_budget_ratio,
@@ -43,7 +45,8 @@ class Harness:
 
     def controls(self) -> Controls:
         w = self.world
-        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock))
+        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock,
+                                    w.quotas))
 
     def publisher(self) -> PublicationWorker:
         w = self.world

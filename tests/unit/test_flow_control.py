@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from sitedispatch.admission import is_admission_counter, running_slot
-from sitedispatch.errors import Backpressure, Conflict, PermanentError, TransientError
+from sitedispatch.control import Caller
+from sitedispatch.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
 from sitedispatch.model import Kind, Status
 from sitedispatch.status import DelayEstimate, estimated_delay_for
 from sitedispatch.worker import Outcome
@@ -381,3 +382,81 @@ def test_dead_and_cancelled_attempts_release_their_slot(ending: str) -> None:
     status = harness.world.operations.get(op_id).status  # type: ignore[union-attr]
     assert (result.outcome, status) in {(Outcome.DEAD, Status.DEAD), (Outcome.ACKED, Status.CANCELLED)}
     assert harness.world.db.counters["running#operations#tenant-a"] == 0
+
+
+# -- quotas: operators' per-principal overrides ------------------------------------------------------------------
+
+TENANT_A = Caller("tenant-a", operator=False)
+
+
+def test_an_operator_raises_a_principals_outstanding_limit_and_the_next_submit_sees_it() -> None:
+    harness = Harness(max_outstanding_per_principal=2)
+    for n in range(2):
+        harness.submit(site=f"site-{n}")
+    assert refused(harness, site_id="site-2").maximum == 2
+
+    limits = harness.controls().set_quota(OPERATOR, "tenant-a", max_outstanding=4, max_running=None,
+                                          reason="migration week")
+
+    assert (limits.max_outstanding, limits.outstanding, limits.max_running) == (4, 2, 10)
+    harness.submit(site="site-2")
+    harness.submit(site="site-3")
+    error = refused(harness, site_id="site-4")
+    assert (error.limit, error.value, error.maximum) == ("principal", 4, 4)
+    harness.submit(site="b-site", principal="tenant-b")  # other principals keep the deployment's limit
+    [entry] = harness.world.audit.list(0, 1e12, action="quota")
+    assert (entry.actor, entry.target, entry.outcome, entry.reason) == ("ops-alice", "tenant-a", "ok",
+                                                                        "migration week")
+    assert entry.detail["max_outstanding"] == 4 and entry.detail["was"] is None
+
+
+def test_lowering_a_quota_below_current_use_refuses_new_work_and_drops_nothing_accepted() -> None:
+    harness = Harness()
+    accepted = [harness.submit(site=f"site-{n}") for n in range(3)]
+    harness.controls().set_quota(OPERATOR, "tenant-a", max_outstanding=1, max_running=None, reason="abuse report")
+
+    assert refused(harness, site_id="site-9").maximum == 1
+    assert all(harness.deliver(op)[0].outcome == Outcome.SUCCEEDED for op in accepted)  # all three still run
+    harness.submit(site="site-9")  # drained below the new limit: accepted again
+    assert refused(harness, site_id="site-10").value == 1
+
+
+def test_a_running_cap_override_reaches_a_worker_within_its_cache_time() -> None:
+    harness = Harness(max_running_per_principal=5, quota_cache_s=30)
+    clock = harness.world.clock
+    first, second, third = (harness.submit(site=f"site-{n}") for n in range(3))
+    worker = harness.worker()
+    assert harness.deliver(first, worker)[0].outcome == Outcome.SUCCEEDED  # the worker has read "no override"
+    running(harness, second)  # one attempt of tenant-a runs elsewhere
+    harness.controls().set_quota(OPERATOR, "tenant-a", max_running=1, max_outstanding=None, reason="noisy")
+
+    assert harness.deliver(third, worker)[0].outcome == Outcome.SUCCEEDED  # still within the cache time
+    fourth = harness.submit(site="site-4")
+    clock.advance(31)
+    held = harness.deliver(fourth, worker)[0]
+    assert (held.outcome, held.reason) == (Outcome.DEFERRED, "principal_running_cap")
+    assert harness.deliver(fourth)[0].outcome == Outcome.DEFERRED  # a fresh worker reads it at once
+
+
+def test_only_operators_change_quotas_a_reason_is_required_and_every_change_is_audited() -> None:
+    harness = Harness()
+    controls = harness.controls()
+    with pytest.raises(Forbidden):
+        controls.set_quota(TENANT_A, "tenant-a", max_outstanding=5000, max_running=None, reason="I want more")
+    with pytest.raises(InvalidInput):
+        controls.set_quota(OPERATOR, "tenant-a", max_outstanding=5, max_running=None, reason=" ")
+    with pytest.raises(InvalidInput):
+        controls.set_quota(OPERATOR, "tenant-a", max_outstanding=None, max_running=None, reason="nothing")
+    with pytest.raises(InvalidInput):
+        controls.set_quota(OPERATOR, "tenant-a", max_outstanding=0, max_running=None, reason="zero")
+    with pytest.raises(InvalidInput):
+        controls.set_quota(OPERATOR, "", max_outstanding=5, max_running=None, reason="nobody")
+    assert controls.limits(TENANT_A, "tenant-a").quota is None  # a principal reads its own limits
+    with pytest.raises(Forbidden):
+        controls.limits(TENANT_A, "tenant-b")
+    controls.set_quota(OPERATOR, "tenant-a", max_outstanding=None, max_running=3, reason="fair share")
+    assert controls.limits(TENANT_A, "tenant-a").max_running == 3
+    assert controls.clear_quota(OPERATOR, "tenant-a", "back to normal").quota is None
+    controls.clear_quota(OPERATOR, "tenant-a", "again")
+    entries = sorted((e.actor, e.outcome) for e in harness.world.audit.list(0, 1e12, action="quota"))
+    assert entries == [("ops-alice", "ok"), ("ops-alice", "ok"), ("ops-alice", "skipped"), ("tenant-a", "denied")]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sitedispatch.errors import IdempotencyConflict, InvalidInput
-from sitedispatch.model import Status, operation_id_for, sha256_hex
+from sitedispatch.model import Status, operation_id_for, sha256_hex, stable_identity
 from sitedispatch.schemas import ProvisionInput
 from tests.factories import PROVISION
 from tests.unit.conftest import Harness
@@ -112,3 +112,31 @@ def test_imports_travel_in_the_bulk_lane(harness: Harness) -> None:
                              params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml"))
     harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
     assert [m.lane for m in harness.world.queue.sent] == ["bulk", "operations"]
+
+
+@pytest.mark.parametrize(("arn", "principal"), [
+    ("arn:aws:sts::123456789012:assumed-role/Producer/i-0abc", "arn:aws:sts::123456789012:assumed-role/Producer"),
+    ("arn:aws:sts::123456789012:assumed-role/Producer/alice@example.com",
+     "arn:aws:sts::123456789012:assumed-role/Producer"),
+    ("arn:aws:iam::123456789012:user/ci/deployer", "arn:aws:iam::123456789012:user/ci/deployer"),
+    ("arn:aws-cn:sts::123456789012:assumed-role/Ops/s", "arn:aws-cn:sts::123456789012:assumed-role/Ops"),
+])
+def test_an_aws_caller_is_the_same_principal_in_every_session(arn: str, principal: str, harness: Harness) -> None:
+    assert stable_identity(arn) == principal
+    op_id = harness.submit(site="arn-site", principal=principal, key=arn)  # a valid principal for every store
+    op = harness.world.operations.get(op_id)
+    assert op is not None and op.principal == principal
+
+
+def test_on_aws_a_submit_is_for_the_callers_own_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing here reaches AWS: the identity lookup is replaced, and only the principal is decided."""
+    from sitedispatch.cli import context
+
+    identity = "arn:aws:sts::123456789012:assumed-role/Producer"
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setattr(context, "deps", lambda: type("Deps", (), {"caller_identity": lambda self: identity})())
+    assert context.principal(None) == identity == context.principal(identity)
+    with pytest.raises(InvalidInput, match="your IAM identity"):
+        context.principal("tenant-b")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    assert context.principal(None) == "default" and context.principal("tenant-b") == "tenant-b"

@@ -1,0 +1,56 @@
+"""`sitedispatch quotas get|set|clear`: a principal's limits, and operators' overrides of them (audited)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .context import AsOpt, caller, deps
+from .output import console, emit_json, reported, table, when
+
+app = typer.Typer(help="Principals' limits: read them, override them (operators), clear overrides.",
+                  no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+ReasonOpt = Annotated[str, typer.Option(help="why (required: it goes into the audit trail)")]
+
+
+def render(limits: Any) -> None:
+    quota = limits.quota
+    source = (f"override by {quota.updated_by} at {when(quota.updated_at)}: {quota.reason}" if quota
+              else "the deployment's settings")
+    running = ", ".join(f"{lane} {count}" for lane, count in limits.running.items())
+    table(f"limits of {limits.principal}", ["limit", "in effect", "in use now"], [
+        ["outstanding operations", limits.max_outstanding, limits.outstanding],
+        ["running attempts per lane", limits.max_running, running],
+    ])
+    console.print(f"source: {source}")
+
+
+@app.command("get")
+def get(principal: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """A principal's limits in effect and its use of them (a principal reads its own)."""
+    with reported(json):
+        limits = deps().controls().limits(caller(as_), principal)
+        emit_json(limits) if json else render(limits)
+
+
+@app.command("set")
+def set_(principal: str,
+         max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
+         max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
+         reason: ReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """Override a principal's limits (operators only; audited). Submits read it at once, workers within
+    SITEDISPATCH_QUOTA_CACHE_S. Lowering a limit below current use refuses new work until it drains."""
+    with reported(json):
+        limits = deps().controls().set_quota(caller(as_), principal, max_outstanding=max_outstanding,
+                                             max_running=max_running, reason=reason)
+        emit_json(limits) if json else render(limits)
+
+
+@app.command("clear")
+def clear(principal: str, reason: ReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """Remove a principal's override: the deployment's settings apply again (operators only; audited)."""
+    with reported(json):
+        limits = deps().controls().clear_quota(caller(as_), principal, reason)
+        emit_json(limits) if json else render(limits)
