@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import Backpressure
+from .errors import Backpressure, LimitReached
 from .model import Operation, Quota, lane_for
-from .ports import Clock, QuotaReader, Slot
+from .ports import Slot
+from .resources import operation_lanes
 from .settings import Settings
 
 GLOBAL = "global"
@@ -53,28 +54,17 @@ def max_outstanding(settings: Settings, quota: Quota | None) -> int:
     return settings.max_outstanding_per_principal if override is None else override
 
 
-def running_slot(settings: Settings, op: Operation, quota: Quota | None = None) -> Slot:
+def running_slot(settings: Settings, op: Operation) -> Slot:
     """Execution fairness: a principal runs at most `max_running_per_principal` attempts at once in each lane (or
-    its quota's), so one tenant with many sites cannot occupy every execution environment of a lane."""
-    return Slot(running_counter(lane_for(op.kind), op.principal), max_running(settings, quota))
+    what an operator's quota put on its counter), so one tenant with many sites cannot occupy every execution
+    environment of a lane."""
+    return Slot(running_counter(lane_for(op.kind), op.principal), settings.max_running_per_principal)
 
 
-class CachedQuotas:
-    """Quotas as the workers read them: each principal's at most once per `ttl_s` (an attempt start must not cost a
-    read more), so an operator's change reaches running workers within that time."""
-
-    def __init__(self, store: QuotaReader, clock: Clock, ttl_s: float) -> None:
-        self.store, self.clock, self.ttl_s = store, clock, ttl_s
-        self._read: dict[str, tuple[float, Quota | None]] = {}
-
-    def get(self, principal: str) -> Quota | None:
-        now = self.clock.now()
-        cached = self._read.get(principal)
-        if cached is not None and now - cached[0] < self.ttl_s:
-            return cached[1]
-        quota = self.store.get(principal)
-        self._read[principal] = (now, quota)
-        return quota
+def quota_bounds(principal: str, quota: Quota | None) -> dict[str, int | None]:
+    """The counters a principal's quota bounds, and the maximum it puts on each (None: the deployment's)."""
+    return {principal_counter(principal): quota.max_outstanding if quota else None,
+            **{running_counter(lane, principal): quota.max_running if quota else None for lane in operation_lanes()}}
 
 
 def counters_for(op: Operation) -> tuple[str, ...]:
@@ -104,11 +94,12 @@ class Limit:
     parallelism: int  # how many of these operations run at once (a site runs one at a time)
 
 
-def limits_for(settings: Settings, op: Operation, quota: Quota | None = None) -> tuple[Limit, ...]:
+def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
+    """The deployment's limits (a store applies an operator's quota kept on a counter instead, see QuotaStore)."""
     return (
         Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
-        Limit(principal_counter(op.principal), max_outstanding(settings, quota), "principal",
-              max_running(settings, quota)),
+        Limit(principal_counter(op.principal), settings.max_outstanding_per_principal, "principal",
+              settings.max_running_per_principal),
         Limit(site_counter(op.site_id), settings.max_queued_per_site, "site", 1),
     )
 
@@ -119,17 +110,18 @@ def estimated_wait_s(ahead: int, operation_seconds: float, parallelism: int = 1)
     return round((max(ahead, 0) // max(parallelism, 1)) * operation_seconds, 1)
 
 
-def backpressure(limit: Limit, value: int, operation_seconds: float) -> Backpressure:
+def backpressure(limit: Limit, full: LimitReached, operation_seconds: float) -> Backpressure:
     """The refusal users get: which limit, how full, when to retry and how long work now waits.
 
     estimated_delay_s: the backlog ahead, run `parallelism` at a time, at the measured time per operation;
     retry_after_s: about one operation time, when one slot of this limit frees up.
     """
+    value = full.value
     estimated = estimated_wait_s(max(value, limit.parallelism), operation_seconds, limit.parallelism)
     retry_after = round(max(1.0, operation_seconds), 1)
     return Backpressure(
-        f"{limit.name} limit reached: {value} of {limit.maximum} outstanding operations; retry in about "
+        f"{limit.name} limit reached: {value} of {full.maximum} outstanding operations; retry in about "
         f"{retry_after:g}s (work queued now would wait about {estimated:g}s)",
-        limit=limit.name, value=value, maximum=limit.maximum, retry_after_s=retry_after,
+        limit=limit.name, value=value, maximum=full.maximum, retry_after_s=retry_after,
         estimated_delay_s=estimated,
     )

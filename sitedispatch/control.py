@@ -21,11 +21,13 @@ from .admission import (
     max_outstanding,
     max_running,
     principal_counter,
+    quota_bounds,
     running_counter,
 )
 from .errors import Conflict, Forbidden, InvalidInput, LimitReached, NotFound, NotRunnable
-from .model import AuditEntry, Kind, Operation, QueueMessage, Quota, Site, Status, check_principal, lane_for
+from .model import AuditEntry, Operation, QueueMessage, Quota, Site, Status, check_principal, lane_for
 from .ports import AuditLog, BlobStore, Clock, DeadLetter, OperationQueue, OperationStore, QuotaStore, SiteStore
+from .resources import operation_lanes
 from .settings import Settings
 
 DLQ_SCAN = 10_000
@@ -187,9 +189,8 @@ class Controls:
             try:
                 self._requeue(op, new_input)
             except LimitReached as full:
-                limit = next(lim for lim in limits_for(self.d.settings, op, self.d.quotas.get(op.principal))
-                             if lim.counter == full.counter)
-                why = str(backpressure(limit, full.value, self.d.settings.default_operation_s))
+                limit = next(lim for lim in limits_for(self.d.settings, op) if lim.counter == full.counter)
+                why = str(backpressure(limit, full, self.d.settings.default_operation_s))
                 report.refused[op.operation_id] = why
                 self._audit(caller, action, op, reason, "refused", why=why)
                 continue
@@ -235,7 +236,7 @@ class Controls:
                                    f"{self.d.settings.max_outstanding_global}, got {value}", field=name)
         before = self.d.quotas.get(principal)
         quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason)
-        self.d.quotas.put(quota)
+        self.d.quotas.put(quota, quota_bounds(principal, quota))
         self._record(caller, "quota", principal, None, reason, "ok",
                      {"max_outstanding": max_outstanding, "max_running": max_running,
                       "was": None if before is None else {"max_outstanding": before.max_outstanding,
@@ -245,7 +246,7 @@ class Controls:
     def clear_quota(self, caller: Caller, principal: str, reason: str) -> PrincipalLimits:
         """Back to the deployment's limits (operators only)."""
         self._operator_only(caller, "quota", principal, reason)
-        existed = self.d.quotas.clear(principal)
+        existed = self.d.quotas.clear(principal, list(quota_bounds(principal, None)))
         self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped",
                      {"cleared": existed})
         return self._limits(principal)
@@ -255,8 +256,7 @@ class Controls:
         return PrincipalLimits(
             principal, quota, max_outstanding(settings, quota), max_running(settings, quota),
             self.d.operations.counter(principal_counter(principal)),
-            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in sorted(
-                {lane_for(kind) for kind in Kind})})
+            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in operation_lanes()})
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
         check_principal(target)
@@ -272,7 +272,7 @@ class Controls:
 
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
         d = self.d
-        limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op, d.quotas.get(op.principal))]
+        limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)]
         revived = d.operations.revive(op.operation_id, op.epoch, d.clock.now(), limits, new_input)
         # A crash here leaves an `accepted` row without a message: the reconciler's orphan sweep sends it.
         d.queue.send(QueueMessage(revived.operation_id, revived.site_id), revived.dedup_id, lane_for(revived.kind))

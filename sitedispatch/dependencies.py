@@ -157,7 +157,7 @@ class Dependencies:
         from .submission import SubmitDeps, Submitter
 
         return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock,
-                                    self.quotas, self.recent.pace))
+                                    self.recent.pace))
 
     def controls(self) -> Any:
         from .control import ControlDeps, Controls
@@ -180,14 +180,12 @@ class Dependencies:
                                          wp_cron_submitter(self.submitter())))
 
     def worker(self) -> Any:
-        from .admission import CachedQuotas
         from .handlers import handler_map
         from .worker import OperationsWorker, WorkerDeps
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
                                            self.publications, self.publication_queue, self.recent,
-                                           CachedQuotas(self.quotas, self.clock, self.settings.quota_cache_s),
                                            self.drivers))
 
     def publication_worker(self) -> Any:

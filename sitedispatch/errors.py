@@ -95,10 +95,11 @@ class LimitReached(SiteDispatchError):
 
     code = "limit_reached"
 
-    def __init__(self, counter: str, value: int) -> None:
-        super().__init__(f"{counter} at {value}")
+    def __init__(self, counter: str, value: int, maximum: int) -> None:
+        super().__init__(f"{counter} at {value} of {maximum}")
         self.counter = counter
         self.value = value
+        self.maximum = maximum  # in effect: an operator's quota on this counter, else the deployment's
 
 
 class OperationFailure(SiteDispatchError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -214,15 +214,17 @@ class OperationQueue(Protocol):
         """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
 
 
-class QuotaReader(Protocol):
+class QuotaStore(Protocol):
+    """An operator's override of a principal's limits: its record, and the maximum it puts on each counter it
+    bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores' admission and
+    running-slot conditions honour a counter's own maximum before the deployment's."""
+
     def get(self, principal: str) -> Quota | None: ...
 
+    def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None: ...
 
-class QuotaStore(QuotaReader, Protocol):
-    def put(self, quota: Quota) -> None: ...
-
-    def clear(self, principal: str) -> bool:
-        """Remove the override; False if there was none."""
+    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+        """Remove the override and the maxima it put on `bounds`; False if there was none."""
         ...
 
 

@@ -41,8 +41,6 @@ class Settings(BaseSettings):
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
     max_outstanding_global: int = Field(default=10_000, ge=1, description="accepted, not yet terminal, in all")
     max_outstanding_per_principal: int = Field(default=2_000, ge=1)
-    quota_cache_s: float = Field(default=30.0, ge=0, description="how long a worker keeps a principal's quota "
-                                 "override before reading it again")
     max_running_per_principal: int = Field(default=10, ge=1, description="attempts one principal runs at once "
                                            "in each lane (interactive, bulk); set below the lane's concurrency")
     max_queued_per_site: int = Field(default=50, ge=1, description="keeps one site's FIFO group short")

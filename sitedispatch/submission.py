@@ -28,7 +28,7 @@ from .model import (
     operation_id_for,
     sha256_hex,
 )
-from .ports import BlobStore, Clock, OperationQueue, OperationStore, QuotaReader, SiteStore
+from .ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
 from .recent import Pace
 from .schemas import parse_input
 from .settings import Settings
@@ -51,7 +51,6 @@ class SubmitDeps:
     blobs: BlobStore
     queue: OperationQueue
     clock: Clock
-    quotas: QuotaReader  # principals' overrides of their limits
     pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
 
 
@@ -119,7 +118,7 @@ class Submitter:
             status=Status.ACCEPTED, input_key=input_key(site_id, digest), input_digest=digest,
             idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
         )
-        limits = limits_for(d.settings, op, d.quotas.get(principal))
+        limits = limits_for(d.settings, op)
         try:
             d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits])
         except LimitReached as full:
@@ -128,7 +127,7 @@ class Submitter:
             per_operation = operation_seconds(d.sites, site_id, d.settings.default_operation_s)
             if limit.name == "principal" and d.pace is not None:
                 _, per_operation = principal_operation_s(d.pace, lane_for(kind_enum), principal, now, per_operation)
-            raise backpressure(limit, full.value, per_operation) from None
+            raise backpressure(limit, full, per_operation) from None
         except AlreadyExists:
             # A concurrent submit with the same key won the race.
             existing = d.operations.get(operation_id)

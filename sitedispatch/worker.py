@@ -43,7 +43,6 @@ from .ports import (
     PreparedCommit,
     PublicationQueue,
     PublicationStore,
-    QuotaReader,
     SiteStore,
     Visibility,
 )
@@ -90,7 +89,6 @@ class WorkerDeps:
     publications: PublicationStore
     publication_queue: PublicationQueue
     recent: Recent  # the retry budget's counts and each principal's measured pace
-    quotas: QuotaReader  # principals' overrides of their running cap (read through a cache)
     drivers: Mapping[str, SiteDriver] = field(default_factory=reference_only)
 
 
@@ -143,8 +141,7 @@ class OperationsWorker:
         visibility.change(d.settings.lease_seconds * 2)
 
         try:
-            slot = running_slot(d.settings, op, d.quotas.get(op.principal))
-            op = d.operations.start_attempt(op.operation_id, lease.fence, now, slot, op)
+            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op), op)
         except LimitReached:
             # The principal already runs its share of this lane: give the environment to someone else.
             d.sites.release_lease(lease)

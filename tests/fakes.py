@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
@@ -74,6 +74,14 @@ class MemoryDb:
     buckets: dict[str, Bucket] = field(default_factory=dict)  # the per-minute counts (sitedispatch.recent)
     counter_expiry: dict[str, float] = field(default_factory=dict)  # the TTL of per-minute counts
 
+    counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
+
+    def check_room(self, counter: str, default: int) -> None:
+        """The stores' admission condition: below the counter's own maximum, else the deployment's."""
+        maximum = self.counter_maximum.get(counter, default)
+        if self.counters.get(counter, 0) >= maximum:
+            raise LimitReached(counter, self.counters[counter], maximum)
+
     def bump(self, counter: str, delta: int, now: float) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + delta
         self.counters_changed_at[counter] = now
@@ -91,8 +99,7 @@ class MemoryOperationStore:
     def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
         with self.db.lock:
             for counter, maximum in limits:
-                if self.db.counters.get(counter, 0) >= maximum:
-                    raise LimitReached(counter, self.db.counters[counter])
+                self.db.check_room(counter, maximum)
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
             for counter, _ in limits:
@@ -137,8 +144,8 @@ class MemoryOperationStore:
             ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
                   and (op.fence is None or op.fence < fence))
             take = ok and slot is not None and op is not None and op.running_slot is None
-            if take and self.db.counters.get(slot.counter, 0) >= slot.maximum:
-                raise LimitReached(slot.counter, self.db.counters[slot.counter])
+            if take:
+                self.db.check_room(slot.counter, slot.maximum)  # type: ignore[union-attr]
             self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
                          attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
                          not_before=None)
@@ -189,8 +196,7 @@ class MemoryOperationStore:
             if op is None or op.status != Status.DEAD or op.epoch != epoch:
                 raise NotRunnable(operation_id)
             for counter, maximum in limits:
-                if self.db.counters.get(counter, 0) >= maximum:
-                    raise LimitReached(counter, self.db.counters[counter])
+                self.db.check_room(counter, maximum)
             for counter, _ in limits:
                 self.db.bump(counter, 1, now)
             changes: dict[str, Any] = {}
@@ -368,17 +374,29 @@ class MemoryPublicationStore:
 
 
 class MemoryQuotaStore:
-    def __init__(self) -> None:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
         self.quotas: dict[str, Quota] = {}
 
     def get(self, principal: str) -> Quota | None:
         return self.quotas.get(principal)
 
-    def put(self, quota: Quota) -> None:
-        self.quotas[quota.principal] = quota
+    def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None:
+        with self.db.lock:
+            self.quotas[quota.principal] = quota
+            for counter, maximum in bounds.items():
+                if maximum is None:
+                    self.db.counter_maximum.pop(counter, None)
+                else:
+                    self.db.counter_maximum[counter] = maximum
 
-    def clear(self, principal: str) -> bool:
-        return self.quotas.pop(principal, None) is not None
+    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+        with self.db.lock:
+            if self.quotas.pop(principal, None) is None:
+                return False
+            for counter in bounds:
+                self.db.counter_maximum.pop(counter, None)
+            return True
 
 
 class MemoryMinuteBuckets:
@@ -522,6 +540,6 @@ class MemoryWorld:
         self.commits = MemoryCommitStore(self.db)
         self.publications = MemoryPublicationStore(self.db)
         self.audit = MemoryAuditLog()
-        self.quotas = MemoryQuotaStore()
+        self.quotas = MemoryQuotaStore(self.db)
 
 

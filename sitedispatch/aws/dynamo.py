@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -48,6 +48,15 @@ from .tables import DUE_PARTITION, Models
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
+
+
+def _under_limit(C: Any, default: int) -> Any:
+    """The counter is below its maximum: the one kept on the item (an operator's quota) or, without one, `default`
+    (the deployment's). Read in the same conditional write, so a quota costs no read on the hot paths."""
+    def below(bound: Any) -> Any:
+        return C.value.does_not_exist() | (C.value < bound)
+
+    return (C.maximum.does_not_exist() & below(default)) | (C.maximum.exists() & below(C.maximum))
 
 
 def _condition_failed(exc: PutError | UpdateError | DeleteError) -> bool:
@@ -149,16 +158,16 @@ class DynamoOperationStore:
             with _transact(M._get_connection().connection) as tx:
                 for counter, maximum in limits:
                     tx.update(C(counter), actions=[C.value.add(1), C.changed_at.set(op.created_at)],
-                              condition=C.value.does_not_exist() | (C.value < maximum))
+                              condition=_under_limit(C, maximum))
                 tx.save(item, condition=M.operation_id.does_not_exist())
         except TransactWriteError as exc:
             # pynamodb sends puts before updates: [operation row, counter 1, counter 2, ...]
             failed = _failed_positions(exc)
             if 0 in failed:
                 raise AlreadyExists(op.operation_id) from exc
-            for position, (counter, _) in enumerate(limits, start=1):
+            for position, (counter, maximum) in enumerate(limits, start=1):
                 if position in failed:
-                    raise LimitReached(counter, self.counter(counter)) from exc
+                    raise self._limit_reached(counter, maximum) from exc
             raise
 
     def counter(self, counter_id: str) -> int:
@@ -166,6 +175,14 @@ class DynamoOperationStore:
             return int(self.C.get(counter_id, consistent_read=True).value or 0)
         except DoesNotExist:
             return 0
+
+    def _limit_reached(self, counter_id: str, default: int) -> LimitReached:
+        try:
+            item = self.C.get(counter_id, consistent_read=True)
+        except DoesNotExist:
+            return LimitReached(counter_id, 0, default)
+        return LimitReached(counter_id, int(item.value or 0),
+                            default if item.maximum is None else int(item.maximum))
 
     def counters(self, prefix: str = "") -> dict[str, int]:
         return {item.counter_id: int(item.value or 0) for item in self.C.scan()
@@ -214,11 +231,11 @@ class DynamoOperationStore:
                     tx.update(M(operation_id), actions=[*actions, M.running_slot.set(slot.counter)],
                               condition=runnable & M.running_slot.does_not_exist())
                     tx.update(self.C(slot.counter), actions=[self.C.value.add(1), self.C.changed_at.set(now)],
-                              condition=self.C.value.does_not_exist() | (self.C.value < slot.maximum))
+                              condition=_under_limit(self.C, slot.maximum))
             except TransactWriteError as exc:
                 failed = _failed_positions(exc)  # [operation update, counter update]
                 if 0 not in failed and 1 in failed:
-                    raise LimitReached(slot.counter, self.counter(slot.counter)) from exc
+                    raise self._limit_reached(slot.counter, slot.maximum) from exc
                 if 0 not in failed:
                     raise
                 # Not runnable, or the row already holds a slot (an earlier attempt died): keep that slot.
@@ -320,16 +337,16 @@ class DynamoOperationStore:
             with _transact(M._get_connection().connection) as tx:
                 for counter, maximum in limits:
                     tx.update(C(counter), actions=[C.value.add(1), C.changed_at.set(now)],
-                              condition=C.value.does_not_exist() | (C.value < maximum))
+                              condition=_under_limit(C, maximum))
                 tx.update(M(operation_id), actions=actions,
                           condition=(M.status == Status.DEAD.value) & (M.epoch == epoch))
         except TransactWriteError as exc:
             failed = _failed_positions(exc)  # updates in call order: [counters..., operation]
             if len(limits) in failed:
                 raise NotRunnable(operation_id) from exc
-            for position, (counter, _) in enumerate(limits):
+            for position, (counter, maximum) in enumerate(limits):
                 if position in failed:
-                    raise LimitReached(counter, self.counter(counter)) from exc
+                    raise self._limit_reached(counter, maximum) from exc
             raise
         op = self.get(operation_id)
         assert op is not None
@@ -547,7 +564,8 @@ class DynamoCommitStore:
 
 
 class DynamoQuotaStore:
-    """Principals' quota overrides, one item each (`quota#PRINCIPAL`) in the counters table."""
+    """Principals' quota overrides: the record (`quota#PRINCIPAL`, for reading and audit) and the maximum kept on each
+    counter it bounds (what the admission and running-slot conditions read), written in one transaction."""
 
     def __init__(self, models: Models) -> None:
         self.C: Any = models.Counter
@@ -560,15 +578,24 @@ class DynamoQuotaStore:
                      None if item.max_running is None else int(item.max_running), item.updated_by or "",
                      float(item.changed_at or 0.0), item.reason)
 
-    def put(self, quota: Quota) -> None:
-        self.C(quota_key(quota.principal), max_outstanding=quota.max_outstanding, max_running=quota.max_running,
-               updated_by=quota.updated_by, changed_at=quota.updated_at, reason=quota.reason, value=0).save()
+    def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None:
+        C = self.C
+        record = C(quota_key(quota.principal), max_outstanding=quota.max_outstanding, max_running=quota.max_running,
+                   updated_by=quota.updated_by, changed_at=quota.updated_at, reason=quota.reason, value=0)
+        with _transact(C._get_connection().connection) as tx:
+            tx.save(record)
+            for counter, maximum in bounds.items():
+                tx.update(C(counter), actions=[C.maximum.remove() if maximum is None else C.maximum.set(maximum)])
 
-    def clear(self, principal: str) -> bool:
+    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+        C = self.C
         try:
-            self.C(quota_key(principal)).delete(condition=self.C.counter_id.exists())
-        except DeleteError as exc:
-            if _condition_failed(exc):
+            with _transact(C._get_connection().connection) as tx:
+                tx.delete(C(quota_key(principal)), condition=C.counter_id.exists())
+                for counter in bounds:
+                    tx.update(C(counter), actions=[C.maximum.remove()])
+        except TransactWriteError as exc:
+            if 0 in _failed_positions(exc):
                 return False
             raise
         return True

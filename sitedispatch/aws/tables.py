@@ -156,7 +156,8 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
         minute = NumberAttribute(null=True)  # per-minute buckets (sitedispatch.recent): the minute counted
         total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
-        # quota#PRINCIPAL: an operator's override of the principal's limits (changed_at: when it was set)
+        maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
+        # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
         max_outstanding = NumberAttribute(null=True)
         max_running = NumberAttribute(null=True)
         updated_by = UnicodeAttribute(null=True)

@@ -40,8 +40,8 @@ def set_(principal: str,
          max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
          max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
          reason: ReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
-    """Override a principal's limits (operators only; audited). Submits read it at once, workers within
-    SITEDISPATCH_QUOTA_CACHE_S. Lowering a limit below current use refuses new work until it drains."""
+    """Override a principal's limits (operators only; audited). It applies to the next submit and the next attempt.
+    Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped."""
     with reported(json):
         limits = deps().controls().set_quota(caller(as_), principal, max_outstanding=max_outstanding,
                                              max_running=max_running, reason=reason)

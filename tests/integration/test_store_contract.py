@@ -18,7 +18,7 @@ from sitedispatch.errors import (
     NotRunnable,
     StaleFence,
 )
-from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, SiteConnection, Status
+from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
 from sitedispatch.ports import PreparedCommit, Slot
 from sitedispatch.recent import RING_MINUTES, Bucket, MinuteCounts
 from tests.conftest import Cloud
@@ -35,16 +35,18 @@ class Stores:
     commits: Any
     publications: Any
     buckets: Any
+    quotas: Any
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def stores(request: pytest.FixtureRequest) -> Stores:
     if request.param == "memory":
         world = MemoryWorld()
-        return Stores(world.operations, world.sites, world.commits, world.publications, MemoryMinuteBuckets(world.db))
+        return Stores(world.operations, world.sites, world.commits, world.publications, MemoryMinuteBuckets(world.db),
+                      world.quotas)
     cloud: Cloud = request.getfixturevalue("cloud")
     return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits, cloud.deps.publications,
-                  DynamoMinuteBuckets(cloud.deps.models))
+                  DynamoMinuteBuckets(cloud.deps.models), cloud.deps.quotas)
 
 
 def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
@@ -349,3 +351,28 @@ def test_minute_counts_read_a_window_and_ignore_what_the_ring_left_from_earlier_
     assert counts.totals("completed#bulk#p", NOW, 2) == (3, 5000)
     assert counts.totals("completed#bulk#p", (minute + 1) * 60, 2) == (2, 3000)  # next minute: its slot is stale
     assert counts.totals("completed#bulk#other", NOW, 5) == (0, 0)
+
+
+def test_a_quota_kept_on_its_counters_overrides_the_deployments_limits_until_cleared(stores: Stores) -> None:
+    ops = stores.operations
+    quota = Quota("p", max_outstanding=1, max_running=1, updated_by="ops", updated_at=NOW, reason="trial")
+    stores.quotas.put(quota, {"principal#p": 1, "running#operations#p": 1})
+    assert stores.quotas.get("p") == quota
+    ops.create(new_op("op_1", "site-1"), [("principal#p", 100)])
+    with pytest.raises(LimitReached) as full:
+        ops.create(new_op("op_2", "site-2"), [("principal#p", 100)])  # the deployment would allow 100
+    assert (full.value.counter, full.value.value, full.value.maximum) == ("principal#p", 1, 1)
+    ops.create(new_op("op_3", "site-3"), [("principal#q", 100)])  # another principal: the deployment's limit
+    stores.sites.register("site-1", "p", NOW)
+    stores.sites.register("site-3", "p", NOW)
+    lease = stores.sites.claim_lease("site-1", "op_1", NOW, 30)
+    ops.start_attempt("op_1", lease.fence, NOW, Slot("running#operations#p", 10))
+    lease = stores.sites.claim_lease("site-3", "op_3", NOW, 30)
+    with pytest.raises(LimitReached):
+        ops.start_attempt("op_3", lease.fence, NOW, Slot("running#operations#p", 10))
+
+    assert stores.quotas.clear("p", ["principal#p", "running#operations#p"]) is True
+    assert stores.quotas.get("p") is None and stores.quotas.clear("p", ["principal#p"]) is False
+    ops.create(new_op("op_2", "site-2"), [("principal#p", 100)])  # the deployment's limit again
+    ops.start_attempt("op_3", lease.fence, NOW, Slot("running#operations#p", 10))
+    assert ops.counter("principal#p") == 2 and ops.counter("running#operations#p") == 2

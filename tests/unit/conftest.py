@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.admission import CachedQuotas
 from sitedispatch.control import Caller, ControlDeps, Controls
 from sitedispatch.handlers import handler_map
 from sitedispatch.model import Kind, QueueMessage
@@ -30,14 +29,13 @@ class Harness:
         self.handlers = dict(handler_map())
         w = self.world
         self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock,
-                                              w.quotas, self.recent().pace))
+                                              self.recent().pace))
 
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
                                            w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue, self.recent(),
-                                           CachedQuotas(w.quotas, w.clock, self.settings.quota_cache_s)))
+                                           w.publication_queue, self.recent()))
 
     def recent(self) -> Recent:
         return Recent(MemoryMinuteBuckets(self.world.db), self.settings.retry_budget_ratio,
