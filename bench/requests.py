@@ -33,7 +33,7 @@ PRICES = {
     "lambda_gb_second_arm": 0.0000133334,
 }
 WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem"}
-READ_OPERATIONS = {"GetItem", "Query", "Scan"}
+READ_OPERATIONS = {"GetItem", "BatchGetItem", "Query", "Scan"}  # a batch: priced as one read here (its keys are 1-2)
 
 
 class RequestCounter:

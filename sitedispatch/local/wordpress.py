@@ -142,8 +142,11 @@ class LocalWordPress:
         (directory / "wp-content" / "uploads").mkdir(parents=True, exist_ok=True)
         shutil.copy(MU_PLUGIN, directory / "wp-content" / "mu-plugins" / MU_PLUGIN.name)
         database = "wp_" + name.replace("-", "_")
-        self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4; "
+        # A fresh site, also in a work directory kept from an earlier run (the demo's): its database goes with its
+        # files, and the user gets this run's password (an earlier run's would make WordPress refuse to connect).
+        self._sql(f"DROP DATABASE IF EXISTS `{database}`; CREATE DATABASE `{database}` CHARACTER SET utf8mb4; "
                   f"CREATE USER IF NOT EXISTS 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
+                  f"ALTER USER 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
                   f"GRANT ALL ON `{database}`.* TO 'wordpress'@'127.0.0.1'")
         (directory / "wp-config.php").write_text(self._config(database, url))
         env = {**os.environ, "PHP_CLI_SERVER_WORKERS": str(PHP_WORKERS), "SITEDISPATCH_WP_HOME": url}
@@ -153,7 +156,11 @@ class LocalWordPress:
                                     f"admin@{name}.example"], capture_output=True, env=env, timeout=120)
         if installed.returncode != 0:
             raise RuntimeError(f"installing {name} failed: {installed.stderr.decode(errors='replace')[-2000:]}")
-        answer = json.loads(installed.stdout.decode().strip().splitlines()[-1])
+        output = installed.stdout.decode(errors="replace").strip()
+        try:
+            answer = json.loads(output.splitlines()[-1])
+        except (IndexError, ValueError):
+            raise RuntimeError(f"installing {name} printed no answer: {output[-2000:]}") from None
         credential = self.workdir / "credentials" / f"{name}.json"
         credential.parent.mkdir(parents=True, exist_ok=True)
         credential.touch(mode=0o600)

@@ -37,13 +37,17 @@ PRINCIPAL = "tenant-wp"
 STATUSES = "publish,future,draft,pending,private"
 
 
-@pytest.fixture(scope="module")
-def wordpress(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWordPress]:
+def require_packages() -> None:
     missing = missing_programs()
     if missing:
         if os.environ.get("SITEDISPATCH_REQUIRE_WORDPRESS") == "1":
             pytest.fail(f"WordPress packages missing: {missing}")
         pytest.skip(f"needs {' '.join(PACKAGES)} (missing: {', '.join(missing)})")
+
+
+@pytest.fixture(scope="module")
+def wordpress(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWordPress]:
+    require_packages()
     with LocalWordPress(tmp_path_factory.mktemp("wordpress")) as wp:
         wp.start_database()
         yield wp
@@ -298,3 +302,16 @@ def test_a_failed_route_fetch_leaves_the_previous_publication_live(wordpress: Lo
     breaker.unlink()
     live_after(deps, site.name, seq)
     assert "/broken/" in live_routes(deps, site.name)
+
+
+def test_a_work_directory_kept_from_an_earlier_run_gives_a_fresh_site_again(tmp_path: Path) -> None:
+    """`make demo` twice: the second run keeps the first run's MariaDB data directory, whose database user still had
+    the first run's password (WordPress then printed its database error page instead of installing)."""
+    require_packages()
+    for run_number in (1, 2):
+        with LocalWordPress(tmp_path) as wp:
+            wp.start_database()
+            site = wp.add_site("again", title=f"Run {run_number}")
+            assert origin(site).rest("GET", "/")["name"] == f"Run {run_number}"  # installed afresh
+            posts = list(origin(site).rest_pages("/wp/v2/posts", {"context": "edit", "status": STATUSES}))
+            assert [p["slug"] for p in posts] == ["hello-world"]
