@@ -11,7 +11,7 @@ import fnmatch
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from . import observability as obs
 from .admission import (
@@ -263,10 +263,8 @@ class Controls:
         if not reason.strip():
             raise InvalidInput("a reason is required (it goes into the audit trail)", field="reason")
         if not caller.operator:
-            message = f"{caller.identity} may not change quotas: only operators may"
-            self._record(caller, action, target, None, reason, "denied", {"why": message})
-            obs.count("AuthorizationRefused")
-            raise Forbidden(message)
+            self._deny(caller, f"{caller.identity} may not change quotas: only operators may", action, target, None,
+                       reason)
 
     # -- internals -----------------------------------------------------------------------------------------------
 
@@ -320,9 +318,14 @@ class Controls:
                    reason: str | None = None, site_id: str | None = None) -> None:
         if caller.may_act_for(owner):
             return
-        message = f"{caller.identity} may not act on {what}: it belongs to another principal"
+        self._deny(caller, f"{caller.identity} may not act on {what}: it belongs to another principal", action,
+                   what.split()[-1], site_id, reason)
+
+    def _deny(self, caller: Caller, message: str, action: str | None, target: str, site_id: str | None,
+              reason: str | None) -> NoReturn:
+        """Refuse (exit 4); an action refused is audited as `denied`."""
         if action is not None:
-            self._record(caller, action, what.split()[-1], site_id, reason, "denied", {"why": message})
+            self._record(caller, action, target, site_id, reason, "denied", {"why": message})
         obs.count("AuthorizationRefused")
         raise Forbidden(message)
 

@@ -89,7 +89,6 @@ class RetryBudget:
 @dataclass(frozen=True)
 class PaceReading:
     completions: int  # in the window
-    window_s: float
     mean_s: float | None  # their mean operation time (None: nothing completed in the window)
 
 
@@ -110,8 +109,7 @@ class Pace:
 
     def reading(self, lane: str, principal: str, now: float) -> PaceReading:
         count, busy_ms = self.counts.totals(self.name(lane, principal), now, self.window_minutes)
-        window_s = (self.window_minutes - 1) * 60 + now % 60
-        return PaceReading(count, round(window_s, 1), round(busy_ms / 1000 / count, 3) if count else None)
+        return PaceReading(count, round(busy_ms / 1000 / count, 3) if count else None)
 
 
 class Recent:

@@ -71,13 +71,18 @@ def deps() -> Dependencies:
     return Dependencies(Settings())  # type: ignore[call-arg]
 
 
-def principal(as_: str | None) -> str:
-    """Whom a submit (or a registration) is for. Locally `--as NAME` (default `default`). On AWS the caller's IAM
-    identity: a producer cannot submit as another principal (`--as`, if given, must name the caller itself)."""
+def _identity(as_: str | None, local_default: str) -> tuple[str, bool]:
+    """Who acts, and whether AWS said so: locally `--as NAME` (or `local_default`), on AWS the STS caller identity."""
     if "AWS_ENDPOINT_URL" in os.environ:
-        return as_ or LOCAL_DEFAULT_PRINCIPAL
-    identity = deps().caller_identity()
-    if as_ is not None and as_ != identity:
+        return as_ or local_default, False
+    return deps().caller_identity(), True
+
+
+def principal(as_: str | None) -> str:
+    """Whom a submit is for. Locally `--as NAME` (default `default`). On AWS the caller's IAM identity: a producer
+    cannot submit as another principal (`--as`, if given, must name the caller itself)."""
+    identity, from_aws = _identity(as_, LOCAL_DEFAULT_PRINCIPAL)
+    if from_aws and as_ is not None and as_ != identity:
         raise InvalidInput(f"--as {as_!r}: on AWS you act as your IAM identity, {identity}", field="as")
     return identity
 
@@ -85,8 +90,5 @@ def principal(as_: str | None) -> str:
 def caller(as_: str | None) -> Caller:
     """The caller of this command. Locally: `--as NAME` (default: the operator). On AWS: the STS caller identity;
     IAM has already decided what it may call, and the identity goes into every audit entry."""
-    d = deps()
-    if "AWS_ENDPOINT_URL" in os.environ:
-        return Caller.of(as_ or LOCAL_DEFAULT_CALLER, d.settings)
-    identity = d.caller_identity()
-    return Caller.of(identity, d.settings)
+    identity, _ = _identity(as_, LOCAL_DEFAULT_CALLER)
+    return Caller.of(identity, deps().settings)
