@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sitedispatch.resources import FUNCTIONS
+from sitedispatch.domain.resources import FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 5
@@ -51,7 +51,7 @@ def _seconds(body: str, env: dict[str, str]) -> float:
 
 def placeholder_settings() -> dict[str, str]:
     """Every required setting, as a deployed function's environment would carry it (nothing is called)."""
-    from sitedispatch.settings import Settings
+    from sitedispatch.domain.settings import Settings
 
     return {Settings.env_name(name): f"https://sqs.us-east-1.amazonaws.com/123456789012/{name}.fifo"
             if name.endswith("_url") else f"sitedispatch-{name}"

@@ -7,8 +7,8 @@ import sys
 import time
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.model import QueueMessage
-from sitedispatch.settings import Settings
+from sitedispatch.domain.model import QueueMessage
+from sitedispatch.domain.settings import Settings
 
 
 def peak_rss_kib() -> int:

@@ -8,8 +8,8 @@ import sys
 import time
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.model import PublicationMessage
-from sitedispatch.settings import Settings
+from sitedispatch.domain.model import PublicationMessage
+from sitedispatch.domain.settings import Settings
 
 from .import_worker import peak_rss_kib
 

@@ -114,7 +114,7 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
 
 
 def _finished(deps: Dependencies, operation_id: str, site: str) -> Any:
-    from sitedispatch.model import PublicationStatus
+    from sitedispatch.domain.model import PublicationStatus
 
     def check() -> bool:
         op = deps.operations.get(operation_id)

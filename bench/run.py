@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.synthetic import write_wxr
+from sitedispatch.local.synthetic import write_wxr
 
 from . import coldstart, fleet, requests, throughput
 

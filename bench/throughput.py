@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import Status
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from sitedispatch.model import Status
-from sitedispatch.settings import Settings
 
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
 

@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sitedispatch.control import Caller, DeadLetterFilter
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.errors import Backpressure, Conflict, NotFound, SiteDispatchError
+from sitedispatch.domain.errors import Backpressure, Conflict, NotFound, SiteDispatchError
+from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, QueueMessage, Status, lane_for
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.faults import RATE_ENV, SEED_ENV
 from sitedispatch.local.supervisor import Child, LocalRuntime
-from sitedispatch.model import RUNNABLE, Kind, PublicationStatus, QueueMessage, Status, lane_for
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.synthetic import write_wxr
+from sitedispatch.local.synthetic import write_wxr
+from sitedispatch.operator.controls import Caller, DeadLetterFilter
 
 from .invariants import DriverLedger, Sampler, Violations, check_after
 

@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitedispatch.admission import is_admission_counter, recount
-from sitedispatch.errors import NotFound
-from sitedispatch.model import RUNNABLE, PublicationStatus, Status, sha256_hex
+from sitedispatch.domain.errors import NotFound
+from sitedispatch.domain.model import RUNNABLE, PublicationStatus, Status, sha256_hex
+from sitedispatch.operations.admission import is_admission_counter, recount
 from sitedispatch.publication.live import object_key, receipt_key
 
 EVIDENCE_FIELDS = {"operation_id", "site_id", "kind", "principal", "epoch", "attempt", "attempt_budget", "fence",

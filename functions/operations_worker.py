@@ -14,9 +14,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.runtime import dependencies, drop_malformed, fifo_processor
 from functions.runtime import warm as runtime_warm
 from sitedispatch.aws.sqs import SqsVisibility
-from sitedispatch.model import QueueMessage
+from sitedispatch.domain.delivery import Result
+from sitedispatch.domain.model import QueueMessage
 from sitedispatch.observability import logger, metrics, tracer
-from sitedispatch.worker import OperationsWorker, Result
+from sitedispatch.operations.worker import OperationsWorker
 
 processor = fifo_processor()  # one failing site never fails another site's messages in the same batch
 

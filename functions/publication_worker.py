@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.runtime import dependencies, drop_malformed, fifo_processor
 from functions.runtime import warm as runtime_warm
 from sitedispatch.aws.sqs import SqsVisibility
-from sitedispatch.model import PublicationMessage
+from sitedispatch.domain.model import PublicationMessage
 from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.publication.worker import PublicationWorker
 

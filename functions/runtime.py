@@ -9,8 +9,8 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.settings import Settings
 from sitedispatch.observability import count, logger
-from sitedispatch.settings import Settings
 
 
 @lru_cache(maxsize=1)

@@ -5,11 +5,35 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .settings import Settings
+from sitedispatch.domain.settings import Settings
+
+if TYPE_CHECKING:  # the adapters and cores are imported where they are built, so a cold start pays only for its own
+    from sitedispatch.aws.tables import Models
+    from sitedispatch.domain.ports import (
+        AuditLog,
+        BlobStore,
+        CommitStore,
+        OperationQueue,
+        OperationStore,
+        PublicationQueue,
+        PublicationStore,
+        QuotaStore,
+        SiteStore,
+    )
+    from sitedispatch.kinds.contract import SiteDriver
+    from sitedispatch.operations.minute_counts import MinuteCounts
+    from sitedispatch.operations.pace import Pace
+    from sitedispatch.operations.retry_budget import RetryBudget
+    from sitedispatch.operations.submission import Submitter
+    from sitedispatch.operations.worker import OperationsWorker
+    from sitedispatch.operator.controls import Controls
+    from sitedispatch.publication.worker import PublicationWorker
+    from sitedispatch.reconciler import Reconciler
 
 
 class SystemClock:
@@ -43,73 +67,84 @@ class Dependencies:
         return self.session.client("s3")
 
     @cached_property
-    def models(self) -> Any:
-        from .aws.tables import TableNames, build_models
+    def models(self) -> Models:
+        from sitedispatch.aws.tables import TableNames, build_models
 
         s = self.settings
         return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table,
                                        s.counters_table, s.audit_table), s.region)
 
     @cached_property
-    def operations(self) -> Any:
-        from .aws.dynamo import DynamoOperationStore
+    def operations(self) -> OperationStore:
+        from sitedispatch.aws.operations import DynamoOperationStore
 
         return DynamoOperationStore(self.models)
 
     @cached_property
-    def sites(self) -> Any:
-        from .aws.dynamo import DynamoSiteStore
+    def sites(self) -> SiteStore:
+        from sitedispatch.aws.sites import DynamoSiteStore
 
         return DynamoSiteStore(self.models)
 
     @cached_property
-    def commits(self) -> Any:
-        from .aws.dynamo import DynamoCommitStore
+    def commits(self) -> CommitStore:
+        from sitedispatch.aws.commits import DynamoCommitStore
 
         return DynamoCommitStore(self.models)
 
     @cached_property
-    def publications(self) -> Any:
-        from .aws.dynamo import DynamoPublicationStore
+    def publications(self) -> PublicationStore:
+        from sitedispatch.aws.publications import DynamoPublicationStore
 
         return DynamoPublicationStore(self.models)
 
     @cached_property
-    def recent(self) -> Any:
-        from .aws.dynamo import DynamoMinuteBuckets
-        from .recent import Recent
+    def minute_counts(self) -> MinuteCounts:
+        from sitedispatch.aws.counters import DynamoMinuteBuckets
+        from sitedispatch.operations.minute_counts import MinuteCounts
 
-        s = self.settings
-        return Recent(DynamoMinuteBuckets(self.models), s.retry_budget_ratio, s.retry_budget_min_retries)
+        return MinuteCounts(DynamoMinuteBuckets(self.models))
 
     @cached_property
-    def quotas(self) -> Any:
-        from .aws.dynamo import DynamoQuotaStore
+    def retry_budget(self) -> RetryBudget:
+        from sitedispatch.operations.retry_budget import RetryBudget
+
+        return RetryBudget(self.minute_counts, self.settings.retry_budget_ratio, self.settings.retry_budget_min_retries)
+
+    @cached_property
+    def pace(self) -> Pace:
+        from sitedispatch.operations.pace import Pace
+
+        return Pace(self.minute_counts)
+
+    @cached_property
+    def quotas(self) -> QuotaStore:
+        from sitedispatch.aws.counters import DynamoQuotaStore
 
         return DynamoQuotaStore(self.models)
 
     @cached_property
-    def audit(self) -> Any:
-        from .aws.dynamo import DynamoAuditLog
+    def audit(self) -> AuditLog:
+        from sitedispatch.aws.audit import DynamoAuditLog
 
         return DynamoAuditLog(self.models)
 
     @cached_property
-    def publication_queue(self) -> Any:
-        from .aws.sqs import SqsPublicationQueue
+    def publication_queue(self) -> PublicationQueue:
+        from sitedispatch.aws.sqs import SqsPublicationQueue
 
         return SqsPublicationQueue(self.sqs, self.settings.publications_queue_url)
 
     @cached_property
-    def blobs(self) -> Any:
-        from .aws.s3 import S3BlobStore
+    def blobs(self) -> BlobStore:
+        from sitedispatch.aws.s3 import S3BlobStore
 
         return S3BlobStore(self.s3, self.settings.bucket)
 
     @cached_property
-    def queue(self) -> Any:
-        from .aws.sqs import SqsOperationQueue
-        from .resources import QUEUES, operation_lanes
+    def queue(self) -> OperationQueue:
+        from sitedispatch.aws.sqs import SqsOperationQueue
+        from sitedispatch.domain.resources import QUEUES, operation_lanes
 
         return SqsOperationQueue(self.sqs, {lane: (getattr(self.settings, QUEUES[lane].url_field),
                                                    getattr(self.settings, QUEUES[lane].dlq_url_field))
@@ -117,7 +152,7 @@ class Dependencies:
 
     def queue_url_for_arn(self, arn: str) -> str:
         """The URL of the queue an event record came from (its eventSourceARN ends with the queue name)."""
-        from .resources import QUEUES
+        from sitedispatch.domain.resources import QUEUES
 
         name = arn.rsplit(":", 1)[-1]
         for spec in QUEUES.values():
@@ -127,22 +162,22 @@ class Dependencies:
         raise KeyError(f"no queue named {name}")
 
     @cached_property
-    def drivers(self) -> Any:
+    def drivers(self) -> Mapping[str, SiteDriver]:
         """Every site driver this deployment has (a site names its own)."""
-        from .drivers import DriverRegistry
-        from .model import REFERENCE_DRIVER, WORDPRESS_DRIVER
+        from sitedispatch.domain.model import REFERENCE_DRIVER, WORDPRESS_DRIVER
+        from sitedispatch.kinds.drivers import DriverRegistry
 
-        def reference() -> Any:
-            from .drivers.reference import ReferenceDriver
+        def reference() -> SiteDriver:
+            from sitedispatch.drivers.reference.driver import ReferenceDriver
 
             return ReferenceDriver()
 
-        def wordpress() -> Any:
-            from .credentials import Credentials
-            from .drivers.wordpress import WordPressDriver
+        def wordpress() -> SiteDriver:
+            from sitedispatch.drivers.wordpress.credentials import Credentials
+            from sitedispatch.drivers.wordpress.driver import WordPressDriver
 
             def secret_string(secret_id: str) -> str:  # the client is built on the first secret read, not before
-                from .aws.secrets import secret_reader
+                from sitedispatch.aws.secrets import secret_reader
 
                 return str(secret_reader(self.session.client("secretsmanager"))(secret_id))
 
@@ -165,14 +200,14 @@ class Dependencies:
             logging.getLogger(__name__).warning("warm-up read failed: %s", exc)
         return self
 
-    def submitter(self) -> Any:
-        from .submission import SubmitDeps, Submitter
+    def submitter(self) -> Submitter:
+        from sitedispatch.operations.submission import SubmitDeps, Submitter
 
         return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock,
-                                    self.recent.pace))
+                                    self.pace))
 
-    def controls(self) -> Any:
-        from .control import ControlDeps, Controls
+    def controls(self) -> Controls:
+        from sitedispatch.operator.controls import ControlDeps, Controls
 
         return Controls(ControlDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit,
                                     self.clock, self.quotas))
@@ -180,28 +215,28 @@ class Dependencies:
     def caller_identity(self) -> str:
         """Who is calling, as AWS knows it (STS GetCallerIdentity, an assumed role without its session name): the
         principal on AWS, and what the audit records."""
-        from .model import stable_identity
+        from sitedispatch.domain.model import stable_identity
 
         return stable_identity(str(self.session.client("sts").get_caller_identity()["Arn"]))
 
-    def reconciler(self) -> Any:
-        from .reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+    def reconciler(self) -> Reconciler:
+        from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 
         return Reconciler(ReconcilerDeps(self.settings, self.operations, self.sites, self.publications, self.queue,
                                          self.publication_queue, self.blobs, self.clock,
                                          wp_cron_submitter(self.submitter())))
 
-    def worker(self) -> Any:
-        from .handlers import handler_map
-        from .worker import OperationsWorker, WorkerDeps
+    def worker(self) -> OperationsWorker:
+        from sitedispatch.kinds.handlers import handler_map
+        from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
 
         return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
                                            self.queue, self.clock, handler_map(), random.Random(),
-                                           self.publications, self.publication_queue, self.recent,
+                                           self.publications, self.publication_queue, self.retry_budget, self.pace,
                                            self.drivers))
 
-    def publication_worker(self) -> Any:
-        from .publication.worker import PublicationDeps, PublicationWorker
+    def publication_worker(self) -> PublicationWorker:
+        from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
 
         return PublicationWorker(PublicationDeps(self.settings, self.sites, self.publications, self.blobs,
                                                  self.publication_queue, self.clock, self.drivers))

@@ -18,10 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import observability as obs
-from .admission import is_admission_counter, recount
-from .errors import Backpressure, NotRunnable, StaleFence
-from .model import (
+from sitedispatch import observability as obs
+from sitedispatch.domain.errors import Backpressure, NotRunnable, StaleFence
+from sitedispatch.domain.model import (
     RUNNABLE,
     ErrorInfo,
     Kind,
@@ -34,7 +33,7 @@ from .model import (
     Status,
     lane_for,
 )
-from .ports import (
+from sitedispatch.domain.ports import (
     BlobStore,
     Clock,
     DeadLetter,
@@ -44,11 +43,12 @@ from .ports import (
     PublicationStore,
     SiteStore,
 )
-from .publication.live import live_key, write_live_document
-from .settings import Settings
+from sitedispatch.domain.settings import Settings
+from sitedispatch.operations.admission import is_admission_counter, recount
+from sitedispatch.publication.live import live_key, write_live_document
 
 if TYPE_CHECKING:
-    from .submission import Submitter
+    from sitedispatch.operations.submission import Submitter
 
 RECOUNT_LIMIT = 100_000
 SITE_SCAN_LIMIT = 10_000

@@ -13,8 +13,8 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from sitedispatch.admission import GLOBAL, principal_counter, running_counter, site_counter
-from sitedispatch.resources import operation_lanes
+from sitedispatch.domain.resources import operation_lanes
+from sitedispatch.operations.admission import GLOBAL, principal_counter, running_counter, site_counter
 
 from .functions import CONSUME, READ, SCAN, WRITE, DispatchFunctions
 

@@ -2,13 +2,14 @@
 
 `make lambda-wheels` downloads the hash-pinned wheels of `requirements-lambda.lock` for the Lambda platform (Python
 3.14, arm64) into `.cache/lambda-wheels/` once, as setting up `.venv` does. Synthesis then installs them with pip
-from that directory only (`--no-index`), adds the `sitedispatch` core (without the local runtime and the CLI, which
-Lambda never imports) and the `functions` entrypoints, and caches the result by the hash of its inputs, so repeated
-synths copy a directory instead of running pip.
+from that directory only (`--no-index`), adds the `functions` entrypoints and the modules of the core they import
+(their import closure: never the local runtime, the CLI or the demo's load generator), and caches the result by the
+hash of its inputs, so repeated synths copy a directory instead of running pip.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import shutil
 import subprocess
@@ -29,22 +30,81 @@ PLATFORM = ("--platform", "manylinux2014_aarch64", "--python-version", "3.14", "
             "--only-binary=:all:")
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
-SOURCES = ("sitedispatch", "functions")
-LEFT_OUT = ("sitedispatch/local", "sitedispatch/cli", "sitedispatch/__main__.py")  # never imported by Lambda
+ENTRYPOINTS = "functions"
+CORE = "sitedispatch"
 
 
 class BundlingError(RuntimeError):
     pass
 
 
+def _imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at its top or inside a function (deferred imports run on Lambda too), except
+    under `if TYPE_CHECKING:` (those never run). Relative imports are not used in this project."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return found
+
+
+def _module_file(name: str) -> Path | None:
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def import_closure() -> list[Path]:
+    """The project's modules the entrypoints can import, following imports (and each module's parent packages)."""
+    todo = [p for p in sorted((ROOT / ENTRYPOINTS).glob("*.py"))]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imported_modules(path):
+            parts = name.split(".")
+            if parts[0] not in (CORE, ENTRYPOINTS):
+                continue
+            for depth in range(1, len(parts) + 1):  # a module's packages run their __init__ first
+                found = _module_file(".".join(parts[:depth]))
+                if found is not None and found not in seen:
+                    todo.append(found)
+    return sorted(seen)
+
+
+def _package_data(modules: list[Path]) -> list[Path]:
+    """Files beside the code that a shipped package reads (templates, the mu-plugin): those in folders without an
+    __init__.py whose nearest package is shipped."""
+    packages = {m.parent for m in modules if m.name == "__init__.py"}
+    data = set()
+    for package in packages:
+        for path in package.rglob("*"):
+            if not path.is_file() or path.suffix == ".py" or "__pycache__" in path.parts:
+                continue
+            owner = next(parent for parent in path.parents if (parent / "__init__.py").exists())
+            if owner == package and owner != path.parent:
+                data.add(path)
+    return sorted(data)
+
+
 def _source_files() -> list[Path]:
-    files = []
-    for top in SOURCES:
-        for path in sorted((ROOT / top).rglob("*")):
-            relative = path.relative_to(ROOT).as_posix()
-            if path.is_file() and "__pycache__" not in relative and not relative.startswith(LEFT_OUT):
-                files.append(path)
-    return files
+    """What the asset holds besides the dependencies: exactly the code the functions import, and its data."""
+    modules = import_closure()
+    return modules + _package_data(modules)
 
 
 def inputs_digest() -> str:

@@ -13,8 +13,8 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from sitedispatch.resources import BUCKET_FIELD, QUEUES, TABLE_FIELDS
-from sitedispatch.settings import Settings
+from sitedispatch.domain.resources import BUCKET_FIELD, QUEUES, TABLE_FIELDS
+from sitedispatch.domain.settings import Settings
 
 from .access import AccessPolicies
 from .functions import DispatchFunctions

@@ -17,8 +17,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from sitedispatch.aws.tables import table_specs
-from sitedispatch.observability import NAMESPACE, SERVICE
-from sitedispatch.resources import (
+from sitedispatch.domain.resources import (
     FUNCTIONS,
     QUEUES,
     SECRET_NAME_PREFIX,
@@ -26,6 +25,7 @@ from sitedispatch.resources import (
     operation_lanes,
     operation_workers,
 )
+from sitedispatch.observability import NAMESPACE, SERVICE
 
 from .bundling import ARCHITECTURE, RUNTIME, function_code
 from .queues import SiteQueues

@@ -10,7 +10,7 @@ from aws_cdk import Acknowledgment, CfnElement, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from sitedispatch.resources import SECRET_NAME_PREFIX, operation_workers
+from sitedispatch.domain.resources import SECRET_NAME_PREFIX, operation_workers
 
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack

@@ -6,7 +6,13 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sitedispatch.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES, RETENTION_S, visibility_timeout_s
+from sitedispatch.domain.resources import (
+    FUNCTIONS,
+    QUEUES,
+    REDRIVE_BACKSTOP_RECEIVES,
+    RETENTION_S,
+    visibility_timeout_s,
+)
 
 
 class SiteQueues(Construct):

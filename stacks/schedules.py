@@ -10,7 +10,7 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sitedispatch.resources import SCHEDULES
+from sitedispatch.domain.resources import SCHEDULES
 
 RETRY_ATTEMPTS = 2
 MAX_EVENT_AGE = Duration.minutes(5)  # a sweep older than one period is replaced by the next one anyway

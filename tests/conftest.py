@@ -13,8 +13,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
-from sitedispatch.settings import Settings
 
 # `make test` is deterministic: every property test draws the same examples on every run and machine (a failure CI
 # finds is a failure anyone reproduces). `make fuzz` explores: fresh random examples, ten times as many, each run.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sitedispatch.settings import Settings
+from sitedispatch.domain.settings import Settings
 
 PROVISION = {"title": "Acme Blog", "admin_email": "admin@acme.example"}
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from sitedispatch.errors import (
+from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
     Conflict,
@@ -24,7 +24,7 @@ from sitedispatch.errors import (
     NotRunnable,
     StaleFence,
 )
-from sitedispatch.model import (
+from sitedispatch.domain.model import (
     RUNNABLE,
     AuditEntry,
     Commit,
@@ -40,8 +40,8 @@ from sitedispatch.model import (
     SiteConnection,
     Status,
 )
-from sitedispatch.ports import DeadLetter, PreparedCommit, Slot, checked_registration
-from sitedispatch.recent import Bucket
+from sitedispatch.domain.ports import DeadLetter, PreparedCommit, Slot, checked_registration
+from sitedispatch.operations.minute_counts import Bucket
 
 
 class FakeClock:
@@ -71,7 +71,7 @@ class MemoryDb:
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     counters_changed_at: dict[str, float] = field(default_factory=dict)
-    buckets: dict[str, Bucket] = field(default_factory=dict)  # the per-minute counts (sitedispatch.recent)
+    buckets: dict[str, Bucket] = field(default_factory=dict)  # per-minute counts (operations/minute_counts.py)
     counter_expiry: dict[str, float] = field(default_factory=dict)  # the TTL of per-minute counts
 
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters

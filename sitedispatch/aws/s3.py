@@ -6,7 +6,7 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import NotFound, TransientError
+from sitedispatch.domain.errors import NotFound, TransientError
 
 
 class S3BlobStore:

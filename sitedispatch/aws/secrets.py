@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import PermanentError, TransientError
+from sitedispatch.domain.errors import PermanentError, TransientError
 
 MISSING = {"ResourceNotFoundException", "DecryptionFailure", "AccessDeniedException", "InvalidRequestException"}
 

@@ -6,8 +6,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..model import PublicationMessage, QueueMessage
-from ..ports import DeadLetter
+from sitedispatch.domain.model import PublicationMessage, QueueMessage
+from sitedispatch.domain.ports import DeadLetter
 
 MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
 SWEEP_HOLD_S = 60  # how long a DLQ sweep holds the messages it looks at (released at its end)

@@ -154,7 +154,7 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
         counter_id = UnicodeAttribute(hash_key=True)
         value = NumberAttribute(default=0)
         changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
-        minute = NumberAttribute(null=True)  # per-minute buckets (sitedispatch.recent): the minute counted
+        minute = NumberAttribute(null=True)  # per-minute buckets (operations/minute_counts.py): their minute
         total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
         maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
         # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)

@@ -6,13 +6,12 @@ from typing import Annotated
 
 import typer
 
-from ..errors import Forbidden
-from .context import AsOpt, caller, deps
-from .dlq import parse_age
-from .output import emit_json, reported, table, when
+from sitedispatch.cli.args import AsOpt, JsonOpt, parse_age
+from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.output import emit_json, reported, table, when
+from sitedispatch.domain.errors import Forbidden
 
 app = typer.Typer(help="The audit trail of operator and producer actions.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("list")

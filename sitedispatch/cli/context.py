@@ -5,19 +5,14 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from ..control import Caller
-from ..dependencies import Dependencies
-from ..errors import InvalidInput
-from ..settings import ENV_PREFIX, Settings
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.settings import ENV_PREFIX, Settings
+from sitedispatch.operator.controls import Caller
 
 LOCAL_DEFAULT_CALLER = "operator"  # locally the person at the keyboard runs the runtime: the operator
 LOCAL_DEFAULT_PRINCIPAL = "default"  # whom a local submit is for without --as
-AsOpt = Annotated[str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); "
-                                                        "default: the operator")]
 
 DEFAULT_LOCAL_ENV = Path(".sitedispatch") / "local.env"
 _env_file: Path | None = None
@@ -41,7 +36,7 @@ def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
     carries that variable's name in its description (see stacks/dispatch_stack.py)."""
     import boto3
 
-    from ..errors import NotFound
+    from sitedispatch.domain.errors import NotFound
 
     client = boto3.session.Session(region_name=region).client("cloudformation")
     try:
@@ -60,7 +55,7 @@ def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
 def deps() -> Dependencies:
     """Settings from a deployed stack's outputs (--stack), else the environment; if that names no deployment, from
     the local runtime's env file."""
-    from ..local.cloud import read_env_file
+    from sitedispatch.local.cloud import read_env_file
 
     if _stack is not None:
         os.environ.update(stack_environment(_stack))

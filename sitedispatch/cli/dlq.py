@@ -7,31 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-from ..control import DeadLetterFilter, RedriveReport
-from ..errors import Conflict, InvalidInput
-from ..model import Kind
-from .context import AsOpt, caller, deps
-from .output import console, emit_json, reported, table, when
+from sitedispatch.cli.args import AsOpt, JsonOpt, ReasonOpt, SiteFilterOpt, parse_age, parse_params
+from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.domain.errors import Conflict, InvalidInput
+from sitedispatch.domain.model import Kind
+from sitedispatch.operator.controls import DeadLetterFilter, RedriveReport
 
 app = typer.Typer(help="Dead operations: list, evidence, redrive.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-ReasonOpt = Annotated[str, typer.Option(help="why (recorded in the audit)")]
 
 
-def parse_age(text: str | None, name: str) -> float | None:
-    """`90s`, `15m`, `2h`, `3d` (or plain seconds)."""
-    if text is None:
-        return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
-    try:
-        return float(number) * units[unit]
-    except ValueError:
-        raise InvalidInput(f"--{name} takes a duration like 90s, 15m, 2h or 3d, got {text!r}", field=name) from None
 
 
 @app.command("list")
-def list_(site: Annotated[str | None, typer.Option(help="only this site")] = None,
+def list_(site: SiteFilterOpt = None,
           kind: Annotated[str | None, typer.Option(help="only this kind")] = None,
           error_code: Annotated[str | None, typer.Option(help="only this error code")] = None,
           older_than: Annotated[str | None, typer.Option(help="dead for at least (e.g. 1h)")] = None,
@@ -79,8 +68,6 @@ def staged_input(operation_id: str, input_file: Path | None) -> tuple[str, str] 
     """Validate and store a corrected input for one operation: (key, digest)."""
     if input_file is None:
         return None
-    from .main import parse_params
-
     d = deps()
     op = d.operations.get(operation_id)
     if op is None:

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from ..local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
-from ..resources import QUEUES
-from .context import DEFAULT_LOCAL_ENV
-from .output import console
+from sitedispatch.cli.context import DEFAULT_LOCAL_ENV
+from sitedispatch.cli.output import console
+from sitedispatch.domain.resources import QUEUES
+from sitedispatch.local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
 
 app = typer.Typer(help="Run the whole system on this machine (moto server + event source mapping emulation).",
                   no_args_is_help=True)
@@ -37,7 +37,7 @@ def cloud(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free
           set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
           ) -> None:
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
-    from ..local.cloud import serve
+    from sitedispatch.local.cloud import serve
 
     serve(port, env_file, function_timeout, _policy(set_ or []))
 
@@ -51,7 +51,7 @@ def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}"
                                                             "function (experiments, emulator tests)")] = None,
            ) -> None:
     """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
-    from ..local.esm import run_worker
+    from sitedispatch.local.esm import run_worker
 
     if queue not in QUEUES:
         raise typer.BadParameter(f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
@@ -62,8 +62,8 @@ def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}"
 def scheduler(rate_scale: Annotated[float, typer.Option(help="multiply every schedule's rate")] = 1.0,
               once: Annotated[bool, typer.Option(help="fire every schedule once and exit")] = False) -> None:
     """Fire the schedules (EventBridge Scheduler's part) at their rates."""
-    from ..local.scheduler import run_scheduler
-    from ..settings import Settings
+    from sitedispatch.domain.settings import Settings
+    from sitedispatch.local.scheduler import run_scheduler
 
     raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))  # type: ignore[call-arg]
 
@@ -74,7 +74,7 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
        concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
        workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent) -> None:
     """Cloud, workers and scheduler as child processes. Ctrl-C stops them all."""
-    from ..local.supervisor import LocalRuntime
+    from sitedispatch.local.supervisor import LocalRuntime
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -114,9 +114,9 @@ def wordpress_up(sites: Annotated[int, typer.Option("--sites", min=1, max=50, he
                  ) -> None:
     """Start MariaDB and one `php -S` per site, install WordPress with the sitedispatch mu-plugin and an
     application password, and register each site (driver wordpress). Ctrl-C stops them."""
-    from ..local.wordpress import PACKAGES, LocalWordPress, missing_programs
-    from ..model import WORDPRESS_DRIVER, SiteConnection
-    from .context import deps
+    from sitedispatch.cli.context import deps
+    from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
+    from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, missing_programs
 
     missing = missing_programs()
     if missing:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json as jsonlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from ..errors import InvalidInput
-from ..settings import ENV_PREFIX
-from . import audit, dlq, local, ops, quotas, sites
-from .context import deps, principal, use_env_file, use_stack
-from .output import console, emit_json, render_status, reported
+from sitedispatch.cli import audit, dlq, local, ops, quotas, sites
+from sitedispatch.cli.args import JsonOpt, parse_params
+from sitedispatch.cli.context import deps, principal, use_env_file, use_stack
+from sitedispatch.cli.output import console, emit_json, render_status, reported
+from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.settings import ENV_PREFIX
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(ops.app, name="ops")
@@ -21,7 +21,6 @@ app.add_typer(dlq.app, name="dlq")
 app.add_typer(audit.app, name="audit")
 app.add_typer(quotas.app, name="quotas")
 app.add_typer(local.app, name="local")
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.callback()
@@ -31,7 +30,7 @@ def main(ctx: typer.Context,
          = None,
          stack: Annotated[str | None, typer.Option(envvar=f"{ENV_PREFIX}STACK", help="a deployed stack's name: "
                                                    "its outputs say where the resources are")] = None) -> None:
-    from ..observability import to_stderr
+    from sitedispatch.observability import to_stderr
 
     if ctx.invoked_subcommand != "local":  # local workers log like Lambda functions: INFO, to stdout
         to_stderr()
@@ -39,29 +38,6 @@ def main(ctx: typer.Context,
     use_stack(stack)
 
 
-def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, Any], int]:
-    """The operation input from a JSON file and/or k=v pairs (pairs win); also its raw size."""
-    data: dict[str, Any] = {}
-    size = 0
-    if input_file is not None:
-        try:
-            raw = input_file.read_bytes()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {input_file}: {exc.strerror}", field="input-file") from None
-        size = len(raw)
-        try:
-            loaded = jsonlib.loads(raw)
-        except ValueError as exc:
-            raise InvalidInput(f"{input_file} is not JSON: {exc}", field="input-file") from None
-        if not isinstance(loaded, dict):
-            raise InvalidInput(f"{input_file} must hold a JSON object", field="input-file")
-        data.update(loaded)
-    for pair in params:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"--param takes KEY=VALUE, got {pair!r}", field="param")
-        data[key] = value
-    return data, size
 
 
 @app.command()
@@ -100,11 +76,11 @@ def submit(
 @app.command()
 def status(json: JsonOpt = False) -> None:
     """Queue depth, in-flight, oldest age and DLQ depth; the operation backlog."""
-    from ..status import collect_status
+    from sitedispatch.operator.status import collect_status
 
     with reported(json):
         d = deps()
-        report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.recent.pace, d.clock.now())
+        report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now())
         emit_json(report) if json else render_status(report)
 
 
@@ -128,6 +104,6 @@ def demo(sites_: Annotated[int, typer.Option("--sites", min=1, max=100, help="fl
                                                 "are installed)")] = None,
          json: JsonOpt = False) -> None:
     """Start the local runtime, provision a fleet at once, compare with the cron round-robin it replaces."""
-    from ..local.demo import run_demo
+    from sitedispatch.local.demo import run_demo
 
     raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress))

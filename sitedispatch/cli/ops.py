@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import InvalidInput
-from ..model import Operation, Status
-from .context import AsOpt, caller, deps
-from .output import STATUS_STYLE, console, emit_json, plain, reported, table, when
+from sitedispatch.cli.args import AsOpt, InputFileOpt, JsonOpt, SiteFilterOpt
+from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.dlq import redrive_command
+from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, plain, reported, table, when
+from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.model import Operation, Status
 
 if TYPE_CHECKING:
-    from ..status import DelayEstimate
+    from sitedispatch.operations.estimates import DelayEstimate
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-InputFileOpt = Annotated[Path | None, typer.Option("--input-file", help="a corrected input (JSON; for import, the "
-                                                                        "WXR file) replacing the failed one")]
 
 
 def _get(operation_id: str, as_: str | None) -> Operation:
@@ -52,12 +50,12 @@ def describe_estimate(op: Operation, estimate: DelayEstimate) -> str:
 @app.command("get")
 def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show one operation (a waiting one with its estimated delay)."""
-    from ..status import estimated_delay_for
+    from sitedispatch.operations.estimates import estimated_delay_for
 
     with reported(json):
         d = deps()
         op = _get(operation_id, as_)
-        estimate = estimated_delay_for(op, d.operations, d.sites, d.recent.pace, d.settings, d.clock.now())
+        estimate = estimated_delay_for(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
         if json:
             emit_json({**plain(op), "estimated_delay_s": estimate.delay_s, "estimate": plain(estimate)})
             return
@@ -67,7 +65,7 @@ def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
 
 
 @app.command("list")
-def list_(site: Annotated[str | None, typer.Option(help="only this site")] = None,
+def list_(site: SiteFilterOpt = None,
           status: Annotated[str | None, typer.Option(help="only this status")] = None,
           limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50, as_: AsOpt = None,
           json: JsonOpt = False) -> None:
@@ -123,7 +121,5 @@ def replay(operation_id: str, input_file: InputFileOpt = None,
            reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
            json: JsonOpt = False) -> None:
     """Replay a dead operation (its DLQ message may be gone) in a new attempt epoch. Exit 4 if it is not dead."""
-    from .dlq import redrive_command
-
     redrive_command(operation_id=operation_id, site=None, error_code=None, all_=False, dry_run=False,
                     input_file=input_file, reason=reason, as_=as_, json=json, action="replay")

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import Backpressure, Conflict, InvalidInput, NotFound, SiteDispatchError
+from sitedispatch.domain.errors import Backpressure, Conflict, InvalidInput, NotFound, SiteDispatchError
 
 EXIT_OK = 0
 EXIT_INVALID = 2

@@ -6,13 +6,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import AsOpt, caller, deps
-from .output import console, emit_json, reported, table, when
+from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
+from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.output import console, emit_json, reported, table, when
 
 app = typer.Typer(help="Principals' limits: read them, override them (operators), clear overrides.",
                   no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-ReasonOpt = Annotated[str, typer.Option(help="why (required: it goes into the audit trail)")]
 
 
 def render(limits: Any) -> None:
@@ -39,7 +38,7 @@ def get(principal: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
 def set_(principal: str,
          max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
          max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
-         reason: ReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
+         reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Override a principal's limits (operators only; audited). It applies to the next submit and the next attempt.
     Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped."""
     with reported(json):
@@ -49,7 +48,7 @@ def set_(principal: str,
 
 
 @app.command("clear")
-def clear(principal: str, reason: ReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
+def clear(principal: str, reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Remove a principal's override: the deployment's settings apply again (operators only; audited)."""
     with reported(json):
         limits = deps().controls().clear_quota(caller(as_), principal, reason)

@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from .context import AsOpt, caller, deps
-from .output import console, emit_json, reported, table, when
+from sitedispatch.cli.args import AsOpt, JsonOpt
+from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.output import console, emit_json, reported, table, when
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command("register")
@@ -23,7 +23,7 @@ def register(site_id: str,
                       '{"user": ..., "application_password": ...}; only this reference is stored')] = None,
              as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Register a site with its driver, before its first operation (then `submit provision`)."""
-    from ..model import SiteConnection
+    from sitedispatch.domain.model import SiteConnection
 
     with reported(json):
         who = caller(as_)
@@ -82,7 +82,7 @@ def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] =
 def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sample-page/ or /feed/")] = "/",
          json: JsonOpt = False) -> None:
     """Print the live content of a route (from the site's live revision)."""
-    from ..publication.live import read_live_route
+    from sitedispatch.publication.live import read_live_route
 
     with reported(json):
         d = deps()

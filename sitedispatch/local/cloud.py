@@ -13,9 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..aws.tables import TableSpec, table_specs
-from ..resources import QUEUES, REDRIVE_BACKSTOP_RECEIVES, RETENTION_S, TABLE_FIELDS, visibility_timeout_s
-from ..settings import Settings
+from sitedispatch.aws.tables import TableSpec, table_specs
+from sitedispatch.domain.resources import (
+    QUEUES,
+    REDRIVE_BACKSTOP_RECEIVES,
+    RETENTION_S,
+    TABLE_FIELDS,
+    visibility_timeout_s,
+)
+from sitedispatch.domain.settings import Settings
 
 LOCAL_PREFIX = "sitedispatch"
 LOCAL_REGION = "us-east-1"

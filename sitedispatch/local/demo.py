@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..dependencies import Dependencies
-from ..model import Operation, Status
-from ..settings import Settings
-from .supervisor import LocalRuntime
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import Operation, Status
+from sitedispatch.domain.settings import Settings
+from sitedispatch.local.supervisor import LocalRuntime
 
 CRON_PERIOD_S = 60.0  # the replaced scheduler: one site (or one publication route) per minute
 PROGRESS = {Status.ACCEPTED: 5, Status.QUEUED: 10, Status.RUNNING: 20}
@@ -129,7 +129,7 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
                 results[site] = {"site": site, "status": op.status.value, "published": bool(seq) and
                                  record.live_seq >= seq, "routes": receipt.get("route_count", 0),
                                  "bytes": receipt.get("bytes", 0), "live_after_s": round(time.time() - started, 2),
-                                 "posts": op.result and deps.commits.get(op_id).summary["totals"]["posts"]}
+                                 "posts": _imported_posts(deps, op_id)}
         time.sleep(0.2)
     return [results.get(site, {"site": site, "status": "timed out", "published": False, "routes": 0,
                                "bytes": 0, "live_after_s": None, "posts": 0}) for site in sites]
@@ -137,8 +137,8 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
 
 def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout_s: float) -> dict[str, Any]:
     """Backpressure and supersession, visibly: hold a site, queue publishes past its limit, release it."""
-    from ..control import Caller
-    from ..errors import Backpressure
+    from sitedispatch.domain.errors import Backpressure
+    from sitedispatch.operator.controls import Caller
 
     operator = Caller("demo-operator", operator=True)
 
@@ -175,9 +175,9 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
 def _dead_letter_phase(deps: Dependencies, console: Console, site: str, workdir: Path, timeout_s: float
                        ) -> dict[str, Any]:
     """A poisoned input goes dead with evidence; the evidence's recovery command, with the file fixed, completes it."""
-    from ..control import Caller
-    from ..model import Kind
-    from ..wordpress.synthetic import write_wxr
+    from sitedispatch.domain.model import Kind
+    from sitedispatch.local.synthetic import write_wxr
+    from sitedispatch.operator.controls import Caller
 
     operator = Caller("demo-operator", operator=True)
     good = workdir / "export.xml"
@@ -214,8 +214,8 @@ def _wordpress_phase(deps: Dependencies, console: Console, workdir: Path, timeou
                      wanted: bool | None) -> dict[str, Any]:
     """A real WordPress (Debian's packages): registered, provisioned, the theme test data imported through REST,
     then crawled into a publication."""
-    from ..model import WORDPRESS_DRIVER, SiteConnection
-    from .wordpress import PACKAGES, LocalWordPress, missing_programs
+    from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
+    from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, missing_programs
 
     missing = missing_programs()
     if wanted is False or (wanted is None and missing):
@@ -267,8 +267,14 @@ def _wait_terminal(deps: Dependencies, op_id: str, timeout_s: float) -> Operatio
     return op
 
 
+def _imported_posts(deps: Dependencies, operation_id: str) -> int:
+    """The site's posts after an import (from its commit's summary); 0 for an operation that committed nothing."""
+    commit = deps.commits.get(operation_id)
+    return int(commit.summary.get("totals", {}).get("posts", 0)) if commit is not None else 0
+
+
 def _receipt(deps: Dependencies, site: str, revision: str | None) -> dict[str, Any]:
-    from ..publication.live import receipt_key
+    from sitedispatch.publication.live import receipt_key
 
     if revision is None:
         return {}

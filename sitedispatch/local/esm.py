@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..aws.sqs import queue_arn_from_url
-from ..resources import FUNCTIONS, QUEUES, FunctionSpec
-from .cloud import FUNCTION_TIMEOUT_ENV
+from sitedispatch.aws.sqs import queue_arn_from_url
+from sitedispatch.domain.resources import FUNCTIONS, QUEUES, FunctionSpec
+from sitedispatch.local.cloud import FUNCTION_TIMEOUT_ENV
 
 TIMEOUT_EXIT = 124
 PR_SET_PDEATHSIG = 1
@@ -146,7 +146,7 @@ class Environment:
 
     def _inject_faults(self) -> None:
         """A chaos run asks (by environment) for transient AWS errors in the function's own clients."""
-        from .faults import RATE_ENV, install_from_environment
+        from sitedispatch.local.faults import RATE_ENV, install_from_environment
 
         if not os.environ.get(RATE_ENV):
             return
@@ -188,7 +188,7 @@ def _die_with_parent(parent: int) -> None:
 def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, batch_size: int | None = None,
                handler: str | None = None) -> int:
     """Host loop: fork environments, replace any that die (timeout, crash), stop all on SIGTERM/SIGINT."""
-    from ..settings import Settings
+    from sitedispatch.domain.settings import Settings
 
     queue = QUEUES[queue_role]
     spec = FUNCTIONS[queue.function]

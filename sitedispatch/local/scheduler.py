@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any
 
-from ..resources import FUNCTIONS, SCHEDULES
-from .esm import LambdaContext, load_handler
+from sitedispatch.domain.resources import FUNCTIONS, SCHEDULES
+from sitedispatch.local.esm import LambdaContext, load_handler
 
 
 def run_scheduler(region: str, rate_scale: float = 1.0, once: bool = False) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ..wordpress.origin import MU_PLUGIN
+from sitedispatch.drivers.wordpress.origin import MU_PLUGIN
 
 WORDPRESS_DIR = Path("/usr/share/wordpress")
 PACKAGES = tuple(Path(__file__).with_name("wordpress-packages.txt").read_text().split())  # .ci/run reads it too

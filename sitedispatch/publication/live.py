@@ -1,16 +1,21 @@
-"""Receipts and the live pointer: where readers find a site's live revision."""
+"""Where a site's revisions, receipts and live pointer are kept, and how readers find the live revision."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from ..errors import NotFound
-from ..model import Site
-from ..ports import BlobStore, SiteStore
-from .routes import normalise_route, route_key
+from sitedispatch.domain.errors import NotFound
+from sitedispatch.domain.model import Site
+from sitedispatch.domain.ports import BlobStore, SiteStore
+from sitedispatch.publication.routes import normalise_route, route_key
 
 CAS_ATTEMPTS = 8
+
+
+def snapshot_key(site_id: str, revision_id: str) -> str:
+    """A revision's own document, written by its driver (a reference manifest, a WordPress snapshot)."""
+    return f"sites/{site_id}/snapshots/{revision_id}.json"
 
 
 def revision_prefix(site_id: str, revision_id: str) -> str:

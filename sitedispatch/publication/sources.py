@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..wordpress.store import ContentStore
-from .render import Renderer
-from .routes import Route
+from sitedispatch.publication.routes import Route
 
 
 class RouteSource(Protocol):
@@ -25,19 +23,3 @@ class RouteSource(Protocol):
 
     def render(self, route: Route) -> bytes:
         """The route's bytes. Raises TransientError when they cannot be had now."""
-
-
-class ManifestRoutes:
-    """A reference-driver revision: routes are a pure function of the manifest; rendering is deterministic."""
-
-    reuses_stored = False
-
-    def __init__(self, content: ContentStore, revision_id: str) -> None:
-        self.renderer = Renderer(content.manifest(revision_id), content.body)
-        self._routes = self.renderer.index.routes()
-
-    def routes(self) -> list[Route]:
-        return self._routes
-
-    def render(self, route: Route) -> bytes:
-        return self.renderer.render(route)

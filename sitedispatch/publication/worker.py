@@ -14,19 +14,26 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .. import observability as obs
-from ..backoff import full_jitter
-from ..drivers import SiteDriver, driver_for, reference_only
-from ..errors import NotFound, TransientError
-from ..model import Publication, PublicationMessage, PublicationStatus, Site
-from ..ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore, Visibility
-from ..settings import Settings
-from ..worker import Outcome, Result
-from .live import canonical, chunk_receipt_key, receipt_key, revision_prefix, write_live_document
-from .routes import Route, chunks
-from .sources import RouteSource
+from sitedispatch import observability as obs
+from sitedispatch.domain.backoff import full_jitter
+from sitedispatch.domain.delivery import Outcome, Result
+from sitedispatch.domain.errors import NotFound, TransientError
+from sitedispatch.domain.model import Publication, PublicationMessage, PublicationStatus, Site
+from sitedispatch.domain.ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore, Visibility
+from sitedispatch.domain.settings import Settings
+from sitedispatch.kinds.contract import SiteDriver
+from sitedispatch.kinds.drivers import driver_for
+from sitedispatch.publication.live import (
+    canonical,
+    chunk_receipt_key,
+    receipt_key,
+    revision_prefix,
+    write_live_document,
+)
+from sitedispatch.publication.routes import Route, chunks
+from sitedispatch.publication.sources import RouteSource
 
 PUT_CONCURRENCY = 8
 PLAN_CACHE_SIZE = 4
@@ -40,7 +47,7 @@ class PublicationDeps:
     blobs: BlobStore
     queue: PublicationQueue
     clock: Clock
-    drivers: Mapping[str, SiteDriver] = field(default_factory=reference_only)
+    drivers: Mapping[str, SiteDriver]
 
 
 @dataclass(frozen=True)

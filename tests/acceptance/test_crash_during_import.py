@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import Status
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from sitedispatch.model import Status
+from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import read_live_route, receipt_key
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.synthetic import write_wxr
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import Status
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from sitedispatch.model import Status
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.synthetic import write_wxr
+from sitedispatch.local.synthetic import write_wxr
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION
 

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import Status
+from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from sitedispatch.model import Status
-from sitedispatch.settings import Settings
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.credentials import Credentials
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.model import WORDPRESS_DRIVER, Operation, SiteConnection, Status
+from sitedispatch.domain.settings import Settings
+from sitedispatch.drivers.wordpress.credentials import Credentials
+from sitedispatch.drivers.wordpress.origin import WordPressOrigin
 from sitedispatch.local.supervisor import LocalRuntime
+from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, WordPressSite, missing_programs
-from sitedispatch.model import WORDPRESS_DRIVER, Operation, SiteConnection, Status
 from sitedispatch.publication.live import read_live_route, receipt_key
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.origin import WordPressOrigin
-from sitedispatch.wordpress.synthetic import write_wxr
-from sitedispatch.wordpress.wxr import WxrItem, parse_wxr
+from sitedispatch.wxr import WxrItem, parse_wxr
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.tables import table_specs
-from sitedispatch.resources import FUNCTIONS, LAMBDA_MAX_TIMEOUT_S, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
+from sitedispatch.domain.resources import FUNCTIONS, LAMBDA_MAX_TIMEOUT_S, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
+from stacks.bundling import import_closure
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
 
@@ -222,9 +223,16 @@ def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambd
         module = spec.handler.rsplit(".", 1)[0].replace(".", "/")
         assert (asset / f"{module}.py").is_file()
     assert list(asset.glob("pydantic_core/*aarch64*.so")), "pydantic-core must be the Linux arm64 build"
-    assert (asset / "sitedispatch/templates").is_dir()
+    assert (asset / "sitedispatch/drivers/reference/templates").is_dir()
     for absent in ("sitedispatch/local", "sitedispatch/cli", "moto", "typer", "rich", "boto3", "botocore"):
         assert not (asset / absent).exists(), absent
+    # The project's code in the asset is exactly the functions' import closure: nothing they cannot import (the
+    # demo's load generator, the CLI), nothing they import missing.
+    shipped = {p.relative_to(asset).as_posix() for top in ("sitedispatch", "functions")
+               for p in (asset / top).rglob("*.py")}
+    closure = {p.relative_to(ROOT).as_posix() for p in import_closure()}
+    assert shipped == closure
+    assert "sitedispatch/local/synthetic.py" not in shipped and "sitedispatch/operations/worker.py" in shipped
     size = sum(p.stat().st_size for p in asset.rglob("*") if p.is_file())
     assert size < 50 * 1024 * 1024  # Lambda's zipped limit is 50 MB; this is the unzipped size
     print(f"\nasset: {size / 1e6:.1f} MB unzipped, one asset shared by {len(FUNCTIONS)} functions; "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from sitedispatch.aws.tables import table_specs
-from sitedispatch.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES
-from sitedispatch.settings import Settings
+from sitedispatch.domain.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES
+from sitedispatch.domain.settings import Settings
 from tests.infrastructure.conftest import resources
 
 

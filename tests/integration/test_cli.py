@@ -38,7 +38,7 @@ def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
     assert code == 0 and "acme-blog" in out and "queued" in out
 
     # process it with the core, then wait sees it succeed
-    from sitedispatch.model import QueueMessage
+    from sitedispatch.domain.model import QueueMessage
     from tests.fakes import RecordingVisibility
 
     cloud.deps.worker().process(QueueMessage(op_id, "acme-blog"), RecordingVisibility())
@@ -138,7 +138,7 @@ def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
     """An operation row written whose message was lost (the submitter crashed) is re-sent by `reconcile`."""
     from dataclasses import replace
 
-    from sitedispatch.model import Kind, Operation, Status
+    from sitedispatch.domain.model import Kind, Operation, Status
 
     old = time.time() - 120
     orphan = Operation(operation_id="op_orphan", site_id="acme-blog", principal="p", kind=Kind.PROVISION,
@@ -191,7 +191,7 @@ def test_the_cli_finds_a_deployed_stack_by_its_outputs(cli: CliRunner, cloud: Cl
     the real stack exports for these resources."""
     import boto3
 
-    from sitedispatch.settings import ENV_PREFIX, Settings
+    from sitedispatch.domain.settings import ENV_PREFIX, Settings
 
     resource_fields = {"region", *(n for n, f in Settings.model_fields.items() if f.is_required())}
     environment = {Settings.env_name(n): str(getattr(cloud.settings, n)) for n in resource_fields}

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.errors import Backpressure
+from sitedispatch.domain.errors import Backpressure
+from sitedispatch.domain.model import Status
 from sitedispatch.local.cloud import create_resources, local_environment
-from sitedispatch.model import Status
 from tests.conftest import Cloud, cli_runner, pump, run_cli
 from tests.factories import PROVISION
 

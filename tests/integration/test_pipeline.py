@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.sqs import queue_arn_from_url
-from sitedispatch.errors import IdempotencyConflict
+from sitedispatch.domain.errors import IdempotencyConflict
+from sitedispatch.domain.model import QueueMessage, Status, sha256_hex
 from sitedispatch.local.esm import LambdaContext, settle, sqs_event
-from sitedispatch.model import QueueMessage, Status, sha256_hex
 from tests.conftest import Cloud
 from tests.factories import PROVISION
 
@@ -135,9 +135,9 @@ def test_malformed_message_is_acknowledged_not_retried_forever(cloud: Cloud, ent
 
 def test_stale_fence_is_rejected_by_dynamodb_not_by_the_client(cloud: Cloud) -> None:
     """Skip every client-side check and write straight through the commit port with an old fence."""
-    from sitedispatch.errors import StaleFence
-    from sitedispatch.model import Commit, Kind
-    from sitedispatch.ports import PreparedCommit
+    from sitedispatch.domain.errors import StaleFence
+    from sitedispatch.domain.model import Commit, Kind
+    from sitedispatch.domain.ports import PreparedCommit
 
     op_id = submit(cloud, "acme-blog", key="k")
     now = time.time()

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.aws.dynamo import DynamoMinuteBuckets
-from sitedispatch.errors import (
+from sitedispatch.aws.counters import DynamoMinuteBuckets
+from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
     Conflict,
@@ -18,9 +18,9 @@ from sitedispatch.errors import (
     NotRunnable,
     StaleFence,
 )
-from sitedispatch.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
-from sitedispatch.ports import PreparedCommit, Slot
-from sitedispatch.recent import RING_MINUTES, Bucket, MinuteCounts
+from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
+from sitedispatch.domain.ports import PreparedCommit, Slot
+from sitedispatch.operations.minute_counts import RING_MINUTES, Bucket, MinuteCounts
 from tests.conftest import Cloud
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
@@ -214,7 +214,7 @@ def test_listing_by_site_and_status(stores: Stores) -> None:
 
 
 def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Stores) -> None:
-    from sitedispatch.model import Publication, PublicationStatus
+    from sitedispatch.domain.model import Publication, PublicationStatus
 
     publications = stores.publications
     lease = running(stores)

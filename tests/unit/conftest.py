@@ -7,13 +7,17 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.control import Caller, ControlDeps, Controls
-from sitedispatch.handlers import handler_map
-from sitedispatch.model import Kind, QueueMessage
+from sitedispatch.domain.delivery import Result
+from sitedispatch.domain.model import Kind, QueueMessage
+from sitedispatch.drivers.reference.driver import reference_only
+from sitedispatch.kinds.handlers import handler_map
+from sitedispatch.operations.minute_counts import MinuteCounts
+from sitedispatch.operations.pace import Pace
+from sitedispatch.operations.retry_budget import RetryBudget
+from sitedispatch.operations.submission import SubmitDeps, Submitter
+from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
+from sitedispatch.operator.controls import Caller, ControlDeps, Controls
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
-from sitedispatch.recent import Recent
-from sitedispatch.submission import SubmitDeps, Submitter
-from sitedispatch.worker import OperationsWorker, Result, WorkerDeps
 from tests.factories import PROVISION, settings
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld, RecordingVisibility
 
@@ -29,17 +33,20 @@ class Harness:
         self.handlers = dict(handler_map())
         w = self.world
         self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock,
-                                              self.recent().pace))
+                                              self.pace()))
 
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
         return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
                                            w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue, self.recent()))
+                                           w.publication_queue, self.retry_budget(), self.pace(), reference_only()))
 
-    def recent(self) -> Recent:
-        return Recent(MemoryMinuteBuckets(self.world.db), self.settings.retry_budget_ratio,
-                      self.settings.retry_budget_min_retries)
+    def pace(self) -> Pace:
+        return Pace(MinuteCounts(MemoryMinuteBuckets(self.world.db)))
+
+    def retry_budget(self) -> RetryBudget:
+        return RetryBudget(MinuteCounts(MemoryMinuteBuckets(self.world.db)), self.settings.retry_budget_ratio,
+                           self.settings.retry_budget_min_retries)
 
     def controls(self) -> Controls:
         w = self.world
@@ -49,7 +56,7 @@ class Harness:
     def publisher(self) -> PublicationWorker:
         w = self.world
         return PublicationWorker(PublicationDeps(self.settings, w.sites, w.publications, w.blobs,
-                                                 w.publication_queue, w.clock))
+                                                 w.publication_queue, w.clock, reference_only()))
 
     def drain_publications(self, order: Callable[[list[Any]], list[Any]] | None = None) -> int:
         """Deliver every queued publication message (in `order`, default FIFO) until none is left."""

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from sitedispatch.backoff import backoff_ceiling, full_jitter
+from sitedispatch.domain.backoff import backoff_ceiling, full_jitter
+from sitedispatch.domain.settings import Settings
+from sitedispatch.drivers.reference.content import Manifest, default_site
 from sitedispatch.local.esm import LambdaContext, records_to_delete, sqs_event
-from sitedispatch.settings import Settings
-from sitedispatch.wordpress.content import Manifest, default_site
 from tests.conftest import examples
 from tests.factories import settings
 

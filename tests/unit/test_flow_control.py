@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.admission import is_admission_counter, running_slot
-from sitedispatch.control import Caller
-from sitedispatch.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
-from sitedispatch.model import Kind, Status
-from sitedispatch.status import DelayEstimate, estimated_delay_for
-from sitedispatch.worker import Outcome
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
+from sitedispatch.domain.model import Kind, Status
+from sitedispatch.operations.admission import is_admission_counter, running_slot
+from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
+from sitedispatch.operator.controls import Caller
 from tests.factories import PROVISION
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
 
@@ -86,7 +86,7 @@ def test_each_commit_counts_toward_its_principals_measured_pace_in_its_lane() ->
     harness.fail_first(Kind.PROVISION, PermanentError("nope", code="bad"))
     assert harness.deliver(failing)[0].outcome == Outcome.DEAD  # only commits count
 
-    pace = harness.recent().pace
+    pace = harness.pace()
     now = harness.world.clock.now()
     reading = pace.reading("operations", "tenant-a", now)
     assert reading.completions == 2 and reading.mean_s == 6.0
@@ -100,7 +100,7 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
     last completions measured at 10 s each: they start in rounds of two."""
     harness = Harness(max_running_per_principal=2)
     clock = harness.world.clock
-    pace = harness.recent().pace
+    pace = harness.pace()
     for _ in range(3):
         pace.record("operations", "tenant-a", 10.0, clock.now())
     ops = []
@@ -128,7 +128,7 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
 
 def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
     harness = Harness(max_running_per_principal=10)
-    pace = harness.recent().pace
+    pace = harness.pace()
     ops = []
     for n in range(3):
         ops.append(harness.submit(kind="publish", params={}, key=f"p{n}"))
@@ -141,7 +141,7 @@ def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
 
 def test_a_refusal_at_the_principal_limit_estimates_with_the_principals_measured_pace() -> None:
     harness = Harness(max_outstanding_per_principal=4, max_running_per_principal=2)
-    harness.recent().pace.record("operations", "tenant-a", 6.0, harness.world.clock.now())
+    harness.pace().record("operations", "tenant-a", 6.0, harness.world.clock.now())
     for n in range(4):
         harness.submit(site=f"site-{n}")
 

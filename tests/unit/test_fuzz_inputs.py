@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sitedispatch.errors import IdempotencyConflict, InvalidInput
-from sitedispatch.model import Kind, QueueMessage
-from sitedispatch.schemas import load_input
-from sitedispatch.worker import Outcome
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import IdempotencyConflict, InvalidInput
+from sitedispatch.domain.model import Kind, QueueMessage
+from sitedispatch.domain.schemas import load_input
 from tests.conftest import examples
 from tests.factories import PROVISION
 from tests.fakes import RecordingVisibility

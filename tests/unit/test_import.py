@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from sitedispatch.model import Status
-from sitedispatch.worker import Outcome
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.model import Status
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
 
 def head(harness: Harness, site: str = "acme-blog"):  # type: ignore[no-untyped-def]
-    from sitedispatch.wordpress.store import ContentStore
+    from sitedispatch.drivers.reference.store import ContentStore
 
     record = harness.world.sites.get(site)
     assert record is not None and record.head_revision
@@ -67,7 +67,7 @@ def test_every_wxr_version_imports_posts_pages_drafts_future_attachments_and_uni
     assert terms[("category", "local-news")].parent == terms[("category", "news")].id
     assert terms[("post_tag", "café")].name == "Café ☕"
     assert {terms[("category", "local-news")].id, terms[("post_tag", "café")].id} == set(published.term_ids)
-    from sitedispatch.wordpress.store import ContentStore
+    from sitedispatch.drivers.reference.store import ContentStore
 
     body = ContentStore(harness.world.blobs, "acme-blog").body(published.body)
     assert "日本語" in body.content and "a ]]> split CDATA" in body.content
@@ -115,10 +115,10 @@ def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> Non
 def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
     """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
     Manifest serialized whole, or revisions of the same content would differ by how they were written."""
-    from sitedispatch.wordpress.content import Manifest, PostRef, default_site
-    from sitedispatch.wordpress.merge import ManifestMerger
-    from sitedispatch.wordpress.store import ContentStore
-    from sitedispatch.wordpress.wxr import parse_wxr
+    from sitedispatch.drivers.reference.content import Manifest, PostRef, default_site
+    from sitedispatch.drivers.reference.merge import ManifestMerger
+    from sitedispatch.drivers.reference.store import ContentStore
+    from sitedispatch.wxr import parse_wxr
 
     head, _ = default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
                            locale="en_US", timezone="UTC", admin_login="admin", created_at=1_700_000_000.0)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from chaos.invariants import DriverLedger, Sampler, Violations, check_after
-from sitedispatch.model import PublicationStatus, Status
+from sitedispatch.domain.model import PublicationStatus, Status
 from sitedispatch.publication.live import object_key
 from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 

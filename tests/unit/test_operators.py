@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from sitedispatch.control import Caller, DeadLetterFilter
-from sitedispatch.errors import Conflict, Forbidden, TransientError
-from sitedispatch.model import Kind, Status
-from sitedispatch.worker import Outcome
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import Conflict, Forbidden, TransientError
+from sitedispatch.domain.model import Kind, Status
+from sitedispatch.operator.controls import Caller, DeadLetterFilter
 from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
 
 TENANT_A = Caller("tenant-a", operator=False)

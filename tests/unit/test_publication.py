@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from sitedispatch.errors import NotFound
-from sitedispatch.model import PublicationMessage, PublicationStatus
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import NotFound
+from sitedispatch.domain.model import PublicationMessage, PublicationStatus
+from sitedispatch.drivers.reference.content import gmt
 from sitedispatch.publication.live import live_key, object_key, read_live_route, receipt_key
-from sitedispatch.wordpress.content import gmt
-from sitedispatch.worker import Outcome
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
 
@@ -172,7 +172,7 @@ def test_restore_makes_head_content_an_old_revision(harness: Harness) -> None:
 
 
 def test_wp_cron_publishes_future_posts_once_their_date_passes(harness: Harness) -> None:
-    from sitedispatch.wordpress.content import parse_gmt
+    from sitedispatch.drivers.reference.content import parse_gmt
 
     harness.provisioned()
     harness.import_file(FIXTURES / "fixture-1.2.xml")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sitedispatch.admission import running_slot
-from sitedispatch.model import Kind, PublicationStatus, Status
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.model import Kind, PublicationStatus, Status
+from sitedispatch.drivers.reference.content import parse_gmt
+from sitedispatch.operations.admission import running_slot
 from sitedispatch.publication.live import live_key
 from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
-from sitedispatch.wordpress.content import parse_gmt
-from sitedispatch.worker import Outcome
 from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 
 

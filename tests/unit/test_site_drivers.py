@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.credentials import Credentials, check_reference
-from sitedispatch.errors import Conflict, InvalidInput, PermanentError, StaleFence, TransientError
-from sitedispatch.model import WORDPRESS_DRIVER, SiteConnection
-from sitedispatch.wordpress.crawl import CrawledRoutes, crawl_plan_key
-from sitedispatch.wordpress.origin import Credential, Fetched, WordPressOrigin
+from sitedispatch.domain.errors import Conflict, InvalidInput, PermanentError, StaleFence, TransientError
+from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
+from sitedispatch.drivers.wordpress.crawl import CrawledRoutes, crawl_plan_key
+from sitedispatch.drivers.wordpress.credentials import Credentials, check_reference
+from sitedispatch.drivers.wordpress.origin import Credential, Fetched, WordPressOrigin
 from tests.fakes import MemoryBlobStore
 from tests.unit.conftest import Harness
 
@@ -208,9 +208,9 @@ def test_a_route_the_origin_cannot_serve_is_transient() -> None:
 
 
 def test_drivers_are_built_on_first_use_only() -> None:
-    from sitedispatch.drivers import DriverRegistry, driver_for
-    from sitedispatch.drivers.reference import ReferenceDriver
-    from sitedispatch.model import Site
+    from sitedispatch.domain.model import Site
+    from sitedispatch.drivers.reference.driver import ReferenceDriver
+    from sitedispatch.kinds.drivers import DriverRegistry, driver_for
 
     built: list[str] = []
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sitedispatch.model import PublicationMessage, PublicationStatus, QueueMessage
+from sitedispatch.domain.model import PublicationMessage, PublicationStatus, QueueMessage
 from sitedispatch.publication.live import object_key, receipt_key
 from tests.conftest import examples
 from tests.fakes import RecordingVisibility

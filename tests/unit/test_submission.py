@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sitedispatch.errors import IdempotencyConflict, InvalidInput
-from sitedispatch.model import Status, operation_id_for, sha256_hex, stable_identity
-from sitedispatch.schemas import ProvisionInput
+from sitedispatch.domain.errors import IdempotencyConflict, InvalidInput
+from sitedispatch.domain.model import Status, operation_id_for, sha256_hex, stable_identity
+from sitedispatch.domain.schemas import ProvisionInput
 from tests.factories import PROVISION
 from tests.unit.conftest import Harness
 

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from sitedispatch.backoff import backoff_ceiling
-from sitedispatch.errors import PermanentError, TransientError
-from sitedispatch.model import Kind, Status
-from sitedispatch.worker import Outcome
+from sitedispatch.domain.backoff import backoff_ceiling
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import PermanentError, TransientError
+from sitedispatch.domain.model import Kind, Status
 from tests.unit.conftest import Harness
 
 
@@ -48,7 +48,7 @@ def test_duplicate_delivery_after_success_is_acknowledged_without_work(harness: 
 
 
 def test_unknown_operation_and_site_mismatch_are_acknowledged(harness: Harness) -> None:
-    from sitedispatch.model import QueueMessage
+    from sitedispatch.domain.model import QueueMessage
     from tests.fakes import RecordingVisibility
 
     op_id = harness.submit()
@@ -258,7 +258,7 @@ def test_stale_holder_is_refused_by_the_fence_while_the_new_holder_is_still_work
 
 def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(
         harness: Harness) -> None:
-    from sitedispatch.errors import TransientError
+    from sitedispatch.domain.errors import TransientError
 
     op_id = harness.submit()
     real = harness.world.operations.start_attempt

@@ -1,0 +1,56 @@
+"""The publications table: each publication's plan and fan-in (PublicationStore)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from sitedispatch.aws.tables import Models
+from sitedispatch.aws.writes import conditionally, get_item
+from sitedispatch.domain.errors import Conflict, NotFound
+from sitedispatch.domain.model import Publication, PublicationStatus
+
+
+def to_publication(item: Any) -> Publication:
+    return Publication(
+        site_id=item.site_id, seq=int(item.seq), revision_id=item.revision_id, operation_id=item.operation_id,
+        status=PublicationStatus(item.status), created_at=float(item.created_at),
+        total_chunks=None if item.total_chunks is None else int(item.total_chunks),
+        done_chunks=frozenset(int(n) for n in (item.done_chunks or ())), finished_at=item.finished_at,
+    )
+
+
+class DynamoPublicationStore:
+    def __init__(self, models: Models) -> None:
+        self.M: Any = models.Publication
+
+    def get(self, site_id: str, seq: int) -> Publication | None:
+        item = get_item(self.M, site_id, seq)
+        return None if item is None else to_publication(item)
+
+    def _update(self, site_id: str, seq: int, actions: list[Any], condition: Any) -> Publication:
+        item = self.M(site_id, seq)
+        if not conditionally(lambda: item.update(actions=actions, condition=self.M.seq.exists() & condition)):
+            current = self.get(site_id, seq)
+            if current is None:
+                raise NotFound(f"publication {site_id}#{seq}")
+            raise Conflict(f"publication {site_id}#{seq} is {current.status.value} with {current.total_chunks} chunks")
+        return to_publication(item)
+
+    def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
+        M = self.M
+        return self._update(site_id, seq, [M.total_chunks.set(total_chunks)],
+                            M.total_chunks.does_not_exist() | (M.total_chunks == total_chunks))
+
+    def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
+        M = self.M
+        return self._update(site_id, seq, [M.done_chunks.add({chunk})], M.total_chunks.exists())
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+        M = self.M
+        with contextlib.suppress(Conflict):  # already finished by a duplicate finisher: the first word stands
+            self._update(site_id, seq, [M.status.set(status.value), M.finished_at.set(now)],
+                         M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value))
+
+    def list(self, site_id: str, limit: int = 100) -> list[Publication]:
+        return [to_publication(item) for item in self.M.query(site_id, scan_index_forward=False, limit=limit)]

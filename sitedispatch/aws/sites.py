@@ -1,0 +1,110 @@
+"""The sites table: registration, the mutation lease with its fence, health and the live pointer (SiteStore)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sitedispatch.aws.tables import DUE_PARTITION, Models
+from sitedispatch.aws.writes import conditionally, get_item
+from sitedispatch.domain.errors import LeaseHeld, NotFound, StaleFence
+from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
+from sitedispatch.domain.ports import checked_registration
+
+
+def to_site(item: Any) -> Site:
+    return Site(
+        site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
+        head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
+        lease_owner=item.lease_owner, lease_expires_at=item.lease_expires_at, paused=bool(item.paused),
+        pause_reason=item.pause_reason, consecutive_failures=int(item.consecutive_failures or 0),
+        avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
+        live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
+        next_due_at=None if item.next_due_at is None else float(item.next_due_at),
+        connection=SiteConnection(item.driver or REFERENCE_DRIVER, item.endpoint, item.credential_ref),
+    )
+
+
+class DynamoSiteStore:
+    def __init__(self, models: Models) -> None:
+        self.M: Any = models.Site
+
+    def get(self, site_id: str) -> Site | None:
+        item = get_item(self.M, site_id)
+        return None if item is None else to_site(item)
+
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
+                 ) -> Site:
+        M = self.M
+        given = connection or SiteConnection()
+        conditionally(lambda: M(site_id, principal=principal, created_at=now, driver=given.driver,
+                                endpoint=given.endpoint, credential_ref=given.credential_ref
+                                ).save(condition=M.site_id.does_not_exist()))  # taken: checked below
+        site = self.get(site_id)
+        assert site is not None
+        return checked_registration(site, principal, connection)
+
+    def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
+        M = self.M
+        item = M(site_id)
+        free = M.lease_owner.does_not_exist() | (M.lease_owner == operation_id) | (M.lease_expires_at <= now)
+        if not conditionally(lambda: item.update(
+                actions=[M.fence.add(1), M.lease_owner.set(operation_id), M.lease_expires_at.set(now + duration)],
+                condition=M.site_id.exists() & free)):
+            current = self.get(site_id)
+            raise LeaseHeld(site_id, current.lease_owner if current else None,
+                            float(current.lease_expires_at or now) if current else now)
+        return Lease(site_id, operation_id, int(item.fence), float(item.lease_expires_at))
+
+    def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
+        M = self.M
+        if not conditionally(lambda: M(lease.site_id).update(
+                actions=[M.lease_expires_at.set(now + duration)],
+                condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner))):
+            raise StaleFence(f"site {lease.site_id}: fence {lease.fence} is no longer current")
+        return Lease(lease.site_id, lease.owner, lease.fence, now + duration)
+
+    def release_lease(self, lease: Lease) -> bool:
+        M = self.M
+        return conditionally(lambda: M(lease.site_id).update(
+            actions=[M.lease_owner.remove(), M.lease_expires_at.remove()],
+            condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner)))
+
+    def due(self, now: float, limit: int = 1000) -> list[Site]:
+        """Earliest first, from the by-due index (eventually consistent on AWS: a just-committed head may be missed
+        until the next minute's sweep, and a stale entry is harmless because wp_cron is idempotent per minute)."""
+        M = self.M
+        return [to_site(item) for item in M.by_due.query(DUE_PARTITION, M.next_due_at <= now, limit=limit)]
+
+    def list(self, limit: int = 100) -> list[Site]:
+        """Up to `limit` sites, by id. A scan reads in hash order, so past `limit` sites which ones are listed is
+        DynamoDB's choice."""
+        sites = [to_site(item) for item in self.M.scan(limit=limit)]
+        return sorted(sites, key=lambda s: s.site_id)
+
+    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+        M = self.M
+        actions = [M.paused.set(paused), M.pause_reason.set(reason) if paused else M.pause_reason.remove()]
+        if not paused:
+            actions.append(M.consecutive_failures.set(0))
+        item = M(site_id)
+        if not conditionally(lambda: item.update(actions=actions, condition=M.site_id.exists())):
+            raise NotFound(f"site {site_id} not found")
+        return to_site(item)
+
+    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+        """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once)."""
+        M = self.M
+        item = M(site_id)
+        if not conditionally(lambda: item.update(actions=[M.consecutive_failures.add(1)],
+                                                 condition=M.site_id.exists())):
+            raise NotFound(f"site {site_id} not found")
+        if int(item.consecutive_failures) >= pause_at and not item.paused:
+            conditionally(lambda: item.update(actions=[M.paused.set(True), M.pause_reason.set(reason)],
+                                              condition=M.paused == False))  # noqa: E712 - a DynamoDB condition
+        return to_site(item)
+
+    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        M = self.M
+        return conditionally(lambda: M(site_id).update(
+            actions=[M.live_seq.set(seq), M.live_revision.set(revision_id), M.live_at.set(now)],
+            condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq))))

@@ -1,0 +1,133 @@
+"""Conditional writes, in one place: a single conditional write whose failed condition becomes a domain answer, and
+named transactions whose failed items are reported by name, not by position.
+
+DynamoDB reports a cancelled transaction's reasons one per item, in the order the items were sent. pynamodb's own
+TransactWrite sends them grouped by kind (checks, deletes, puts, updates), whatever order the calls were made in, so
+decoding by position would depend on that grouping; NamedTransaction sends its items in the order they were added and
+keeps each one's name beside it, so a reordering cannot turn one failed condition into another domain error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from pynamodb.connection import Connection
+from pynamodb.connection.base import BOTOCORE_EXCEPTIONS
+from pynamodb.constants import TRANSACT_DELETE, TRANSACT_ITEMS, TRANSACT_PUT, TRANSACT_UPDATE, TRANSACT_WRITE_ITEMS
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.models import Model
+
+CONDITION_FAILED = "ConditionalCheckFailedException"
+CANCELLED_BY_CONDITION = "ConditionalCheckFailed"
+MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key (2048 for a partition key); ours are far shorter
+M = TypeVar("M", bound=Model)
+
+
+def conditionally(write: Callable[[], object]) -> bool:
+    """Run one conditional write: True if it was applied, False if its condition failed. Any other failure raises."""
+    try:
+        write()
+    except (PutError, UpdateError, DeleteError) as exc:
+        if exc.cause_response_code == CONDITION_FAILED:
+            return False
+        raise
+    return True
+
+
+def get_item(model: type[M], hash_key: str, range_key: Any = None) -> M | None:
+    """The item (a strongly consistent read), or None when there is none, including when the key could not name one
+    (DynamoDB refuses an empty or oversized key value with a ValidationException: for a reader that only means "no
+    such item")."""
+    if not hash_key or len(hash_key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        return None
+    try:
+        return model.get(hash_key, range_key, consistent_read=True)
+    except DoesNotExist:
+        return None
+
+
+def under_limit(counter: Any, default: int) -> Any:
+    """The counter is below its maximum: the one kept on the item (an operator's quota) or, without one, `default`
+    (the deployment's). Read in the same conditional write, so a quota costs no read on the hot paths."""
+
+    def below(bound: Any) -> Any:
+        return counter.value.does_not_exist() | (counter.value < bound)
+
+    return (counter.maximum.does_not_exist() & below(default)) | (counter.maximum.exists() & below(counter.maximum))
+
+
+class TransactionFailed(Exception):
+    """A transaction DynamoDB cancelled because conditions failed: `failed` names the items whose condition did."""
+
+    def __init__(self, failed: frozenset[str], cause: TransactWriteError) -> None:
+        super().__init__(f"transaction cancelled: condition failed on {', '.join(sorted(failed))}")
+        self.failed = failed
+        self.cause = cause
+
+    def mapped(self, errors: Sequence[tuple[str, Callable[[], Exception]]]) -> Exception:
+        """The domain error of the first name in `errors` whose condition failed; this exception itself when none
+        of them did (a condition the caller did not expect to fail: never silently another domain error)."""
+        for name, error in errors:
+            if name in self.failed:
+                return error()
+        return self
+
+
+class NamedTransaction:
+    """One TransactWriteItems, its items sent in the order they were added, each with a name for its failure.
+
+    Used as a context manager: the items are sent on a clean exit. A cancellation with at least one failed condition
+    raises TransactionFailed; anything else (a conflict with another transaction, throttling) raises pynamodb's
+    TransactWriteError unchanged, so the caller's retry policy sees it as it is.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._items: list[tuple[str, dict[str, Any]]] = []
+
+    def __enter__(self) -> NamedTransaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.commit()
+
+    def save(self, name: str, model: Model, condition: Any = None) -> None:
+        self._add(name, TRANSACT_PUT, model.get_save_kwargs_from_instance(condition=condition))
+
+    def update(self, name: str, model: Model, actions: list[Any], condition: Any = None) -> None:
+        self._add(name, TRANSACT_UPDATE, model.get_update_kwargs_from_instance(actions=actions, condition=condition))
+
+    def delete(self, name: str, model: Model, condition: Any = None) -> None:
+        self._add(name, TRANSACT_DELETE, model.get_delete_kwargs_from_instance(condition=condition))
+
+    def decrement(self, counter_model: Any, counters: Iterable[str], now: float) -> None:
+        """Release one of each counter (an admission counter or a running slot), each its own named item."""
+        for counter in counters:
+            self.update(f"counter:{counter}", counter_model(counter),
+                        [counter_model.value.add(-1), counter_model.changed_at.set(now)])
+
+    def _add(self, name: str, kind: str, kwargs: dict[str, Any]) -> None:
+        if any(existing == name for existing, _ in self._items):
+            raise ValueError(f"two items named {name!r} in one transaction")
+        self._items.append((name, {kind: kwargs}))
+
+    def commit(self) -> None:
+        if not self._items:
+            return
+        try:
+            self._connection.dispatch(TRANSACT_WRITE_ITEMS, {TRANSACT_ITEMS: [item for _, item in self._items]})
+        except BOTOCORE_EXCEPTIONS as cause:  # wrapped as pynamodb's own TransactWrite wraps it
+            exc = TransactWriteError("Failed to write transaction items", cause)
+            reasons = exc.cancellation_reasons
+            failed = frozenset(name for (name, _), reason in zip(self._items, reasons, strict=False)
+                               if reason is not None and reason.code == CANCELLED_BY_CONDITION)
+            if failed:
+                raise TransactionFailed(failed, exc) from cause
+            raise exc from cause
+
+
+def transaction(model: type[Model]) -> NamedTransaction:
+    """A transaction on the connection of `model`'s table (one client serves every table)."""
+    return NamedTransaction(model._get_connection().connection)

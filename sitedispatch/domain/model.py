@@ -1,0 +1,297 @@
+"""Domain types: operations, sites, leases, commits and queue messages."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sitedispatch.domain.errors import InvalidInput
+
+SITE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+# A local name (`--as tenant-a`) or, on AWS, an IAM identity's ARN (`arn:aws:sts::123456789012:assumed-role/Role`).
+PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:/+=,-]{0,255}$")
+
+
+def check_principal(principal: str, field: str = "principal") -> None:
+    if not PRINCIPAL_PATTERN.match(principal):
+        raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field=field)
+
+
+def stable_identity(arn: str) -> str:
+    """The principal an STS caller ARN stands for. An assumed role's ARN ends with its session name, which changes
+    with every session (each Lambda container, each `aws sso login`): the principal is the role, so that its
+    operations, sites and quota stay its own across sessions."""
+    prefix, sep, rest = arn.partition(":assumed-role/")
+    if not sep:
+        return arn
+    role = rest.split("/", 1)[0]
+    return f"{prefix}:assumed-role/{role}"
+
+
+class Kind(StrEnum):
+    PROVISION = "provision"
+    IMPORT = "import"
+    PUBLISH = "publish"
+    WP_CRON = "wp_cron"
+    RECOVER = "recover"
+
+
+class Status(StrEnum):
+    ACCEPTED = "accepted"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    DEAD = "dead"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Status.DEAD})
+RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
+
+
+INTERACTIVE = "operations"  # the lanes are the names of the operations queues in sitedispatch.resources.QUEUES
+BULK = "bulk"
+BULK_KINDS = frozenset({Kind.IMPORT})
+
+
+def lane_for(kind: Kind) -> str:
+    """Which operations queue a kind's messages travel on."""
+    return BULK if kind in BULK_KINDS else INTERACTIVE
+
+
+def operation_id_for(principal: str, site_id: str, kind: str, idempotency_key: str) -> str:
+    """Deterministic operation id: the same (principal, site, kind, key) always names the same operation."""
+    material = "\x1f".join((principal, site_id, kind, idempotency_key)).encode()
+    return "op_" + hashlib.sha256(material).hexdigest()[:32]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why an attempt failed."""
+
+    error_class: str
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    site_id: str
+    principal: str
+    kind: Kind
+    status: Status
+    input_key: str
+    input_digest: str
+    idempotency_key: str
+    created_at: float
+    updated_at: float
+    attempt: int = 0
+    attempt_budget: int = 5
+    epoch: int = 0
+    fence: int | None = None
+    queued_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    not_before: float | None = None
+    error: ErrorInfo | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: str | None = None  # the reason, once `ops cancel` asked a running operation to stop
+    superseded_by: str | None = None
+    running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
+    evidence: dict[str, Any] | None = None  # when dead: the compact evidence (the full document is in S3)
+
+    @property
+    def dedup_id(self) -> str:
+        """SQS deduplication id: a redrive or replay (new epoch) is a new delivery, a resend is not."""
+        return f"{self.operation_id}-e{self.epoch}"
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operator or producer action on accepted work: who, what, on what, why, when, and how it ended."""
+
+    at: float
+    actor: str  # the caller identity (STS ARN on AWS, the --as name locally)
+    action: str  # cancel, pause, resume, redrive, replay, quota
+    target: str  # an operation id or a site id
+    outcome: str  # ok | refused | denied
+    reason: str | None = None
+    site_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An operator's override of one principal's limits; a field left None keeps the deployment's setting."""
+
+    principal: str
+    max_outstanding: int | None = None  # instead of MAX_OUTSTANDING_PER_PRINCIPAL
+    max_running: int | None = None  # instead of MAX_RUNNING_PER_PRINCIPAL (in each lane)
+    updated_by: str = ""
+    updated_at: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held mutation lease: the fencing token `fence` is what every fenced write is checked against."""
+
+    site_id: str
+    owner: str
+    fence: int
+    expires_at: float
+
+
+REFERENCE_DRIVER = "reference"
+WORDPRESS_DRIVER = "wordpress"
+DRIVERS = (REFERENCE_DRIVER, WORDPRESS_DRIVER)
+
+
+@dataclass(frozen=True)
+class SiteConnection:
+    """How a site's content is reached: its driver and, for a remote site, where and with which credential."""
+
+    driver: str = REFERENCE_DRIVER
+    endpoint: str | None = None  # a WordPress site's home URL
+    credential_ref: str | None = None  # file:///path or a Secrets Manager secret (ARN or name): never the secret
+
+    def describe(self) -> str:
+        return self.driver + (f" at {self.endpoint}" if self.endpoint else "")
+
+
+@dataclass(frozen=True)
+class Site:
+    site_id: str
+    principal: str
+    created_at: float
+    head_version: int = 0
+    head_revision: str | None = None
+    fence: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    paused: bool = False
+    pause_reason: str | None = None
+    consecutive_failures: int = 0
+    avg_operation_s: float | None = None
+    live_seq: int = 0
+    live_revision: str | None = None
+    live_at: float | None = None
+    next_due_at: float | None = None  # when the head revision next has a WordPress event or future post due
+    connection: SiteConnection = SiteConnection()
+
+    @property
+    def driver(self) -> str:
+        return self.connection.driver
+
+    def lease_free_for(self, operation_id: str, now: float) -> bool:
+        return (
+            self.lease_owner is None
+            or self.lease_owner == operation_id
+            or (self.lease_expires_at is not None and self.lease_expires_at <= now)
+        )
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One canonical mutation of a site, identified by the operation that made it."""
+
+    operation_id: str
+    site_id: str
+    kind: Kind
+    version: int
+    revision_id: str
+    parent_revision: str | None
+    fence: int
+    committed_at: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """The whole body of an operations message: it only identifies durable state."""
+
+    operation_id: str
+    site_id: str
+
+    def to_body(self) -> str:
+        import json
+
+        return json.dumps({"operation_id": self.operation_id, "site_id": self.site_id}, separators=(",", ":"))
+
+
+class PublicationStatus(StrEnum):
+    PENDING = "pending"  # written with the commit (the outbox); plan not yet made
+    PLANNED = "planned"  # chunks known and sent
+    PUBLISHED = "published"  # receipt written and promoted
+    SUPERSEDED = "superseded"  # a newer sequence was live first: never promoted
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One publication of a revision under a sequence number (the head version of the commit that asked for it)."""
+
+    site_id: str
+    seq: int
+    revision_id: str
+    operation_id: str
+    status: PublicationStatus
+    created_at: float
+    total_chunks: int | None = None
+    done_chunks: frozenset[int] = frozenset()
+    finished_at: float | None = None
+
+
+PLAN = -1  # the chunk number of a publication's planning step
+
+
+@dataclass(frozen=True)
+class PublicationMessage:
+    """A publications-queue message: identifies a publication and one step of it (plan, or a chunk)."""
+
+    site_id: str
+    revision_id: str
+    seq: int
+    chunk: int = PLAN
+
+    def to_body(self) -> str:
+        import json
+
+        return json.dumps({"site_id": self.site_id, "revision_id": self.revision_id, "seq": self.seq,
+                           "chunk": "plan" if self.chunk == PLAN else self.chunk}, separators=(",", ":"))
+
+    @classmethod
+    def from_body(cls, body: str) -> PublicationMessage:
+        import json
+
+        data = json.loads(body)
+        chunk = data["chunk"]
+        return cls(str(data["site_id"]), str(data["revision_id"]), int(data["seq"]),
+                   PLAN if chunk == "plan" else int(chunk))
+
+    @property
+    def step(self) -> str:
+        return "plan" if self.chunk == PLAN else str(self.chunk)
+
+    @property
+    def group_id(self) -> str:
+        """Chunks are immutable and idempotent: they need no per-site order, so each is its own group (the
+        conditional promotion restores per-site order). 32 hex digits keep the id under SQS's 128 characters."""
+        return f"{self.site_id}:{self.revision_id[:32]}:{self.step}"
+
+    @property
+    def dedup_id(self) -> str:
+        return f"{self.site_id}-{self.seq}-{self.step}"

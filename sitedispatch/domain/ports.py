@@ -1,0 +1,252 @@
+"""The ports the core talks through. AWS adapters live in `sitedispatch.aws`; tests use in-memory fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+from sitedispatch.domain.errors import Conflict
+from sitedispatch.domain.model import (
+    AuditEntry,
+    Commit,
+    ErrorInfo,
+    Lease,
+    Operation,
+    Publication,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+    Quota,
+    Site,
+    SiteConnection,
+    Status,
+)
+
+
+def checked_registration(site: Site, principal: str, connection: SiteConnection | None) -> Site:
+    """The rule every SiteStore applies after its conditional create: a site has one owner and one connection."""
+    if site.principal != principal:
+        raise Conflict(f"site {site.site_id} belongs to another principal")
+    if connection is not None and connection != site.connection:
+        raise Conflict(f"site {site.site_id} is registered as {site.connection.describe()}; it cannot become "
+                       f"{connection.describe()} (register another site id)")
+    return site
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place under a running cap: `counter` may count at most `maximum` attempts at once."""
+
+    counter: str
+    maximum: int
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class OperationStore(Protocol):
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+        """Insert, and in the same transaction add 1 to each (counter, maximum) while under its maximum. Raises
+        AlreadyExists if the id is taken, LimitReached (writing nothing) if a counter is full."""
+
+    def counter(self, counter_id: str) -> int: ...
+
+    def counters(self, prefix: str = "") -> dict[str, int]: ...
+
+    def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
+        """Set a drifted counter to `value`, only if it still holds `observed` and has not moved since
+        `quiet_since` (so a recount that raced with traffic never overwrites it). False when it moved."""
+
+    def get(self, operation_id: str) -> Operation | None: ...
+
+    def mark_queued(self, operation_id: str, now: float) -> bool:
+        """accepted -> queued. False when the operation had already moved on (a fast worker)."""
+
+    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
+                      current: Operation | None = None) -> Operation:
+        """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
+        Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
+        writing nothing) unless the row still holds one from an attempt that died. `current` (the row as the caller
+        read it) saves re-reading the row after a slot was taken (what the conditions do not pin, a cancel request,
+        the commit's own condition still honours)."""
+
+    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
+                       slot: str | None = None) -> None:
+        """running -> queued, only while `fence` is still the operation's fence (else StaleFence), releasing the
+        running `slot` the row holds."""
+
+    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
+                  counters: Sequence[str] = (), slot: str | None = None,
+                  evidence: dict[str, Any] | None = None) -> None:
+        """-> dead with the error and its `evidence`, only from a runnable status (and, given a fence, only while
+        it is ours); releases `counters` and the running `slot` in the same transaction."""
+
+    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
+            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
+            slot: str | None = None) -> None:
+        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters` and the
+        running `slot`.
+
+        Every transition that releases a slot is conditional on the row holding exactly that slot (none when
+        `slot` is None), so each slot is released once; a mismatch is NotRunnable (a race: look again)."""
+
+    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
+               new_input: tuple[str, str] | None = None) -> Operation:
+        """dead at `epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
+        given), re-admitted under `limits` in the same transaction. NotRunnable if it is not dead at `epoch` (a
+        second redrive), LimitReached if a counter is full; neither writes anything."""
+
+    def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
+        """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
+
+    def list(self, *, site_id: str | None = None, status: Status | None = None,
+             limit: int = 100) -> list[Operation]: ...
+
+
+class SiteStore(Protocol):
+    def get(self, site_id: str) -> Site | None: ...
+
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
+                 ) -> Site:
+        """Create the site owned by `principal` if absent (with `connection`, default the reference driver);
+        Conflict if another principal owns it, or if `connection` differs from the one it was registered with."""
+
+    def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
+        """Conditional: free, expired or already ours. Increments the fence. Raises LeaseHeld."""
+
+    def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
+        """Conditional on the fence being still ours; raises StaleFence."""
+
+    def release_lease(self, lease: Lease) -> bool:
+        """Conditional on the fence; False (not an error) when someone else holds it by now."""
+
+    def due(self, now: float, limit: int = 1000) -> list[Site]:
+        """Sites whose head has a WordPress event or future post due at or before `now`, earliest first."""
+
+    def list(self, limit: int = 100) -> list[Site]: ...
+
+    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+        """Pause (deliveries are deferred) or resume (also clears the failure count). NotFound if unknown."""
+
+    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`."""
+
+    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        """Conditional: the live pointer moves only forward (live_seq < seq). False when it lost to a newer one."""
+
+
+@dataclass(frozen=True)
+class PreparedCommit:
+    """Everything the commit transaction writes: the record, the new head, the lease release, the status, and the
+    publication it asks for (the outbox row, so a crash after the commit cannot lose the publication)."""
+
+    commit: Commit
+    lease: Lease
+    expected_version: int
+    result: dict[str, Any]
+    publication: Publication | None = None
+    counters: tuple[str, ...] = ()  # admission counters released by this terminal transition
+    avg_operation_s: float | None = None  # the site's updated running average of operation time
+    slot: str | None = None  # the running slot the operation holds, released by the commit
+    next_due_at: float | None = None  # of the new head: when wp-events should next run WordPress's cron
+
+
+class PublicationStore(Protocol):
+    def get(self, site_id: str, seq: int) -> Publication | None: ...
+
+    def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
+        """Record the chunk count (conditional: unset or the same). Raises NotFound for an unknown publication."""
+
+    def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
+        """Add `chunk` to the done set (idempotent) and return the publication as it is now."""
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+        """-> published or superseded (from pending or planned only)."""
+
+    def list(self, site_id: str, limit: int = 100) -> list[Publication]:
+        """Newest sequence first."""
+
+
+class PublicationQueue(Protocol):
+    def send(self, message: PublicationMessage) -> str: ...
+
+
+class CommitStore(Protocol):
+    def commit(self, prepared: PreparedCommit, now: float) -> None:
+        """One transaction. AlreadyCommitted if the record exists; StaleFence if the site fence moved;
+        NotRunnable if the operation is no longer running under this fence."""
+
+    def get(self, operation_id: str) -> Commit | None: ...
+
+    def history(self, site_id: str, limit: int = 100) -> list[Commit]: ...
+
+
+class BlobStore(Protocol):
+    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
+        """Conditional PUT (If-None-Match: *): True if written, False if the object already existed."""
+
+    def get(self, key: str) -> bytes:
+        """Raises NotFound."""
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its ETag, or None if absent."""
+
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
+                ) -> bool:
+        """Compare-and-swap PUT: If-Match `expected_etag`, or If-None-Match * when None. False on a lost race."""
+
+    def open(self, key: str) -> IO[bytes]:
+        """A readable stream of the object (large inputs are never read whole). Raises NotFound."""
+
+
+class OperationQueue(Protocol):
+    def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
+        """Send on the lane's queue with MessageGroupId = site id; returns the message id."""
+
+    def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str: ...
+
+    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+        """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
+
+
+class QuotaStore(Protocol):
+    """An operator's override of a principal's limits: its record, and the maximum it puts on each counter it
+    bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores' admission and
+    running-slot conditions honour a counter's own maximum before the deployment's."""
+
+    def get(self, principal: str) -> Quota | None: ...
+
+    def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None: ...
+
+    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+        """Remove the override and the maxima it put on `bounds`; False if there was none."""
+        ...
+
+
+class AuditLog(Protocol):
+    def record(self, entry: AuditEntry) -> None: ...
+
+    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
+             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """Entries between `since` and `until`, newest first, matching every filter given."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message found in a dead-letter queue, by the attributes the worker gave it."""
+
+    lane: str
+    attributes: dict[str, str]
+    sent_at: float | None
+
+
+class Visibility(Protocol):
+    """The received message whose visibility the worker controls (defer, backoff, heartbeat)."""
+
+    def change(self, seconds: float) -> None: ...
+

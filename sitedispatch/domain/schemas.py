@@ -1,0 +1,84 @@
+"""Per-kind input schemas. Validation happens at submit, before anything is written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.model import Kind
+
+
+class OperationInput(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+    def canonical_bytes(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+
+class ProvisionInput(OperationInput):
+    title: str = Field(min_length=1, max_length=200)
+    admin_email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", max_length=254)
+    admin_login: str = Field(default="admin", pattern=r"^[a-z0-9_.@-]{1,60}$")
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=2048)
+    locale: str = Field(default="en_US", pattern=r"^[a-z]{2,3}(_[A-Z]{2})?$")
+    timezone: str = Field(default="UTC", max_length=64)
+
+
+DIGEST = r"^[0-9a-f]{64}$"
+
+
+class ImportInput(OperationInput):
+    """A WXR file staged in S3 by the CLI (the message never carries it)."""
+
+    source_key: str = Field(pattern=r"^uploads/[a-z0-9][a-z0-9-]{2,62}/[0-9a-f]{64}\.xml$")
+    source_digest: str = Field(pattern=DIGEST)
+    source_bytes: int = Field(ge=0)
+
+
+class PublishInput(OperationInput):
+    """Publish the site's head revision (no fields)."""
+
+
+class WpCronInput(OperationInput):
+    """Run due events as of `due_minute` (epoch minutes; default: the operation's acceptance time)."""
+
+    due_minute: int | None = Field(default=None, ge=0)
+
+
+class RecoverInput(OperationInput):
+    """rollback: make `revision_id` live again (head unchanged); restore: head content = `revision_id`."""
+
+    revision_id: str = Field(pattern=DIGEST)
+    mode: Literal["rollback", "restore"] = "rollback"
+
+
+SCHEMAS: dict[Kind, type[OperationInput]] = {
+    Kind.PROVISION: ProvisionInput,
+    Kind.IMPORT: ImportInput,
+    Kind.PUBLISH: PublishInput,
+    Kind.WP_CRON: WpCronInput,
+    Kind.RECOVER: RecoverInput,
+}
+
+
+def parse_input(kind: Kind, raw: dict[str, Any]) -> OperationInput:
+    """Validate `raw` against the kind's schema; InvalidInput names the first bad field."""
+    schema = SCHEMAS.get(kind)
+    if schema is None:
+        raise InvalidInput(f"kind {kind.value!r} has no handler in this release; available: "
+                           f"{', '.join(k.value for k in SCHEMAS)}", field="kind")
+    try:
+        return schema.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "input"
+        raise InvalidInput(f"{where}: {first['msg']}", field=where) from exc
+
+
+def load_input(kind: Kind, data: bytes) -> OperationInput:
+    """Rebuild a stored input blob (already validated at submit)."""
+    return SCHEMAS[kind].model_validate_json(data)

@@ -1,0 +1,134 @@
+"""The reference driver: sites held entirely in this system's content store (manifests and bodies in S3), rendered
+from templates. Every kind is a pure function of the head revision and the input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sitedispatch.domain.errors import NotFound, PermanentError
+from sitedispatch.domain.model import REFERENCE_DRIVER, Site
+from sitedispatch.domain.ports import BlobStore
+from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
+from sitedispatch.drivers.reference.content import Manifest, ScheduledEvent, default_site, gmt
+from sitedispatch.drivers.reference.merge import ManifestMerger
+from sitedispatch.drivers.reference.source import ManifestRoutes
+from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
+from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
+from sitedispatch.publication.sources import RouteSource
+from sitedispatch.wxr import HashingReader, parse_wxr
+
+HEARTBEAT_EVERY_ITEMS = 100
+RECURRENCE_S = {"hourly": 3600, "twicedaily": 43200, "daily": 86400, "weekly": 604800}
+
+
+def _content(ctx: HandlerContext) -> ContentStore:
+    return ContentStore(ctx.blobs, ctx.site.site_id)
+
+
+def _head(ctx: HandlerContext) -> Manifest:
+    assert ctx.site.head_revision is not None  # the handler checked the site is provisioned
+    return _content(ctx).manifest(ctx.site.head_revision)
+
+
+def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
+    """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op)."""
+    return Mutation(revision_id=_content(ctx).put_manifest(manifest), summary=summary,
+                    next_due_at=manifest.next_due_at(), **after)
+
+
+class ReferenceDriver:
+    def provision(self, ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
+        """A new site with WordPress's defaults, recorded as commit 1."""
+        if ctx.settings.reference_latency_s:
+            ctx.work_for(ctx.settings.reference_latency_s)
+        manifest, bodies = default_site(
+            ctx.site.site_id,
+            title=payload.title,
+            url=payload.url or f"https://{ctx.site.site_id}.example",
+            admin_email=payload.admin_email,
+            admin_login=payload.admin_login,
+            locale=payload.locale,
+            timezone=payload.timezone,
+            created_at=ctx.operation.created_at,
+        )
+        for body in bodies:
+            _content(ctx).put_body(body)
+        return _stored(ctx, manifest, {"created": manifest.counts()})
+
+    def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
+        """A WXR file from S3, streamed, merged into the head revision by guid; re-import changes nothing."""
+        head = _head(ctx)
+        source = HashingReader(ctx.blobs.open(payload.source_key))
+        with BodyWriter(_content(ctx), known={p.body for p in head.posts}) as writer:
+            merger = ManifestMerger(head, writer.write)
+            for n, event in enumerate(parse_wxr(source), start=1):
+                merger.add(event)
+                if n % HEARTBEAT_EVERY_ITEMS == 0:
+                    ctx.heartbeat()
+        source.read()  # anything after the closing tag still counts toward the digest
+        tally = merger.tally
+        if source.sha256.hexdigest() != payload.source_digest:
+            raise PermanentError(f"{payload.source_key}: content does not match its digest", code="digest_mismatch")
+        merged = merger.result()
+        next_due_at = merger.next_due_at
+        del merger  # its post index is no longer needed: only the merged bytes are
+        revision_id = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
+        return Mutation(revision_id=revision_id, summary={**tally.as_dict(), "bodies_written": writer.written,
+                                                          "bytes": source.size, "totals": merged.counts},
+                        next_due_at=next_due_at)
+
+    def publish(self, ctx: HandlerContext, payload: PublishInput) -> Mutation:
+        """The head revision as it is (content unchanged, a new publication sequence)."""
+        head = _head(ctx)
+        return _stored(ctx, head, {"published": head.revision_id})
+
+    def wp_cron(self, ctx: HandlerContext, payload: WpCronInput) -> Mutation:
+        """Due events run and scheduled (`future`) posts whose date has passed are published, as WordPress's cron."""
+        head = _head(ctx)
+        as_of = payload.due_minute * 60 if payload.due_minute is not None else int(ctx.operation.created_at)
+        now = gmt(as_of)
+        published = []
+        posts = []
+        for post in head.posts:
+            if post.status == "future" and post.date_gmt <= now:
+                post = post.model_copy(update={"status": "publish"})
+                published.append(post.id)
+            posts.append(post)
+        ran: list[str] = []
+        events: list[ScheduledEvent] = []
+        for event in head.events:
+            if event.timestamp > as_of:
+                events.append(event)
+                continue
+            ran.append(event.hook)
+            interval = RECURRENCE_S.get(event.recurrence or "")
+            if interval:  # recurring: next run after now; one-off: done
+                missed = (as_of - event.timestamp) // interval + 1
+                events.append(event.model_copy(update={"timestamp": event.timestamp + missed * interval}))
+        manifest = head.model_copy(update={"posts": tuple(posts), "events": tuple(events)}).normalised()
+        return _stored(ctx, manifest, {"as_of": now, "published_posts": published, "ran_events": ran},
+                       publish=bool(published or ran))  # events change only when some ran
+
+    def recover(self, ctx: HandlerContext, payload: RecoverInput) -> Mutation:
+        """Roll the live site back to an earlier revision, or restore the head's content from one."""
+        head = _head(ctx)
+        try:
+            target = _content(ctx).manifest(payload.revision_id)
+        except NotFound:
+            raise PermanentError(f"site {ctx.site.site_id} has no revision {payload.revision_id}",
+                                 code="unknown_revision") from None
+        if payload.mode == "restore":
+            # Head content becomes the old revision; it is then published under a new, higher sequence.
+            return _stored(ctx, target, {"restored": payload.revision_id, "previous_head": head.revision_id})
+        # Head stays; the old revision goes live again under a new sequence (live seq never decreases).
+        return _stored(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
+
+    def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
+        return ManifestRoutes(ContentStore(blobs, site.site_id), revision_id)
+
+
+
+
+def reference_only() -> dict[str, SiteDriver]:
+    """The drivers of a deployment that has only reference sites (tests, benchmarks)."""
+    return {REFERENCE_DRIVER: ReferenceDriver()}

@@ -1,0 +1,84 @@
+"""The kind contract: what a handler sees (HandlerContext), what it returns (Mutation) and the port through which it
+reaches a site's content (SiteDriver). Nothing here knows how a driver stores content: a driver writes its revision
+itself and returns its id, so the worker, the commit and publication are the same for every kind of site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sitedispatch.domain.model import Lease, Operation, Site
+from sitedispatch.domain.ports import BlobStore, Clock, SiteStore, Visibility
+from sitedispatch.domain.settings import Settings
+from sitedispatch.publication.sources import RouteSource
+
+# A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
+HEARTBEAT_FRACTION = 1 / 3
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A handler's result: the id of the site's next head revision (stored by the driver before it returns), a
+    summary recorded with the commit, and what follows the commit."""
+
+    revision_id: str
+    summary: dict[str, Any] = field(default_factory=dict)
+    publish_revision: str | None = None  # the revision to publish after the commit (default: the new head)
+    publish: bool = True  # False: nothing visible changed, so no publication follows the commit
+    next_due_at: float | None = None  # of the new head: when WordPress's cron next has work (wp-events reads it)
+
+
+@dataclass
+class HandlerContext:
+    site: Site
+    operation: Operation
+    lease: Lease
+    payload: Any
+    settings: Settings
+    clock: Clock
+    blobs: BlobStore
+    sites: SiteStore
+    visibility: Visibility
+    driver: SiteDriver
+    _last_beat: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self._last_beat = self.clock.now()
+
+    @property
+    def fence(self) -> int:
+        return self.lease.fence
+
+    def heartbeat(self, force: bool = False) -> None:
+        """Extend the lease (conditional on our fence: StaleFence if lost) and the message's visibility."""
+        now = self.clock.now()
+        if not force and now - self._last_beat < self.settings.lease_seconds * HEARTBEAT_FRACTION:
+            return
+        self.lease = self.sites.extend_lease(self.lease, now, self.settings.lease_seconds)
+        self.visibility.change(self.settings.lease_seconds * 2)
+        self._last_beat = now
+
+    def work_for(self, seconds: float, slice_s: float = 0.25) -> None:
+        """Spend `seconds` of wall time in a long step, heartbeating as it goes."""
+        deadline = self.clock.now() + seconds
+        while (remaining := deadline - self.clock.now()) > 0:
+            self.clock.sleep(min(slice_s, remaining))
+            self.heartbeat()
+
+
+class SiteDriver(Protocol):
+    """What each kind needs from a site. Called with the site's lease held; writes carry the lease's fence."""
+
+    def provision(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
+
+    def import_wxr(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
+
+    def publish(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
+
+    def wp_cron(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
+
+    def recover(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
+
+    def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
+        """The routes of a stored revision and how to produce each one's bytes (publication)."""
+        ...

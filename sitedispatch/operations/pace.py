@@ -1,0 +1,36 @@
+"""Each principal's measured pace per lane: completions and their busy time over the last five minutes (the
+estimated delays read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sitedispatch.operations.minute_counts import MinuteCounts
+
+PACE_WINDOW_MINUTES = 5
+
+
+@dataclass(frozen=True)
+class PaceReading:
+    completions: int  # in the window
+    mean_s: float | None  # their mean operation time (None: nothing completed in the window)
+
+
+class Pace:
+    """A principal's measured pace in one lane: how many of its operations completed in the last few minutes, and
+    their mean time from attempt start to commit."""
+
+    def __init__(self, counts: MinuteCounts, window_minutes: int = PACE_WINDOW_MINUTES) -> None:
+        self.counts = counts
+        self.window_minutes = window_minutes
+
+    @staticmethod
+    def name(lane: str, principal: str) -> str:
+        return f"completed#{lane}#{principal}"
+
+    def record(self, lane: str, principal: str, seconds: float, now: float) -> None:
+        self.counts.add(self.name(lane, principal), now, 1, max(0, round(seconds * 1000)))
+
+    def reading(self, lane: str, principal: str, now: float) -> PaceReading:
+        count, busy_ms = self.counts.totals(self.name(lane, principal), now, self.window_minutes)
+        return PaceReading(count, round(busy_ms / 1000 / count, 3) if count else None)

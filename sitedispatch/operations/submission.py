@@ -1,0 +1,194 @@
+"""Submit: validate, derive the operation id, store the input, write the row, send the message, mark queued."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sitedispatch import observability as obs
+from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached
+from sitedispatch.domain.model import (
+    DRIVERS,
+    REFERENCE_DRIVER,
+    SITE_ID_PATTERN,
+    Kind,
+    Operation,
+    QueueMessage,
+    Site,
+    SiteConnection,
+    Status,
+    check_principal,
+    lane_for,
+    operation_id_for,
+    sha256_hex,
+)
+from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from sitedispatch.domain.schemas import parse_input
+from sitedispatch.domain.settings import Settings
+from sitedispatch.drivers.wordpress.credentials import check_reference
+from sitedispatch.operations.admission import backpressure, limits_for
+from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
+from sitedispatch.operations.pace import Pace
+
+ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    operation: Operation
+    created: bool  # False: the idempotency key named an existing operation with the same input
+
+
+@dataclass
+class SubmitDeps:
+    settings: Settings
+    operations: OperationStore
+    sites: SiteStore
+    blobs: BlobStore
+    queue: OperationQueue
+    clock: Clock
+    pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
+
+
+def input_key(site_id: str, digest: str) -> str:
+    return f"inputs/{site_id}/{digest}.json"
+
+
+def upload_key(site_id: str, digest: str) -> str:
+    return f"uploads/{site_id}/{digest}.xml"
+
+
+UPLOAD_READ_BYTES = 1 << 20
+
+
+class Submitter:
+    def __init__(self, deps: SubmitDeps) -> None:
+        self.d = deps
+
+    def register_site(self, site_id: str, principal: str, connection: SiteConnection) -> Site:
+        """Register a site with its driver before its first operation (a site submitted to without registering
+        is a reference site). Registering again with the same connection is a no-op; another is a Conflict."""
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        check_principal(principal, field="as")
+        if connection.driver not in DRIVERS:
+            raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}", field="driver")
+        if connection.driver == REFERENCE_DRIVER:
+            if connection.endpoint or connection.credential_ref:
+                raise InvalidInput("a reference site has no endpoint or credential", field="driver")
+        else:
+            if not connection.endpoint or not ENDPOINT_PATTERN.match(connection.endpoint):
+                raise InvalidInput("a WordPress site needs --url http(s)://host[:port][/path]", field="url")
+            if not connection.credential_ref:
+                raise InvalidInput("a WordPress site needs --credential (file:///path.json or a Secrets Manager "
+                                   "secret)", field="credential")
+            check_reference(connection.credential_ref)
+            connection = replace(connection, endpoint=connection.endpoint.rstrip("/"))
+        site = self.d.sites.register(site_id, principal, self.d.clock.now(), connection)
+        obs.logger.info("site registered", extra={"site_id": site_id, "driver": connection.driver})
+        return site
+
+    def submit(self, *, kind: str, site_id: str, principal: str, params: dict[str, Any],
+               idempotency_key: str | None = None, raw_size: int | None = None) -> Submitted:
+        """Accept one operation, or refuse it before anything is written."""
+        d = self.d
+        kind_enum = _parse_kind(kind)
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        check_principal(principal, field="as")
+        if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
+            raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
+        body, digest = self._validated(kind_enum, params, raw_size)
+        key = idempotency_key or uuid.uuid4().hex
+        operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
+
+        existing = d.operations.get(operation_id)
+        if existing is not None:
+            return self._same_or_conflict(existing, digest)
+
+        now = d.clock.now()
+        d.sites.register(site_id, principal, now)
+        d.blobs.put_if_absent(input_key(site_id, digest), body)
+        op = Operation(
+            operation_id=operation_id, site_id=site_id, principal=principal, kind=kind_enum,
+            status=Status.ACCEPTED, input_key=input_key(site_id, digest), input_digest=digest,
+            idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
+        )
+        limits = limits_for(d.settings, op)
+        try:
+            d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits])
+        except LimitReached as full:
+            obs.count("Backpressured")
+            limit = next(limit for limit in limits if limit.counter == full.counter)
+            per_operation = operation_seconds(d.sites, site_id, d.settings.default_operation_s)
+            if limit.name == "principal" and d.pace is not None:
+                _, per_operation = principal_operation_s(d.pace, lane_for(kind_enum), principal, now, per_operation)
+            raise backpressure(limit, full, per_operation) from None
+        except AlreadyExists:
+            # A concurrent submit with the same key won the race.
+            existing = d.operations.get(operation_id)
+            assert existing is not None
+            return self._same_or_conflict(existing, digest)
+        # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
+        sent_at = d.clock.now()
+        d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id, lane_for(kind_enum))
+        d.operations.mark_queued(operation_id, sent_at)
+        obs.count("OperationAccepted")
+        refreshed = d.operations.get(operation_id) or op
+        return Submitted(refreshed, created=True)
+
+    def _validated(self, kind: Kind, params: dict[str, Any], raw_size: int | None) -> tuple[bytes, str]:
+        payload = parse_input(kind, params)
+        body = payload.canonical_bytes()
+        size = max(len(body), raw_size or 0)
+        if size > self.d.settings.max_input_bytes:
+            raise InvalidInput(f"input is {size} bytes, over the {self.d.settings.max_input_bytes}-byte limit",
+                               field="input")
+        return body, sha256_hex(body)
+
+    def store_input(self, kind: Kind, site_id: str, params: dict[str, Any], raw_size: int | None = None
+                    ) -> tuple[str, str]:
+        """Validate and store a replacement input (a redrive with a corrected input): (key, digest)."""
+        body, digest = self._validated(kind, params, raw_size)
+        self.d.blobs.put_if_absent(input_key(site_id, digest), body)
+        return input_key(site_id, digest), digest
+
+    def stage_upload(self, site_id: str, path: Path) -> dict[str, Any]:
+        """Store a file for an `import` (streamed: hashed first, then PUT If-None-Match under its digest) and return
+        the import input that names it. The queue message never carries the file."""
+        if not SITE_ID_PATTERN.match(site_id):
+            raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
+        try:
+            size = path.stat().st_size
+            digest = hashlib.sha256()
+            with path.open("rb") as fh:
+                while chunk := fh.read(UPLOAD_READ_BYTES):
+                    digest.update(chunk)
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
+        if size > self.d.settings.max_upload_bytes:
+            raise InvalidInput(f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit",
+                               field="input-file")
+        key = upload_key(site_id, digest.hexdigest())
+        with path.open("rb") as fh:
+            self.d.blobs.put_if_absent(key, fh, "application/xml")
+        return {"source_key": key, "source_digest": digest.hexdigest(), "source_bytes": size}
+
+    @staticmethod
+    def _same_or_conflict(existing: Operation, digest: str) -> Submitted:
+        if existing.input_digest != digest:
+            raise IdempotencyConflict(
+                f"idempotency key already used by {existing.operation_id} with a different input "
+                f"(digest {existing.input_digest[:12]}…, this input {digest[:12]}…)")
+        return Submitted(existing, created=False)
+
+
+def _parse_kind(kind: str) -> Kind:
+    try:
+        return Kind(kind)
+    except ValueError:
+        raise InvalidInput(f"unknown kind {kind!r}; kinds: {', '.join(k.value for k in Kind)}", field="kind") from None

@@ -1,0 +1,366 @@
+"""The operations worker's core: one delivered message in, one outcome out.
+
+Steps (DESIGN.md "Operations worker"): load, skip duplicates and terminal ones, defer paused sites and held leases
+(without spending an attempt), claim the lease (fence + 1), spend an attempt, run the kind's handler, commit in one
+fenced transaction. Every store write that matters is conditional in the store, never checked here first.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sitedispatch import observability as obs
+from sitedispatch.domain.backoff import full_jitter
+from sitedispatch.domain.delivery import Outcome, Result
+from sitedispatch.domain.errors import (
+    AlreadyCommitted,
+    LeaseHeld,
+    LimitReached,
+    NotRunnable,
+    PermanentError,
+    StaleFence,
+)
+from sitedispatch.domain.model import (
+    Commit,
+    ErrorInfo,
+    Kind,
+    Lease,
+    Operation,
+    Publication,
+    PublicationMessage,
+    PublicationStatus,
+    QueueMessage,
+    Status,
+    lane_for,
+)
+from sitedispatch.domain.ports import (
+    BlobStore,
+    Clock,
+    CommitStore,
+    OperationQueue,
+    OperationStore,
+    PreparedCommit,
+    PublicationQueue,
+    PublicationStore,
+    SiteStore,
+    Visibility,
+)
+from sitedispatch.domain.schemas import load_input
+from sitedispatch.domain.settings import Settings
+from sitedispatch.kinds.contract import HandlerContext, SiteDriver
+from sitedispatch.kinds.drivers import driver_for
+from sitedispatch.kinds.handlers import HandlerFn
+from sitedispatch.operations.admission import counters_for, running_slot
+from sitedispatch.operations.evidence import Evidence, build_evidence
+from sitedispatch.operations.pace import Pace
+from sitedispatch.operations.retry_budget import RetryBudget
+
+SUPERSEDABLE = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer one does everything an older one would
+SUPERSESSION_SCAN = 50
+AVERAGE_WEIGHT = 0.3  # of the latest operation in the site's running average of operation time
+
+
+@dataclass
+class WorkerDeps:
+    settings: Settings
+    operations: OperationStore
+    sites: SiteStore
+    commits: CommitStore
+    blobs: BlobStore
+    queue: OperationQueue
+    clock: Clock
+    handlers: dict[Kind, HandlerFn]
+    rng: random.Random
+    publications: PublicationStore
+    publication_queue: PublicationQueue
+    retry_budget: RetryBudget
+    pace: Pace  # each principal's measured pace, recorded at every completion
+    drivers: Mapping[str, SiteDriver]
+
+
+class OperationsWorker:
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.d = deps
+        self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
+
+    def process(self, message: QueueMessage, visibility: Visibility, request_id: str = "") -> Result:
+        """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
+        `request_id` (the Lambda request) goes into dead-letter evidence."""
+        d = self.d
+        self.request_id = request_id
+        op = d.operations.get(message.operation_id)
+        if op is None:
+            return self._ack("unknown_operation", message)
+        obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
+        if op.site_id != message.site_id:
+            return self._ack("site_mismatch", message)
+        if op.status.terminal:
+            if op.status == Status.SUCCEEDED and "publication" in op.result:
+                # The process that committed may have died before sending the publication (the outbox row exists):
+                # a redelivery of the operation is the earliest chance to send it again.
+                self._send_pending_publication(op.site_id, int(op.result["publication"]["seq"]))
+            return self._ack(f"already_{op.status.value}", message)
+
+        now = d.clock.now()
+        site = d.sites.get(op.site_id)
+        if site is None:
+            error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
+            return self._dead(op, None, error, message)
+        if site.paused:
+            # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
+            return self._defer(visibility, d.settings.pause_deferral_s, "site_paused")
+        if op.kind in SUPERSEDABLE and op.status in {Status.ACCEPTED, Status.QUEUED}:
+            newer = self._newer_of_same_kind(op)
+            if newer is not None:
+                return self._supersede(op, newer, message)
+        if op.not_before and op.not_before > now:
+            return self._defer(visibility, op.not_before - now, "backoff_pending")
+
+        try:
+            lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
+        except LeaseHeld as held:
+            wait = min(max(held.expires_at - now, 1.0), d.settings.defer_max_s)
+            return self._defer(visibility, wait, "lease_held")
+        # Tie the message's visibility to the lease as soon as we hold it (heartbeats extend both): if this process
+        # dies or stalls from here on, the message (and with it the site's FIFO group) is back within two leases
+        # rather than the queue's visibility timeout (6 x the function timeout).
+        visibility.change(d.settings.lease_seconds * 2)
+
+        try:
+            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op), op)
+        except LimitReached:
+            # The principal already runs its share of this lane: give the environment to someone else.
+            d.sites.release_lease(lease)
+            obs.count("PrincipalRunningCapDeferred")
+            return self._defer(visibility, min(site.avg_operation_s or d.settings.defer_max_s,
+                                               d.settings.defer_max_s), "principal_running_cap")
+        except NotRunnable:
+            return self._not_runnable(op.operation_id, lease, message, visibility)
+        except Exception as exc:
+            # A transient failure before any attempt was spent (throttling, a 5xx, a transaction conflict): give the
+            # lease back and look again shortly, rather than hold both for two lease lengths.
+            d.sites.release_lease(lease)
+            obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
+            return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
+        obs.bind(attempt=op.attempt, fence=lease.fence)
+        if op.cancel_requested:
+            return self._cancelled(op, lease, message)
+        d.retry_budget.record_attempt(op.attempt, now)
+        obs.count("AttemptStarted")
+        if op.queued_at:
+            obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
+        return self._run(op, site, lease, message, visibility)
+
+    def _run(self, op: Operation, site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
+        d = self.d
+        handler = d.handlers.get(op.kind)
+        try:
+            if handler is None:
+                raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
+            payload = load_input(op.kind, d.blobs.get(op.input_key))
+            driver = driver_for(d.drivers, site)
+            ctx = HandlerContext(site=site, operation=op, lease=lease, payload=payload, settings=d.settings,
+                                 clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility, driver=driver)
+            mutation = handler(ctx, payload)
+            lease = ctx.lease
+            revision_id = mutation.revision_id
+            now = d.clock.now()
+            commit = Commit(
+                operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,
+                revision_id=revision_id, parent_revision=site.head_revision, fence=lease.fence,
+                committed_at=now, summary=mutation.summary,
+            )
+            publication = Publication(
+                site_id=op.site_id, seq=commit.version, revision_id=mutation.publish_revision or revision_id,
+                operation_id=op.operation_id, status=PublicationStatus.PENDING, created_at=now,
+            ) if mutation.publish else None
+            result = {"version": commit.version, "revision_id": revision_id}
+            if publication:
+                result["publication"] = {"seq": publication.seq, "revision_id": publication.revision_id}
+            took = now - (op.started_at or now)
+            average = took if site.avg_operation_s is None else (
+                AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
+            d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
+                                            result=result, publication=publication, counters=counters_for(op),
+                                            avg_operation_s=round(average, 3), slot=op.running_slot,
+                                            next_due_at=mutation.next_due_at), now)
+        except AlreadyCommitted:
+            obs.count("DuplicateCommitAvoided")
+            earlier = d.commits.get(op.operation_id)
+            if earlier is not None:
+                self._send_pending_publication(earlier.site_id, earlier.version)
+            return Result(Outcome.SUCCEEDED, "already_committed", commit=earlier)
+        except (StaleFence, NotRunnable) as lost:
+            current = d.operations.get(op.operation_id)
+            if current is not None and current.cancel_requested and not current.status.terminal:
+                return self._cancelled(current, lease, message)
+            # Someone else holds the site now (our lease expired, or a duplicate delivery took it): our work is void.
+            # Come back later; the next delivery sees the winner's outcome.
+            obs.count("LeaseLost")
+            obs.logger.warning("lease lost before commit", extra={"reason": lost.code})
+            return self._defer(visibility, d.settings.defer_max_s, f"lease_lost:{lost.code}")
+        except PermanentError as exc:
+            d.sites.release_lease(lease)
+            error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
+            return self._dead(op, lease.fence, error, message, exc)
+        except Exception as exc:
+            d.sites.release_lease(lease)
+            code = getattr(exc, "code", None) or type(exc).__name__
+            error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
+            return self._retry(op, lease.fence, error, message, visibility, exc)
+        if publication is not None:
+            # The outbox row was written with the commit; this send is the fast path (a lost one is re-sent by the
+            # next delivery of this operation or by the reconciler).
+            d.publication_queue.send(PublicationMessage(op.site_id, publication.revision_id, publication.seq))
+        obs.count("OperationSucceeded")
+        took = d.clock.now() - (op.started_at or commit.committed_at)
+        obs.seconds("OperationDuration", took)
+        self._count_completion(op, took)
+        obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
+        return Result(Outcome.SUCCEEDED, "committed", commit=commit)
+
+    def _count_completion(self, op: Operation, took: float) -> None:
+        """The principal's pace (estimated delays read it). A statistic, counted after the commit: a failure here
+        is logged, never turned into a retry of work that is done."""
+        try:
+            self.d.pace.record(lane_for(op.kind), op.principal, took, self.d.clock.now())
+        except Exception as exc:
+            obs.logger.warning("completion not counted", extra={"error": _describe(exc)})
+
+    def _send_pending_publication(self, site_id: str, seq: int) -> None:
+        publication = self.d.publications.get(site_id, seq)
+        if publication is not None and publication.status == PublicationStatus.PENDING:
+            self.d.publication_queue.send(PublicationMessage(site_id, publication.revision_id, seq))
+
+    def _newer_of_same_kind(self, op: Operation) -> Operation | None:
+        for other in self.d.operations.list(site_id=op.site_id, limit=SUPERSESSION_SCAN):
+            if other.created_at <= op.created_at:
+                break  # newest first: nothing newer left
+            if other.kind == op.kind and other.status in {Status.ACCEPTED, Status.QUEUED, Status.RUNNING}:
+                return other
+        return None
+
+    def _supersede(self, op: Operation, newer: Operation, message: QueueMessage) -> Result:
+        try:
+            self.d.operations.end(op.operation_id, Status.SUPERSEDED, self.d.clock.now(), counters_for(op),
+                                  from_statuses=(Status.ACCEPTED, Status.QUEUED),
+                                  reason=f"superseded by {newer.operation_id}", superseded_by=newer.operation_id,
+                                  slot=op.running_slot)
+        except NotRunnable:
+            return self._ack("supersede_race", message)
+        obs.count("OperationSuperseded")
+        obs.logger.info("superseded", extra={"superseded_by": newer.operation_id})
+        return Result(Outcome.ACKED, "superseded")
+
+    def _cancelled(self, op: Operation, lease: Lease, message: QueueMessage) -> Result:
+        """A cancel was recorded while the operation was running: it ends cancelled and commits nothing."""
+        self.d.sites.release_lease(lease)
+        try:
+            self.d.operations.end(op.operation_id, Status.CANCELLED, self.d.clock.now(), counters_for(op),
+                                  from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
+                                  reason=op.cancel_requested or "cancelled", slot=op.running_slot)
+        except NotRunnable:
+            return self._ack("cancel_race", message)
+        obs.count("OperationCancelled")
+        return Result(Outcome.ACKED, "cancelled")
+
+    def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
+               visibility: Visibility, exc: BaseException) -> Result:
+        d = self.d
+        if op.attempt >= op.attempt_budget:
+            return self._dead(op, fence, ErrorInfo(error.error_class, error.code,
+                                                   f"attempt budget {op.attempt_budget} spent; last error: "
+                                                   f"{error.message}", False), message, exc)
+        self._count_failure(op, error)
+        delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
+        if d.retry_budget.exhausted(d.clock.now()):
+            # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
+            delay = max(delay, d.settings.retry_budget_defer_s * (1 + d.rng.random()))
+            obs.count("RetryBudgetExhausted")
+        now = d.clock.now()
+        try:
+            d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now, slot=op.running_slot)
+        except (StaleFence, NotRunnable):
+            return self._defer(visibility, d.settings.defer_max_s, "retry_lost_race")
+        visibility.change(delay)
+        obs.count("OperationRetried")
+        obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
+        return Result(Outcome.RETRYING, error.code, delay_s=delay)
+
+    def _count_failure(self, op: Operation, error: ErrorInfo) -> None:
+        """Site health: N failed attempts in a row pause the site, so one broken site stops consuming attempts."""
+        site = self.d.sites.record_failure(op.site_id, self.d.settings.auto_pause_failures,
+                                           f"{self.d.settings.auto_pause_failures} consecutive failures; last: "
+                                           f"{op.kind.value} {op.operation_id} {error.code}")
+        if site.paused:
+            obs.count("SiteAutoPaused")
+
+    def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage,
+              exc: BaseException | None = None) -> Result:
+        """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
+        transition carrying its compact copy, then the DLQ message carrying its key."""
+        d = self.d
+        if error.code != "site_not_registered":
+            self._count_failure(op, error)
+        site = d.sites.get(op.site_id)
+        lane = lane_for(op.kind)
+        evidence = build_evidence(op, error, fence=fence, revision=site.head_revision if site else None,
+                                  now=d.clock.now(), request_id=self.request_id, lane=lane, exc=exc)
+        d.blobs.put_if_absent(evidence.key, evidence.document())
+        try:
+            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op),
+                                   slot=op.running_slot, evidence=evidence.row())
+        except (NotRunnable, StaleFence):
+            return self._ack("dead_race_lost", message)
+        d.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
+        obs.count("OperationDead")
+        obs.logger.error("operation dead", extra={"error_class": error.error_class, "error_code": error.code,
+                                                  "error": error.message, "evidence": evidence.key,
+                                                  "recovery": evidence.recovery_command})
+        return Result(Outcome.DEAD, error.code)
+
+    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility
+                      ) -> Result:
+        """start_attempt refused: terminal meanwhile, a concurrent delivery started a newer attempt, or the budget is
+        spent (crash loop)."""
+        d = self.d
+        op = d.operations.get(operation_id)
+        d.sites.release_lease(lease)
+        if op is None or op.status.terminal:
+            return self._ack("terminal_meanwhile", message)
+        if op.fence is not None and op.fence > lease.fence:
+            return self._defer(visibility, d.settings.defer_max_s, "lease_lost:newer_attempt")
+        if op.attempt < op.attempt_budget:
+            return self._defer(visibility, 1.0, "attempt_race")
+        error = ErrorInfo("AttemptsExhausted", "attempts_exhausted",
+                          f"attempt budget {op.attempt_budget} spent without a commit (each attempt's process "
+                          "ended before it could record an outcome: a crash, a timeout or a kill)", False)
+        return self._dead(op, None, error, message)
+
+    def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
+        jittered = seconds * (0.8 + 0.4 * self.d.rng.random())
+        visibility.change(jittered)
+        obs.count("OperationDeferred")
+        return Result(Outcome.DEFERRED, reason, delay_s=jittered)
+
+    def _ack(self, reason: str, message: QueueMessage) -> Result:
+        obs.count("DuplicateAcknowledged")
+        obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
+        return Result(Outcome.ACKED, reason)
+
+
+def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:
+    """What a DLQ message carries besides the operation id: enough to filter and to find the evidence."""
+    return {"operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
+            "principal": op.principal, "epoch": str(op.epoch), "attempt": str(op.attempt),
+            "input_digest": op.input_digest, "error_code": evidence.error_code, "evidence_key": evidence.key}
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+

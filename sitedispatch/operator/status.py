@@ -1,0 +1,117 @@
+"""`sitedispatch status`: queue depth, in-flight, oldest age and DLQ depth per queue, and the operation backlog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sitedispatch.domain.model import Operation, Status, lane_for
+from sitedispatch.domain.ports import OperationStore, SiteStore
+from sitedispatch.domain.resources import QUEUES
+from sitedispatch.domain.settings import Settings
+from sitedispatch.operations.admission import estimated_wait_s
+from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
+from sitedispatch.operations.pace import Pace
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    queue: str
+    visible: int
+    in_flight: int
+    dlq_depth: int
+    oldest_age_s: float | None
+    dlq_oldest_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SiteDelay:
+    site_id: str
+    backlog: int
+    operation_s: float  # the site's measured average operation time (or the default before one is measured)
+    estimated_delay_s: float  # for work submitted now: the backlog, one at a time
+
+
+@dataclass(frozen=True)
+class PrincipalDelay:
+    principal: str
+    lane: str
+    backlog: int  # unfinished operations of the principal in the lane (running ones included)
+    completed_recently: int  # in the pace window (5 minutes)
+    operation_s: float  # their measured mean (or the default before any completed in the window)
+    estimated_delay_s: float  # for work submitted now: the backlog, `max_running_per_principal` at a time
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    queues: list[QueueStatus]
+    backlog_by_status: dict[str, int]
+    backlog_by_principal: dict[str, int] = field(default_factory=dict)
+    delay_by_site: list[SiteDelay] = field(default_factory=list)
+    delay_by_principal: list[PrincipalDelay] = field(default_factory=list)
+
+
+SITES_SHOWN = 20
+
+
+def _oldest_by_lane(stamped: Iterable[tuple[float, Operation]]) -> dict[str, float]:
+    oldest: dict[str, float] = {}
+    for at, op in stamped:
+        lane = lane_for(op.kind)
+        oldest[lane] = min(at, oldest.get(lane, at))
+    return oldest
+
+
+def _count(attributes: dict[str, str], name: str) -> int:
+    return int(attributes.get(name, "0"))
+
+
+def collect_status(sqs: Any, settings: Settings, operations: OperationStore, sites: SiteStore, pace: Pace, now: float
+                   ) -> StatusReport:
+    """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
+
+    SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
+    age is its oldest waiting operation's queue time and each DLQ's is its oldest dead operation's, read from the
+    operations table; the publications queue has no per-message record, so its age is left to CloudWatch.
+    """
+    waiting = [op for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
+               for op in operations.list(status=status, limit=10_000)]
+    dead = operations.list(status=Status.DEAD, limit=10_000)
+    backlog_by_status = {status.value: sum(op.status == status for op in waiting)
+                         for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)}
+    by_principal: dict[str, int] = {}
+    for op in waiting:
+        by_principal[op.principal] = by_principal.get(op.principal, 0) + 1
+    oldest_waiting = _oldest_by_lane((op.queued_at or op.created_at, op) for op in waiting
+                                     if op.status != Status.RUNNING)
+    oldest_dead = _oldest_by_lane((op.finished_at or op.updated_at, op) for op in dead)
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    queues = []
+    for role, spec in QUEUES.items():
+        attrs = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.url_field), AttributeNames=names)["Attributes"]
+        dlq = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.dlq_url_field),
+                                       AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+        age = (now - oldest_waiting[role]) if role in oldest_waiting else None
+        dlq_age = (now - oldest_dead[role]) if role in oldest_dead else None
+        queues.append(QueueStatus(role, _count(attrs, names[0]), _count(attrs, names[1]),
+                                  _count(dlq, "ApproximateNumberOfMessages"), age, dlq_age))
+    by_site: dict[str, int] = {}
+    for op in waiting:
+        by_site[op.site_id] = by_site.get(op.site_id, 0) + 1
+    busiest = sorted(by_site.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
+    delays = []
+    for site_id, backlog in busiest:
+        site_s = operation_seconds(sites, site_id, settings.default_operation_s)
+        delays.append(SiteDelay(site_id, backlog, round(site_s, 2), estimated_wait_s(backlog, site_s)))
+    by_principal_lane: dict[tuple[str, str], int] = {}
+    for op in waiting:
+        key = (op.principal, lane_for(op.kind))
+        by_principal_lane[key] = by_principal_lane.get(key, 0) + 1
+    principal_delays = []
+    for (principal, lane), backlog in sorted(by_principal_lane.items(), key=lambda item: (-item[1], item[0])
+                                             )[:SITES_SHOWN]:
+        completed, pace_s = principal_operation_s(pace, lane, principal, now, settings.default_operation_s)
+        principal_delays.append(PrincipalDelay(principal, lane, backlog, completed, round(pace_s, 2), estimated_wait_s(
+            backlog, pace_s, settings.max_running_per_principal)))
+    return StatusReport(queues, backlog_by_status, by_principal, delays, principal_delays)

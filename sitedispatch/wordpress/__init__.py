@@ -1,1 +1,0 @@
-"""The reference WordPress runtime: a WordPress-shaped content store (no PHP)."""
