@@ -61,7 +61,7 @@ def placeholder_settings() -> dict[str, str]:
 def measure(env: dict[str, str]) -> dict[str, Any]:
     env = {**env, **placeholder_settings(), "POWERTOOLS_TRACE_DISABLED": "true"}
     baseline = _seconds("import boto3", env)
-    rows = {"import_boto3_s": round(baseline, 3)}
+    rows: dict[str, Any] = {"import_boto3_s": round(baseline, 3)}
     for role, spec in FUNCTIONS.items():
         module, _, name = spec.handler.rpartition(".")
         event = '{"schedule": "none"}' if spec.batch_size == 0 else json.dumps(MALFORMED_BATCH)

@@ -22,8 +22,8 @@ PROVISION = {"title": "Requests", "admin_email": "requests@example.org"}
 
 # List prices, us-east-1, as last read from the AWS pricing pages (Nov 2024; this machine has no internet, so they were
 # not re-read on the run date). Units: dollars per request unless stated.
-PRICES = {
-    "read_on": "2024-11 (AWS pricing pages, us-east-1); not re-read offline on the run date",
+PRICES_READ_ON = "2024-11 (AWS pricing pages, us-east-1); not re-read offline on the run date"
+PRICES: dict[str, float] = {
     "sqs_fifo_request": 0.50 / 1e6,
     "dynamodb_write_unit": 0.625 / 1e6,  # on-demand; a transactional write costs 2 units per item
     "dynamodb_read_unit": 0.125 / 1e6,  # strongly consistent read of up to 4 KB: 1 unit
@@ -196,7 +196,7 @@ def main() -> dict[str, Any]:
               f"{row['invocations']} invocations; requests ${row['request_cost_per_million_usd']} per million "
               f"operations, Lambda ${row['lambda_cost_per_million_usd']} (emulator timing: an upper bound)",
               flush=True)
-    return {"prices": PRICES, "per_operation": results}
+    return {"prices": {"read_on": PRICES_READ_ON, **PRICES}, "per_operation": results}
 
 
 if __name__ == "__main__":

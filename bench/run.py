@@ -16,14 +16,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
+from sitedispatch.publication.live import receipt_key
 
 from . import coldstart, fleet, requests, throughput
+
+T = TypeVar("T")
+
+
+def present(value: T | None) -> T:
+    assert value is not None, "the benchmark expected a record that is missing"
+    return value
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
@@ -133,8 +141,8 @@ def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, A
             wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 2, 900,  # noqa: B023
                  f"{site} imported")
             report = child_report(env, "bench.publish_worker", site, "2")
-            publication = deps.publications.get(site, 2)
-            receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
+            publication = present(deps.publications.get(site, 2))
+            receipt = json.loads(deps.blobs.get(receipt_key(site, publication.revision_id)))
             out.append({"routes": receipt["route_count"], **report})
             print(f"publication of {receipt['route_count']} routes ({report['chunks']} chunks) in one process: "
                   f"{report['seconds']} s, peak RSS {report['peak_rss_mb']} MB", flush=True)
@@ -154,7 +162,7 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
             site = f"pub-{n}"
             first = runtime.start_worker("publications", 1, name="first-publication")
             provisioned(deps, site)
-            wait(lambda: deps.sites.get(site).live_seq == 1, 60, "first publication")  # noqa: B023
+            wait(lambda: present(deps.sites.get(site)).live_seq == 1, 60, "first publication")  # noqa: B023
             runtime.stop(first)
             workers_up = [runtime.start_worker("publications", 1) for _ in range(n)]  # up before the publication
             cloud = next(c for c in runtime.children if c.name == "cloud")
@@ -170,11 +178,11 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
                  "publication live")
             cpu = {"cloud": cpu_seconds([cloud.pid]) - cpu_before["cloud"],
                    "workers": cpu_seconds([w.pid for w in workers_up]) - cpu_before["workers"]}
-            publication = deps.publications.get(site, 2)
-            record = deps.sites.get(site)
+            publication = present(deps.publications.get(site, 2))
+            record = present(deps.sites.get(site))
             # from the commit that wrote the publication (outbox row) to the promotion, both durable timestamps
-            seconds = record.live_at - publication.created_at
-            receipt = json.loads(deps.blobs.get(f"sites/{site}/receipts/{publication.revision_id}.json"))
+            seconds = present(record.live_at) - publication.created_at
+            receipt = json.loads(deps.blobs.get(receipt_key(site, publication.revision_id)))
             out.append({"workers": n, "routes": receipt["route_count"], "chunks": publication.total_chunks,
                         "seconds": round(seconds, 2), "cpu_seconds_moto": round(cpu["cloud"], 2),
                         "cpu_seconds_workers": round(cpu["workers"], 2)})

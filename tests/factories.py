@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from sitedispatch.domain.settings import Settings
+
+T = TypeVar("T")
+
+
+def present(value: T | None) -> T:
+    """A value the test expects to exist (an operation, a site) as its type: a failing assertion otherwise."""
+    assert value is not None, "expected a value, found None"
+    return value
+
 
 PROVISION = {"title": "Acme Blog", "admin_email": "admin@acme.example"}
 

@@ -40,8 +40,24 @@ from sitedispatch.domain.model import (
     SiteConnection,
     Status,
 )
-from sitedispatch.domain.ports import DeadLetter, PreparedCommit, Slot, checked_registration
-from sitedispatch.operations.minute_counts import Bucket
+from sitedispatch.domain.ports import (
+    AuditLog,
+    BlobStore,
+    Clock,
+    CommitStore,
+    DeadLetter,
+    OperationQueue,
+    OperationStore,
+    PreparedCommit,
+    PublicationQueue,
+    PublicationStore,
+    QuotaStore,
+    SiteStore,
+    Slot,
+    Visibility,
+    checked_registration,
+)
+from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets
 
 
 class FakeClock:
@@ -124,7 +140,7 @@ class MemoryOperationStore:
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
 
-    def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: object) -> None:
+    def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: Any) -> None:
         if not ok:
             raise refusal(operation_id)
         self.db.operations[operation_id] = replace(self.db.operations[operation_id], **changes)
@@ -143,15 +159,15 @@ class MemoryOperationStore:
             op = self.db.operations.get(operation_id)
             ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
                   and (op.fence is None or op.fence < fence))
-            take = ok and slot is not None and op is not None and op.running_slot is None
-            if take:
-                self.db.check_room(slot.counter, slot.maximum)  # type: ignore[union-attr]
+            take = slot if ok and op is not None and op.running_slot is None else None
+            if take is not None:
+                self.db.check_room(take.counter, take.maximum)
             self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
                          attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
                          not_before=None)
-            if take:
-                self.db.bump(slot.counter, 1, now)
-                self._update(operation_id, True, NotRunnable, running_slot=slot.counter)
+            if take is not None:
+                self.db.bump(take.counter, 1, now)
+                self._update(operation_id, True, NotRunnable, running_slot=take.counter)
             return self.db.operations[operation_id]
 
     def _holds_slot(self, op: Operation | None, slot: str | None) -> bool:
@@ -262,9 +278,6 @@ class MemorySiteStore:
                                                    lease_expires_at=None)
             return True
 
-    def list(self, limit: int = 100) -> list[Site]:
-        return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
-
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         due = [s for s in self.db.sites.values() if s.next_due_at is not None and s.next_due_at <= now]
         return sorted(due, key=lambda s: s.next_due_at or 0)[:limit]
@@ -296,6 +309,9 @@ class MemorySiteStore:
                 return False
             self.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
             return True
+
+    def list(self, limit: int = 100) -> list[Site]:
+        return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
 
 class MemoryCommitStore:
@@ -543,3 +559,13 @@ class MemoryWorld:
         self.quotas = MemoryQuotaStore(self.db)
 
 
+
+
+def conforming_ports(world: MemoryWorld) -> tuple[OperationStore, SiteStore, CommitStore, PublicationStore, QuotaStore,
+                                                  AuditLog, BlobStore, OperationQueue, PublicationQueue, Clock,
+                                                  MinuteBuckets, Visibility]:
+    """Every fake as the port it stands in for: mypy checks each one's methods against the port's protocol here, as
+    it checks the AWS adapters in `Dependencies` (the contract suite checks that they behave alike)."""
+    return (world.operations, world.sites, world.commits, world.publications, world.quotas, world.audit,
+            world.blobs, world.queue, world.publication_queue, world.clock, MemoryMinuteBuckets(world.db),
+            RecordingVisibility())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from sitedispatch.aws.tables import Models
 from sitedispatch.domain.model import AuditEntry
@@ -18,7 +17,7 @@ def audit_day(at: float) -> str:
 
 class DynamoAuditLog:
     def __init__(self, models: Models) -> None:
-        self.M: Any = models.Audit
+        self.M = models.Audit
 
     def record(self, entry: AuditEntry) -> None:
         self.M(audit_day(entry.at), f"{entry.at:017.6f}#{uuid.uuid4().hex[:8]}", at=entry.at, actor=entry.actor,

@@ -4,9 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sitedispatch.aws.tables import DUE_PARTITION, Models
+from sitedispatch.aws.tables import DUE_PARTITION, CommitItem, Models
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
 from sitedispatch.domain.errors import AlreadyCommitted, Conflict, NotRunnable, StaleFence
 from sitedispatch.domain.model import Commit, Kind, Status
@@ -15,7 +13,7 @@ from sitedispatch.domain.ports import PreparedCommit
 RECORD, HEAD, OPERATION, PUBLICATION = "commit record", "site head", "operation", "publication"
 
 
-def to_commit(item: Any) -> Commit:
+def to_commit(item: CommitItem) -> Commit:
     return Commit(
         operation_id=item.operation_id, site_id=item.site_id, kind=Kind(item.kind), version=int(item.version),
         revision_id=item.revision_id, parent_revision=item.parent_revision, fence=int(item.fence),

@@ -5,7 +5,6 @@ transactions (`aws/operations.py`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sitedispatch.aws.tables import Models
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, transaction
@@ -21,7 +20,7 @@ class DynamoQuotaStore:
     counter it bounds (what the admission and running-slot conditions read), written in one transaction."""
 
     def __init__(self, models: Models) -> None:
-        self.C: Any = models.Counter
+        self.C = models.Counter
 
     def get(self, principal: str) -> Quota | None:
         item = get_item(self.C, quota_key(principal))
@@ -63,7 +62,7 @@ class DynamoMinuteBuckets:
     ATTEMPTS = 3
 
     def __init__(self, models: Models) -> None:
-        self.C: Any = models.Counter
+        self.C = models.Counter
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
         C = self.C

@@ -9,8 +9,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sitedispatch.aws.tables import Models
-from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, transaction, under_limit
+from pynamodb.expressions.update import Action
+
+from sitedispatch.aws.tables import Models, OperationItem
+from sitedispatch.aws.writes import (
+    NamedTransaction,
+    TransactionFailed,
+    conditionally,
+    get_item,
+    transaction,
+    under_limit,
+)
 from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Operation, Status
 from sitedispatch.domain.ports import Slot
@@ -24,7 +33,7 @@ def _error_dict(error: ErrorInfo) -> dict[str, Any]:
             "retryable": error.retryable}
 
 
-def to_operation(item: Any) -> Operation:
+def to_operation(item: OperationItem) -> Operation:
     error = item.error
     return Operation(
         operation_id=item.operation_id, site_id=item.site_id, principal=item.principal, kind=Kind(item.kind),
@@ -41,8 +50,8 @@ def to_operation(item: Any) -> Operation:
 
 class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
-        self.M: Any = models.Operation
-        self.C: Any = models.Counter
+        self.M = models.Operation
+        self.C = models.Counter
 
     def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
         M = self.M
@@ -58,7 +67,7 @@ class DynamoOperationStore:
             raise failed.mapped([(ROW, lambda: AlreadyExists(op.operation_id)),
                                  *self._limit_errors(limits)]) from failed.cause
 
-    def _admit(self, tx: Any, limits: Sequence[tuple[str, int]], now: float) -> None:
+    def _admit(self, tx: NamedTransaction, limits: Sequence[tuple[str, int]], now: float) -> None:
         C = self.C
         for counter, maximum in limits:
             tx.update(f"counter:{counter}", C(counter), [C.value.add(1), C.changed_at.set(now)],
@@ -102,8 +111,8 @@ class DynamoOperationStore:
     def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
                       current: Operation | None = None) -> Operation:
         M, C = self.M, self.C
-        actions = [M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence), M.started_at.set(now),
-                   M.updated_at.set(now), M.not_before.remove()]
+        actions: list[Action] = [M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence),
+                                 M.started_at.set(now), M.updated_at.set(now), M.not_before.remove()]
         # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
         runnable = (M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget)
                     & (M.fence.does_not_exist() | (M.fence < fence)))

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from sitedispatch.aws.tables import Models
+from sitedispatch.aws.tables import Models, PublicationItem
 from sitedispatch.aws.writes import conditionally, get_item
 from sitedispatch.domain.errors import Conflict, NotFound
 from sitedispatch.domain.model import Publication, PublicationStatus
 
 
-def to_publication(item: Any) -> Publication:
+def to_publication(item: PublicationItem) -> Publication:
     return Publication(
         site_id=item.site_id, seq=int(item.seq), revision_id=item.revision_id, operation_id=item.operation_id,
         status=PublicationStatus(item.status), created_at=float(item.created_at),
@@ -22,7 +22,7 @@ def to_publication(item: Any) -> Publication:
 
 class DynamoPublicationStore:
     def __init__(self, models: Models) -> None:
-        self.M: Any = models.Publication
+        self.M = models.Publication
 
     def get(self, site_id: str, seq: int) -> Publication | None:
         item = get_item(self.M, site_id, seq)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pynamodb.expressions.update import Action
 
-from sitedispatch.aws.tables import DUE_PARTITION, Models
+from sitedispatch.aws.tables import DUE_PARTITION, Models, SiteItem
 from sitedispatch.aws.writes import conditionally, get_item
 from sitedispatch.domain.errors import LeaseHeld, NotFound, StaleFence
 from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
 from sitedispatch.domain.ports import checked_registration
 
 
-def to_site(item: Any) -> Site:
+def to_site(item: SiteItem) -> Site:
     return Site(
         site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
         head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
@@ -26,7 +26,7 @@ def to_site(item: Any) -> Site:
 
 class DynamoSiteStore:
     def __init__(self, models: Models) -> None:
-        self.M: Any = models.Site
+        self.M = models.Site
 
     def get(self, site_id: str) -> Site | None:
         item = get_item(self.M, site_id)
@@ -83,7 +83,8 @@ class DynamoSiteStore:
 
     def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
         M = self.M
-        actions = [M.paused.set(paused), M.pause_reason.set(reason) if paused else M.pause_reason.remove()]
+        reason_action = M.pause_reason.set(reason) if paused and reason is not None else M.pause_reason.remove()
+        actions: list[Action] = [M.paused.set(paused), reason_action]
         if not paused:
             actions.append(M.consecutive_failures.set(0))
         item = M(site_id)

@@ -7,7 +7,7 @@ bound at import. The local runtime creates tables from these models and the CDK 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, NumberSetAttribute, UnicodeAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
@@ -26,161 +26,164 @@ class TableNames:
     audit: str
 
 
+def _index_meta(name: str) -> Any:
+    return type("Meta", (), {"index_name": name, "projection": AllProjection(), "billing_mode": "PAY_PER_REQUEST"})
+
+
+# The item classes: their attributes and indexes, typed. Each deployment binds them to its own table names by
+# subclassing (build_models), so nothing here names a table and nothing is bound at import.
+class OperationsBySite(GlobalSecondaryIndex):
+    Meta = _index_meta("by-site")
+    site_id = UnicodeAttribute(hash_key=True)
+    created_at = NumberAttribute(range_key=True)
+
+class OperationsByStatus(GlobalSecondaryIndex):
+    Meta = _index_meta("by-status")
+    status = UnicodeAttribute(hash_key=True)
+    updated_at = NumberAttribute(range_key=True)
+
+class OperationItem(Model):
+    operation_id = UnicodeAttribute(hash_key=True)
+    site_id = UnicodeAttribute()
+    principal = UnicodeAttribute()
+    kind = UnicodeAttribute()
+    status = UnicodeAttribute()
+    input_key = UnicodeAttribute()
+    input_digest = UnicodeAttribute()
+    idempotency_key = UnicodeAttribute()
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    attempt = NumberAttribute(default=0)
+    attempt_budget = NumberAttribute(default=5)
+    epoch = NumberAttribute(default=0)
+    fence = NumberAttribute(null=True)
+    queued_at = NumberAttribute(null=True)
+    started_at = NumberAttribute(null=True)
+    finished_at = NumberAttribute(null=True)
+    not_before = NumberAttribute(null=True)
+    error = JSONAttribute(null=True)
+    result = JSONAttribute(null=True)
+    cancel_requested = UnicodeAttribute(null=True)
+    superseded_by = UnicodeAttribute(null=True)
+    running_slot = UnicodeAttribute(null=True)
+    evidence = JSONAttribute(null=True)
+    by_site = OperationsBySite()
+    by_status = OperationsByStatus()
+
+class SitesByDue(GlobalSecondaryIndex):
+    Meta = _index_meta("by-due")
+    due = UnicodeAttribute(hash_key=True)
+    next_due_at = NumberAttribute(range_key=True)
+
+class SiteItem(Model):
+    site_id = UnicodeAttribute(hash_key=True)
+    principal = UnicodeAttribute()
+    created_at = NumberAttribute()
+    head_version = NumberAttribute(default=0)
+    head_revision = UnicodeAttribute(null=True)
+    fence = NumberAttribute(default=0)
+    lease_owner = UnicodeAttribute(null=True)
+    lease_expires_at = NumberAttribute(null=True)
+    paused = BooleanAttribute(default=False)
+    pause_reason = UnicodeAttribute(null=True)
+    consecutive_failures = NumberAttribute(default=0)
+    avg_operation_s = NumberAttribute(null=True)
+    live_seq = NumberAttribute(default=0)
+    live_revision = UnicodeAttribute(null=True)
+    live_at = NumberAttribute(null=True)
+    next_due_at = NumberAttribute(null=True)
+    driver = UnicodeAttribute(null=True)  # absent: the reference driver
+    endpoint = UnicodeAttribute(null=True)
+    credential_ref = UnicodeAttribute(null=True)
+    due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
+    by_due = SitesByDue()
+
+class CommitsBySite(GlobalSecondaryIndex):
+    Meta = _index_meta("by-site")
+    site_id = UnicodeAttribute(hash_key=True)
+    version = NumberAttribute(range_key=True)
+
+class CommitItem(Model):
+    operation_id = UnicodeAttribute(hash_key=True)
+    site_id = UnicodeAttribute()
+    kind = UnicodeAttribute()
+    version = NumberAttribute()
+    revision_id = UnicodeAttribute()
+    parent_revision = UnicodeAttribute(null=True)
+    fence = NumberAttribute()
+    committed_at = NumberAttribute()
+    summary = JSONAttribute(null=True)
+    by_site = CommitsBySite()
+
+class PublicationItem(Model):
+    site_id = UnicodeAttribute(hash_key=True)
+    seq = NumberAttribute(range_key=True)
+    revision_id = UnicodeAttribute()
+    operation_id = UnicodeAttribute()
+    status = UnicodeAttribute()
+    created_at = NumberAttribute()
+    total_chunks = NumberAttribute(null=True)
+    done_chunks = NumberSetAttribute(null=True)
+    finished_at = NumberAttribute(null=True)
+
+class CounterItem(Model):
+    counter_id = UnicodeAttribute(hash_key=True)
+    value = NumberAttribute(default=0)
+    changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
+    minute = NumberAttribute(null=True)  # per-minute buckets (operations/minute_counts.py): their minute
+    total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
+    maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
+    # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
+    max_outstanding = NumberAttribute(null=True)
+    max_running = NumberAttribute(null=True)
+    updated_by = UnicodeAttribute(null=True)
+    reason = UnicodeAttribute(null=True)
+
+class AuditItem(Model):
+    """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""
+
+    day = UnicodeAttribute(hash_key=True)
+    entry_id = UnicodeAttribute(range_key=True)  # "{at:.6f}#{random}": time order, unique
+    at = NumberAttribute()
+    actor = UnicodeAttribute()
+    acting_as = UnicodeAttribute(null=True)
+    action = UnicodeAttribute()
+    target = UnicodeAttribute()
+    site_id = UnicodeAttribute(null=True)
+    reason = UnicodeAttribute(null=True)
+    outcome = UnicodeAttribute()
+    detail = JSONAttribute(null=True)
+
+
 @dataclass(frozen=True)
 class Models:
-    # Built at run time by build_models(), so their attributes are invisible to a type checker: Any.
-    Operation: Any
-    Site: Any
-    Commit: Any
-    Publication: Any
-    Counter: Any
-    Audit: Any
+    """The item classes bound to one deployment's tables."""
 
-    def all(self) -> tuple[Any, ...]:
+    Operation: type[OperationItem]
+    Site: type[SiteItem]
+    Commit: type[CommitItem]
+    Publication: type[PublicationItem]
+    Counter: type[CounterItem]
+    Audit: type[AuditItem]
+
+    def all(self) -> tuple[type[Model], ...]:
         return (self.Operation, self.Site, self.Commit, self.Publication, self.Counter, self.Audit)
+
+
+M = TypeVar("M", bound=Model)
 
 
 def build_models(names: TableNames, region: str, host: str | None = None) -> Models:
     """Model classes bound to these table names. `host=None` lets botocore read AWS_ENDPOINT_URL itself."""
 
-    def meta(table: str) -> Any:
-        return type("Meta", (), {"table_name": table, "region": region, "host": host,
+    def bound(base: type[M], table: str) -> type[M]:
+        meta = type("Meta", (), {"table_name": table, "region": region, "host": host,
                                  "billing_mode": "PAY_PER_REQUEST", "max_retry_attempts": 3})
+        return cast("type[M]", type(base.__name__, (base,), {"Meta": meta, "__module__": __name__}))
 
-    def index_meta(name: str) -> Any:
-        return type("Meta", (), {"index_name": name, "projection": AllProjection(),
-                                 "billing_mode": "PAY_PER_REQUEST"})
-
-    class OperationsBySite(GlobalSecondaryIndex):
-        Meta = index_meta("by-site")
-        site_id = UnicodeAttribute(hash_key=True)
-        created_at = NumberAttribute(range_key=True)
-
-    class OperationsByStatus(GlobalSecondaryIndex):
-        Meta = index_meta("by-status")
-        status = UnicodeAttribute(hash_key=True)
-        updated_at = NumberAttribute(range_key=True)
-
-    class OperationItem(Model):
-        Meta = meta(names.operations)
-        operation_id = UnicodeAttribute(hash_key=True)
-        site_id = UnicodeAttribute()
-        principal = UnicodeAttribute()
-        kind = UnicodeAttribute()
-        status = UnicodeAttribute()
-        input_key = UnicodeAttribute()
-        input_digest = UnicodeAttribute()
-        idempotency_key = UnicodeAttribute()
-        created_at = NumberAttribute()
-        updated_at = NumberAttribute()
-        attempt = NumberAttribute(default=0)
-        attempt_budget = NumberAttribute(default=5)
-        epoch = NumberAttribute(default=0)
-        fence = NumberAttribute(null=True)
-        queued_at = NumberAttribute(null=True)
-        started_at = NumberAttribute(null=True)
-        finished_at = NumberAttribute(null=True)
-        not_before = NumberAttribute(null=True)
-        error = JSONAttribute(null=True)
-        result = JSONAttribute(null=True)
-        cancel_requested = UnicodeAttribute(null=True)
-        superseded_by = UnicodeAttribute(null=True)
-        running_slot = UnicodeAttribute(null=True)
-        evidence = JSONAttribute(null=True)
-        by_site = OperationsBySite()
-        by_status = OperationsByStatus()
-
-    class SitesByDue(GlobalSecondaryIndex):
-        Meta = index_meta("by-due")
-        due = UnicodeAttribute(hash_key=True)
-        next_due_at = NumberAttribute(range_key=True)
-
-    class SiteItem(Model):
-        Meta = meta(names.sites)
-        site_id = UnicodeAttribute(hash_key=True)
-        principal = UnicodeAttribute()
-        created_at = NumberAttribute()
-        head_version = NumberAttribute(default=0)
-        head_revision = UnicodeAttribute(null=True)
-        fence = NumberAttribute(default=0)
-        lease_owner = UnicodeAttribute(null=True)
-        lease_expires_at = NumberAttribute(null=True)
-        paused = BooleanAttribute(default=False)
-        pause_reason = UnicodeAttribute(null=True)
-        consecutive_failures = NumberAttribute(default=0)
-        avg_operation_s = NumberAttribute(null=True)
-        live_seq = NumberAttribute(default=0)
-        live_revision = UnicodeAttribute(null=True)
-        live_at = NumberAttribute(null=True)
-        next_due_at = NumberAttribute(null=True)
-        driver = UnicodeAttribute(null=True)  # absent: the reference driver
-        endpoint = UnicodeAttribute(null=True)
-        credential_ref = UnicodeAttribute(null=True)
-        due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
-        by_due = SitesByDue()
-
-    class CommitsBySite(GlobalSecondaryIndex):
-        Meta = index_meta("by-site")
-        site_id = UnicodeAttribute(hash_key=True)
-        version = NumberAttribute(range_key=True)
-
-    class CommitItem(Model):
-        Meta = meta(names.commits)
-        operation_id = UnicodeAttribute(hash_key=True)
-        site_id = UnicodeAttribute()
-        kind = UnicodeAttribute()
-        version = NumberAttribute()
-        revision_id = UnicodeAttribute()
-        parent_revision = UnicodeAttribute(null=True)
-        fence = NumberAttribute()
-        committed_at = NumberAttribute()
-        summary = JSONAttribute(null=True)
-        by_site = CommitsBySite()
-
-    class PublicationItem(Model):
-        Meta = meta(names.publications)
-        site_id = UnicodeAttribute(hash_key=True)
-        seq = NumberAttribute(range_key=True)
-        revision_id = UnicodeAttribute()
-        operation_id = UnicodeAttribute()
-        status = UnicodeAttribute()
-        created_at = NumberAttribute()
-        total_chunks = NumberAttribute(null=True)
-        done_chunks = NumberSetAttribute(null=True)
-        finished_at = NumberAttribute(null=True)
-
-    class CounterItem(Model):
-        Meta = meta(names.counters)
-        counter_id = UnicodeAttribute(hash_key=True)
-        value = NumberAttribute(default=0)
-        changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
-        minute = NumberAttribute(null=True)  # per-minute buckets (operations/minute_counts.py): their minute
-        total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
-        maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
-        # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
-        max_outstanding = NumberAttribute(null=True)
-        max_running = NumberAttribute(null=True)
-        updated_by = UnicodeAttribute(null=True)
-        reason = UnicodeAttribute(null=True)
-
-    class AuditItem(Model):
-        """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""
-
-        Meta = meta(names.audit)
-        day = UnicodeAttribute(hash_key=True)
-        entry_id = UnicodeAttribute(range_key=True)  # "{at:.6f}#{random}": time order, unique
-        at = NumberAttribute()
-        actor = UnicodeAttribute()
-        acting_as = UnicodeAttribute(null=True)
-        action = UnicodeAttribute()
-        target = UnicodeAttribute()
-        site_id = UnicodeAttribute(null=True)
-        reason = UnicodeAttribute(null=True)
-        outcome = UnicodeAttribute()
-        detail = JSONAttribute(null=True)
-
-    models = Models(Operation=OperationItem, Site=SiteItem, Commit=CommitItem, Publication=PublicationItem,
-                    Counter=CounterItem, Audit=AuditItem)
+    models = Models(Operation=bound(OperationItem, names.operations), Site=bound(SiteItem, names.sites),
+                    Commit=bound(CommitItem, names.commits), Publication=bound(PublicationItem, names.publications),
+                    Counter=bound(CounterItem, names.counters), Audit=bound(AuditItem, names.audit))
     _share_one_connection(models)
     return models
 
@@ -227,7 +230,7 @@ def table_specs() -> dict[str, TableSpec]:
     models = build_models(TableNames(*TABLE_LOGICAL_IDS), "us-east-1")
     specs = {}
     for role, model in zip(TABLE_LOGICAL_IDS, models.all(), strict=True):
-        schema: dict[str, Any] = model._get_schema()
+        schema: Any = model._get_schema()
         types = {d["AttributeName"]: d["AttributeType"] for d in schema["attribute_definitions"]}
 
         def keys(key_schema: list[dict[str, str]], types: dict[str, str] = types) -> tuple[KeySpec, KeySpec | None]:

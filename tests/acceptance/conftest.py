@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import pytest
 
@@ -12,7 +12,8 @@ from sitedispatch.local.supervisor import LocalRuntime
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.1, what: str = "condition") -> T:
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, interval_s: float = 0.1,
+             what: str = "condition") -> T:
     """Poll until `check()` is truthy; fail with `what` at the deadline (no bare sleeps in tests)."""
     deadline = time.monotonic() + timeout_s
     while True:

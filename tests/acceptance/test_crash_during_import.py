@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.domain.model import Status
+from sitedispatch.domain.model import Kind, Status
 from sitedispatch.domain.settings import Settings
+from sitedispatch.drivers.reference.content import body_key
 from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import read_live_route, receipt_key
 from tests.acceptance.conftest import wait_for
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 
 pytestmark = pytest.mark.acceptance
 
@@ -47,6 +48,12 @@ class Reader(threading.Thread):
                     self.failures.append(f"{entry['route']}: {exc!r}")
 
 
+def bodies_written(deps: Dependencies, site: str) -> int:
+    prefix = body_key(site, "x").rsplit("/", 1)[0] + "/"
+    listed = deps.s3.list_objects_v2(Bucket=deps.settings.bucket, Prefix=prefix, MaxKeys=1000)
+    return int(listed.get("KeyCount", 0))
+
+
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
         runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a provisioned, published site and a long import (lease 3 s, kept alive by heartbeats while the worker
@@ -70,27 +77,29 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
                              params=submitter.stage_upload("crash-site", wxr)).operation.operation_id
 
     # When the worker is SIGKILLed while the import is running
-    wait_for(lambda: deps.operations.get(op_id).status == Status.RUNNING, timeout_s=30, interval_s=0.05,  # type: ignore[union-attr]
+    wait_for(lambda: present(deps.operations.get(op_id)).status == Status.RUNNING, timeout_s=30, interval_s=0.05,
              what="import running")
-    time.sleep(0.5)  # well inside the import
+    # well inside the import: it has written a hundred of its post bodies (the provision wrote two)
+    wait_for(lambda: bodies_written(deps, "crash-site") >= 100, timeout_s=30, interval_s=0.02,
+             what="import writing post bodies")
     runtime.kill(worker)
     killed_at = time.time()
-    assert deps.operations.get(op_id).status == Status.RUNNING  # type: ignore[union-attr]
+    assert present(deps.operations.get(op_id)).status == Status.RUNNING
     assert deps.commits.get(op_id) is None
 
     # Then a restarted worker completes it once the lease and visibility lapse
     runtime.start_worker("bulk", 1)
     final = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
                      timeout_s=90, what="import terminal after restart")
-    wait_for(lambda: deps.sites.get("crash-site").live_seq == 2, timeout_s=60,  # type: ignore[union-attr]
-             what="import published")
+    wait_for(lambda: present(deps.sites.get("crash-site")).live_seq == 2, timeout_s=60, what="import published")
     reader.stop.set()
     reader.join(30)
 
     assert final.status == Status.SUCCEEDED and final.attempt == 2
-    assert [c.operation_id for c in deps.commits.history("crash-site")] == [op_id, deps.commits.history(
-        "crash-site")[1].operation_id] and len(deps.commits.history("crash-site")) == 2
-    assert deps.commits.get(op_id).summary["created"] == {"post": 1500}  # type: ignore[union-attr]
+    history = deps.commits.history("crash-site")  # newest first: the import once, after the provision
+    assert [(c.kind, c.version) for c in history] == [(Kind.IMPORT, 2), (Kind.PROVISION, 1)]
+    assert history[0].operation_id == op_id
+    assert present(deps.commits.get(op_id)).summary["created"] == {"post": 1500}
     assert reader.failures == [] and reader.reads > 0
     assert reader.seqs == sorted(reader.seqs)  # live seq never decreased
-    print(f"\nrecovered {final.finished_at - killed_at:.1f}s after the kill; {reader.reads} reads, 0 failures")
+    print(f"\nrecovered {present(final.finished_at) - killed_at:.1f}s after the kill; {reader.reads} reads, 0 failures")

@@ -54,7 +54,9 @@ def test_one_provision_is_not_starved_by_three_hundred_imports(runtime: LocalRun
     # Then it started within two operation-times of its submission
     finished = [o for op in imports if (o := deps.operations.get(op.operation_id)) is not None
                 and o.status == Status.SUCCEEDED and o.started_at and o.finished_at]
-    operation_time = statistics.median(o.finished_at - o.started_at for o in finished)  # type: ignore[operator]
+    operation_time = statistics.median(o.finished_at - o.started_at for o in finished
+                                       if o.finished_at is not None and o.started_at is not None)
+    assert done.started_at is not None and done.queued_at is not None
     waited = done.started_at - done.queued_at
     print(f"\nB waited {waited:.2f}s; an import takes {operation_time:.2f}s; A's backlog then {backlog}")
     assert done.status == Status.SUCCEEDED

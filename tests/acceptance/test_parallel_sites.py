@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.domain.model import Status
+from sitedispatch.domain.model import Operation, Status
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
 from tests.acceptance.conftest import wait_for
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 
 pytestmark = pytest.mark.acceptance
 LATENCY_S = 2.0  # simulated provisioning work per site
@@ -38,13 +38,17 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
     with ThreadPoolExecutor(len(SITES)) as pool:
         ops = list(pool.map(lambda site: submitter.submit(kind="provision", site_id=site, principal="fleet",
                                                           params=PROVISION).operation.operation_id, SITES))
-    final = wait_for(lambda: (lambda got: got if all(o and o.status.terminal for o in got) else None)(
-        [deps.operations.get(op) for op in ops]), timeout_s=60, what="all ten operations terminal")
+    def all_terminal() -> list[Operation] | None:
+        got = [deps.operations.get(op) for op in ops]
+        done = [o for o in got if o is not None and o.status.terminal]
+        return done if len(done) == len(ops) else None
+
+    final = wait_for(all_terminal, timeout_s=60, what="all ten operations terminal")
 
     # Then all succeed, all start within 1 s of each other, and all run at the same time
     assert [op.status for op in final] == [Status.SUCCEEDED] * len(SITES)
-    starts = [op.started_at for op in final]
-    ends = [op.finished_at for op in final]
+    starts = [present(op.started_at) for op in final]
+    ends = [present(op.finished_at) for op in final]
     durations = [e - s for s, e in zip(starts, ends, strict=True)]
     spread = max(starts) - min(starts)
     print(f"\nG1: start spread {spread:.3f}s, durations median {statistics.median(durations):.2f}s, "

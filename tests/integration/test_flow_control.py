@@ -15,7 +15,7 @@ from sitedispatch.domain.errors import Backpressure
 from sitedispatch.domain.model import Status
 from sitedispatch.local.cloud import create_resources, local_environment
 from tests.conftest import Cloud, cli_runner, pump, run_cli
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 
 
 @pytest.fixture
@@ -68,10 +68,10 @@ def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Clou
     ops = limited.deps.operations
     assert ops.counter("global") == len(accepted) <= 20
     for site in {s for s, _ in plan}:
-        assert ops.counter(f"site#{site}") == sum(1 for a in accepted if ops.get(a).site_id == site) <= 3
+        assert ops.counter(f"site#{site}") == sum(1 for a in accepted if present(ops.get(a)).site_id == site) <= 3
     pump(limited)
-    final = [ops.get(op_id) for op_id in accepted]
-    assert all(op is not None and op.status.terminal for op in final)
+    final = [present(ops.get(op_id)) for op_id in accepted]
+    assert all(op.status.terminal for op in final)
     assert {op.status for op in final} <= {Status.SUCCEEDED, Status.DEAD, Status.SUPERSEDED}
     admission = {k: v for k, v in ops.counters().items() if k == "global" or k.startswith(("principal#", "site#"))}
     assert admission and all(value == 0 for value in admission.values())

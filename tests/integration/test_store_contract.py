@@ -257,7 +257,9 @@ def test_blob_compare_and_swap(cloud: Cloud) -> None:
         assert blobs.read_versioned("k.json") is None
         assert blobs.replace("k.json", b"1", None) is True
         assert blobs.replace("k.json", b"2", None) is False  # exists: If-None-Match fails
-        body, etag = blobs.read_versioned("k.json")
+        stored = blobs.read_versioned("k.json")
+        assert stored is not None
+        body, etag = stored
         assert body == b"1"
         assert blobs.replace("k.json", b"2", etag) is True
         assert blobs.replace("k.json", b"3", etag) is False  # stale ETag

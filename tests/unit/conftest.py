@@ -10,7 +10,8 @@ import pytest
 from sitedispatch.domain.delivery import Result
 from sitedispatch.domain.model import Kind, QueueMessage
 from sitedispatch.drivers.reference.driver import reference_only
-from sitedispatch.kinds.handlers import handler_map
+from sitedispatch.kinds.contract import HandlerContext, Mutation
+from sitedispatch.kinds.handlers import HandlerFn, handler_map
 from sitedispatch.operations.minute_counts import MinuteCounts
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.retry_budget import RetryBudget
@@ -110,7 +111,7 @@ class Harness:
 
         self.wrap(kind, flaky)
 
-    def wrap(self, kind: Kind, around: Callable[..., Any]) -> None:
+    def wrap(self, kind: Kind, around: Callable[[HandlerFn, HandlerContext, Any], Mutation]) -> None:
         inner = self.handlers[kind]
         self.handlers[kind] = lambda ctx, payload: around(inner, ctx, payload)
 

@@ -68,7 +68,7 @@ def test_settings_names_and_environment_round_trip(monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv(key, value)
     assert Settings() == s  # type: ignore[call-arg]
     with pytest.raises(Exception, match="frozen"):
-        s.attempt_budget = 1  # type: ignore[misc]
+        s.attempt_budget = 1
 
 
 def test_sqs_event_has_the_lambda_record_shape() -> None:

@@ -10,6 +10,8 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
 from sitedispatch.domain.model import Kind, Status
+from sitedispatch.kinds.contract import HandlerContext, Mutation
+from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.operations.admission import is_admission_counter, running_slot
 from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.operator.controls import Caller
@@ -61,10 +63,9 @@ def test_terminal_operations_release_their_counters() -> None:
 def test_estimated_delay_uses_the_sites_measured_operation_time() -> None:
     harness = Harness(max_queued_per_site=1)
     harness.deliver(harness.submit(key="one"))
-    site = harness.world.sites.get("acme-blog")
     from dataclasses import replace
 
-    harness.world.db.sites["acme-blog"] = replace(site, avg_operation_s=12.0)  # type: ignore[arg-type]
+    harness.world.db.sites["acme-blog"] = replace(harness.world.db.sites["acme-blog"], avg_operation_s=12.0)
     harness.submit(kind="publish", params={}, key="two")
 
     error = refused(harness, site_id="acme-blog", kind="publish", params={})
@@ -168,7 +169,7 @@ def test_cancel_of_a_queued_operation_is_immediate_and_its_message_is_then_ackno
 def test_cancel_of_a_running_operation_is_cooperative_and_nothing_commits(harness: Harness) -> None:
     op_id = harness.submit()
 
-    def cancelled_midway(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def cancelled_midway(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         mutation = inner(ctx, payload)
         requested = harness.controls().cancel(OPERATOR, op_id, "operator said stop")
         assert requested.status == Status.RUNNING and requested.cancel_requested == "operator said stop"
@@ -204,7 +205,7 @@ def test_a_paused_site_defers_without_attempts_and_resumes(harness: Harness) -> 
 def test_consecutive_failures_pause_the_site_automatically_with_a_reason() -> None:
     harness = Harness(auto_pause_failures=3, attempt_budget=10)
 
-    def broken(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def broken(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise TransientError("database unreachable", code="db_down")
 
     harness.wrap(Kind.PROVISION, broken)
@@ -262,7 +263,7 @@ def test_a_retry_storm_spends_the_global_budget_and_later_retries_wait_longer() 
     harness = Harness(retry_budget_ratio=0.1, retry_budget_min_retries=3, retry_budget_defer_s=60.0,
                       auto_pause_failures=100)
 
-    def down(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def down(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise TransientError("dependency down")
 
     harness.wrap(Kind.PROVISION, down)

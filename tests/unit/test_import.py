@@ -8,12 +8,12 @@ import pytest
 
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.model import Status
+from sitedispatch.drivers.reference.content import Manifest
+from sitedispatch.drivers.reference.store import ContentStore
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
 
-def head(harness: Harness, site: str = "acme-blog"):  # type: ignore[no-untyped-def]
-    from sitedispatch.drivers.reference.store import ContentStore
-
+def head(harness: Harness, site: str = "acme-blog") -> Manifest:
     record = harness.world.sites.get(site)
     assert record is not None and record.head_revision
     return ContentStore(harness.world.blobs, site).manifest(record.head_revision)
@@ -67,8 +67,6 @@ def test_every_wxr_version_imports_posts_pages_drafts_future_attachments_and_uni
     assert terms[("category", "local-news")].parent == terms[("category", "news")].id
     assert terms[("post_tag", "café")].name == "Café ☕"
     assert {terms[("category", "local-news")].id, terms[("post_tag", "café")].id} == set(published.term_ids)
-    from sitedispatch.drivers.reference.store import ContentStore
-
     body = ContentStore(harness.world.blobs, "acme-blog").body(published.body)
     assert "日本語" in body.content and "a ]]> split CDATA" in body.content
     assert body.meta == {"subtitle": "Sub"} and body.excerpt == "A short excerpt"

@@ -214,8 +214,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             for message in list(self.inflight):
                 self._move_new_publications_after(lambda m=message: self._deliver(m))
             while self.pubs:
-                message = self.pubs.pop(0)
-                self._move_new_publications_after(lambda m=message: self.h.publisher().process(m))
+                delivery = self.pubs.pop(0)
+                self._move_new_publications_after(lambda m=delivery: self.h.publisher().process(m))
         assert not self.inflight and not self.pubs
         for op_id in self.ops:
             op = self.h.world.operations.get(op_id)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
 from sitedispatch.domain.backoff import backoff_ceiling
-from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.errors import PermanentError, TransientError
-from sitedispatch.domain.model import Kind, Status
+from sitedispatch.domain.model import Kind, Operation, Status
+from sitedispatch.kinds.contract import HandlerContext, Mutation
+from sitedispatch.kinds.handlers import HandlerFn
 from tests.unit.conftest import Harness
 
 
@@ -86,8 +89,8 @@ def test_paused_site_defers_without_spending_an_attempt(harness: Harness) -> Non
     from dataclasses import replace
 
     op_id = harness.submit()
-    site = harness.world.sites.get("acme-blog")
-    harness.world.db.sites["acme-blog"] = replace(site, paused=True)  # type: ignore[arg-type]
+    site = harness.world.db.sites["acme-blog"]
+    harness.world.db.sites["acme-blog"] = replace(site, paused=True)
 
     result, _ = harness.deliver(op_id)
 
@@ -126,7 +129,7 @@ def test_transient_failures_retry_with_backoff_then_commit_once_on_attempt_three
 
 
 def test_permanent_failure_is_dead_after_one_attempt_and_dead_lettered(harness: Harness) -> None:
-    def broken(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def broken(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise PermanentError("theme not found", code="theme_missing")
 
     harness.wrap(Kind.PROVISION, broken)
@@ -149,7 +152,7 @@ def test_permanent_failure_is_dead_after_one_attempt_and_dead_lettered(harness: 
 def test_attempt_budget_spent_goes_dead_with_the_last_error() -> None:
     harness = Harness(attempt_budget=2)
 
-    def always(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def always(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise TransientError("upstream 503")
 
     harness.wrap(Kind.PROVISION, always)
@@ -197,7 +200,7 @@ def test_holder_whose_lease_was_taken_over_cannot_commit(harness: Harness) -> No
     resume = threading.Event()
     calls = []
 
-    def stall_first(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def stall_first(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         calls.append(ctx.fence)
         if len(calls) == 1:
             stalled.set()
@@ -205,7 +208,7 @@ def test_holder_whose_lease_was_taken_over_cannot_commit(harness: Harness) -> No
         return inner(ctx, payload)
 
     harness.wrap(Kind.PROVISION, stall_first)
-    outcomes = {}
+    outcomes: dict[str, Result] = {}
     first = threading.Thread(target=lambda: outcomes.setdefault("first", harness.deliver(op_id)[0]))
     first.start()
     assert stalled.wait(5)
@@ -240,7 +243,7 @@ def test_stale_holder_is_refused_by_the_fence_while_the_new_holder_is_still_work
     op_id = harness.submit()
     other = harness.submit(site="acme-blog", key="other")  # a second operation of the same site
 
-    def taken_over_midway(inner, ctx, payload):  # type: ignore[no-untyped-def]
+    def taken_over_midway(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         mutation = inner(ctx, payload)
         harness.world.clock.advance(harness.settings.lease_seconds + 1)
         harness.world.sites.claim_lease("acme-blog", other, harness.world.clock.now(), 60.0)
@@ -264,11 +267,11 @@ def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks
     real = harness.world.operations.start_attempt
     calls = {"n": 0}
 
-    def throttled_once(*args: object, **kwargs: object) -> object:
+    def throttled_once(*args: Any, **kwargs: Any) -> Operation:
         calls["n"] += 1
         if calls["n"] == 1:
             raise TransientError("throttled")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)
 
     harness.world.operations.start_attempt = throttled_once  # type: ignore[method-assign]
     first, visibility = harness.deliver(op_id)
