@@ -221,7 +221,9 @@ class Reconciler:
     def repair_counters(self) -> int:
         """Counters are exact by construction (moved in the transactions that move operations); this recount is the
         tool for drift from a bug or a hand edit. A counter is set to the recount only if it has been quiet for
-        `counter_quiet_s` and still holds what was read, so a recount racing live traffic changes nothing."""
+        `counter_quiet_s` and still holds what was read, so a recount racing live traffic changes nothing. The recount
+        reads the by-status index (eventually consistent): it relies on the index lagging the table by less than
+        `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin."""
         d = self.d
         started = d.clock.now()
         observed = {k: v for k, v in d.operations.counters().items() if is_admission_counter(k)}

@@ -106,6 +106,20 @@ class MemoryDb:
         for counter in counters:
             self.bump(counter, -1, now)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # DynamoDB's global secondary indexes are eventually consistent: a write shows in an index read a moment later.
+    # With `lagging_indexes`, the operations' index reads see the rows as they were at the last `propagate()`, so a
+    # test can hold the core to what it relies on (every action taken on an index read is re-checked by a
+    # conditional write on the row; the counter recount waits for quiet longer than any lag).
+    lagging_indexes: bool = False
+    _index_view: dict[str, Operation] = field(default_factory=dict)
+
+    def indexed(self) -> dict[str, Operation]:
+        return self._index_view if self.lagging_indexes else self.operations
+
+    def propagate(self) -> None:
+        """The indexes catch up with the table."""
+        with self.lock:
+            self._index_view = dict(self.operations)
 
 
 class MemoryOperationStore:
@@ -230,8 +244,13 @@ class MemoryOperationStore:
                          cancel_requested=reason or "cancelled", updated_at=now)
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
-        ops = [op for op in self.db.operations.values()
+        """As DynamoDB orders them: a site's by creation (the by-site index), a status's by last update (by-status),
+        the whole table by creation; index reads see what `MemoryDb.indexed` shows (see `lagging_indexes`)."""
+        rows = self.db.operations.values() if site_id is None and status is None else self.db.indexed().values()
+        ops = [op for op in rows
                if (site_id is None or op.site_id == site_id) and (status is None or op.status == status)]
+        if status is not None and site_id is None:
+            return sorted(ops, key=lambda op: op.updated_at, reverse=True)[:limit]
         return sorted(ops, key=lambda op: op.created_at, reverse=True)[:limit]
 
 
@@ -294,7 +313,9 @@ class MemorySiteStore:
 
     def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
         with self.db.lock:
-            site = self.db.sites[site_id]
+            site = self.db.sites.get(site_id)
+            if site is None:
+                raise NotFound(f"site {site_id} not found")
             failures = site.consecutive_failures + 1
             pause = failures >= pause_at and not site.paused
             updated = replace(site, consecutive_failures=failures, paused=site.paused or pause,

@@ -104,7 +104,10 @@ class OperationStore(Protocol):
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
 
     def list(self, *, site_id: str | None = None, status: Status | None = None,
-             limit: int = 100) -> list[Operation]: ...
+             limit: int = 100) -> list[Operation]:
+        """Newest first: a site's by creation, a status's by last update, all by creation. A site's and a status's
+        are index reads, eventually consistent on AWS: whatever the core does on what one shows is re-checked by a
+        conditional write on the row itself."""
 
 
 class SiteStore(Protocol):
@@ -127,13 +130,14 @@ class SiteStore(Protocol):
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         """Sites whose head has a WordPress event or future post due at or before `now`, earliest first."""
 
-    def list(self, limit: int = 100) -> list[Site]: ...
+    def list(self, limit: int = 100) -> list[Site]:
+        """Up to `limit` sites, ordered by id."""
 
     def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
         """Pause (deliveries are deferred) or resume (also clears the failure count). NotFound if unknown."""
 
     def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
-        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`."""
+        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`. NotFound if unknown."""
 
     def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
         """Conditional: the live pointer moves only forward (live_seq < seq). False when it lost to a newer one."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,34 +21,104 @@ from sitedispatch.domain.errors import (
     StaleFence,
 )
 from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
-from sitedispatch.domain.ports import PreparedCommit, Slot
-from sitedispatch.operations.minute_counts import RING_MINUTES, Bucket, MinuteCounts
+from sitedispatch.domain.ports import (
+    AuditLog,
+    BlobStore,
+    CommitStore,
+    OperationQueue,
+    OperationStore,
+    PreparedCommit,
+    PublicationQueue,
+    PublicationStore,
+    QuotaStore,
+    SiteStore,
+    Slot,
+)
+from sitedispatch.domain.resources import QUEUES
+from sitedispatch.operations.minute_counts import RING_MINUTES, Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud
+from tests.factories import present
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
 NOW = 1_800_000_000.0
 ERR = ErrorInfo("TransientError", "transient", "boom", True)
 
 
+PORTS: dict[str, type] = {"operations": OperationStore, "sites": SiteStore, "commits": CommitStore,
+                          "publications": PublicationStore, "buckets": MinuteBuckets, "quotas": QuotaStore,
+                          "audit": AuditLog, "blobs": BlobStore, "queue": OperationQueue,
+                          "publication_queue": PublicationQueue}
+CALLED: dict[str, set[tuple[str, str]]] = {"memory": set(), "dynamodb": set()}  # impl -> (port, method)
+
+
+class Recorded:
+    """A port implementation that notes which of its methods the contract suite called (see the last test)."""
+
+    def __init__(self, target: object, port: str, impl: str) -> None:
+        self._target, self._port, self._impl = target, port, impl
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if callable(value) and not name.startswith("_"):
+            CALLED[self._impl].add((self._port, name))
+        return value
+
+
 @dataclass
 class Stores:
-    operations: Any
-    sites: Any
-    commits: Any
-    publications: Any
-    buckets: Any
-    quotas: Any
+    impl: str
+    operations: OperationStore
+    sites: SiteStore
+    commits: CommitStore
+    publications: PublicationStore
+    buckets: MinuteBuckets
+    quotas: QuotaStore
+    audit: AuditLog
+    blobs: BlobStore
+    queue: OperationQueue
+    publication_queue: PublicationQueue
+    sent: Callable[[str], list[str]]  # the bodies on a queue ("operations", "bulk", "publications"), taken off it
+
+
+def _recorded(impl: str, **ports: Any) -> dict[str, Any]:
+    return {name: Recorded(port, name, impl) for name, port in ports.items()}
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def stores(request: pytest.FixtureRequest) -> Stores:
     if request.param == "memory":
         world = MemoryWorld()
-        return Stores(world.operations, world.sites, world.commits, world.publications, MemoryMinuteBuckets(world.db),
-                      world.quotas)
+
+        def sent_in_memory(queue: str) -> list[str]:
+            if queue == "publications":
+                bodies = [m.to_body() for m in world.publication_queue.sent]
+                world.publication_queue.sent.clear()
+                return bodies
+            bodies = [m.message.to_body() for m in world.queue.sent if m.lane == queue]
+            world.queue.sent = [m for m in world.queue.sent if m.lane != queue]
+            return bodies
+
+        return Stores("memory", sent=sent_in_memory, **_recorded(
+            "memory", operations=world.operations, sites=world.sites, commits=world.commits,
+            publications=world.publications, buckets=MemoryMinuteBuckets(world.db), quotas=world.quotas,
+            audit=world.audit, blobs=world.blobs, queue=world.queue, publication_queue=world.publication_queue))
     cloud: Cloud = request.getfixturevalue("cloud")
-    return Stores(cloud.deps.operations, cloud.deps.sites, cloud.deps.commits, cloud.deps.publications,
-                  DynamoMinuteBuckets(cloud.deps.models), cloud.deps.quotas)
+    d = cloud.deps
+
+    def sent_on_sqs(queue: str) -> list[str]:
+        url = getattr(d.settings, QUEUES[queue].url_field)
+        bodies: list[str] = []
+        while messages := d.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                                 VisibilityTimeout=60).get("Messages", []):
+            for message in messages:
+                bodies.append(message["Body"])
+                d.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return bodies
+
+    return Stores("dynamodb", sent=sent_on_sqs, **_recorded(
+        "dynamodb", operations=d.operations, sites=d.sites, commits=d.commits, publications=d.publications,
+        buckets=DynamoMinuteBuckets(d.models), quotas=d.quotas, audit=d.audit, blobs=d.blobs, queue=d.queue,
+        publication_queue=d.publication_queue))
 
 
 def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
@@ -94,7 +166,7 @@ def test_site_belongs_to_the_principal_that_registered_it(stores: Stores) -> Non
 def test_a_site_keeps_the_connection_it_was_registered_with(stores: Stores) -> None:
     wordpress = SiteConnection("wordpress", "https://blog.example", "secretsmanager:sitedispatch/blog")
     site = stores.sites.register("acme-blog", "p", NOW, wordpress)
-    assert stores.sites.get("acme-blog").connection == site.connection == wordpress
+    assert present(stores.sites.get("acme-blog")).connection == site.connection == wordpress
     assert stores.sites.register("acme-blog", "p", NOW + 5).connection == wordpress  # a submit's register
     with pytest.raises(Conflict):
         stores.sites.register("acme-blog", "p", NOW, SiteConnection())
@@ -126,7 +198,7 @@ def test_stale_fence_cannot_extend_or_release(stores: Stores) -> None:
     assert stores.sites.release_lease(old) is False
     assert stores.sites.extend_lease(new, NOW + 12, 10).expires_at == pytest.approx(NOW + 22)
     assert stores.sites.release_lease(new) is True
-    assert stores.sites.get("acme-blog").lease_owner is None
+    assert present(stores.sites.get("acme-blog")).lease_owner is None
 
 
 def test_attempts_are_spent_conditionally_up_to_the_budget(stores: Stores) -> None:
@@ -141,11 +213,11 @@ def test_commit_writes_record_head_release_and_status_together(stores: Stores) -
     lease = running(stores)
     stores.commits.commit(prepared(lease), NOW + 2)
 
-    site = stores.sites.get("acme-blog")
-    op = stores.operations.get("op_1")
+    site = present(stores.sites.get("acme-blog"))
+    op = present(stores.operations.get("op_1"))
     assert site.head_version == 1 and site.head_revision == "r" * 64 and site.lease_owner is None
     assert op.status == Status.SUCCEEDED and op.result == {"version": 1} and op.finished_at == NOW + 2
-    assert stores.commits.get("op_1").fence == lease.fence
+    assert present(stores.commits.get("op_1")).fence == lease.fence
     assert [c.operation_id for c in stores.commits.history("acme-blog")] == ["op_1"]
 
 
@@ -164,9 +236,9 @@ def test_stale_fence_is_rejected_by_the_commit_transaction_and_nothing_is_writte
         stores.commits.commit(prepared(stale), NOW + 32)
 
     assert stores.commits.get("op_1") is None
-    site = stores.sites.get("acme-blog")
+    site = present(stores.sites.get("acme-blog"))
     assert site.head_version == 0 and site.lease_owner == "op_2"
-    assert stores.operations.get("op_1").status == Status.RUNNING
+    assert present(stores.operations.get("op_1")).status == Status.RUNNING
 
 
 def test_commit_of_an_operation_no_longer_running_is_refused(stores: Stores) -> None:
@@ -174,7 +246,7 @@ def test_commit_of_an_operation_no_longer_running_is_refused(stores: Stores) -> 
     stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 1)
     with pytest.raises(NotRunnable):
         stores.commits.commit(prepared(lease), NOW + 2)
-    assert stores.commits.get("op_1") is None and stores.sites.get("acme-blog").head_version == 0
+    assert stores.commits.get("op_1") is None and present(stores.sites.get("acme-blog")).head_version == 0
 
 
 def test_retry_and_dead_are_fenced(stores: Stores) -> None:
@@ -182,7 +254,7 @@ def test_retry_and_dead_are_fenced(stores: Stores) -> None:
     with pytest.raises(StaleFence):
         stores.operations.schedule_retry("op_1", lease.fence + 1, ERR, NOW + 5, NOW)
     stores.operations.schedule_retry("op_1", lease.fence, ERR, NOW + 5, NOW)
-    op = stores.operations.get("op_1")
+    op = present(stores.operations.get("op_1"))
     assert op.status == Status.QUEUED and op.not_before == NOW + 5 and op.error == ERR
     with pytest.raises(NotRunnable):
         stores.operations.mark_dead("op_1", lease.fence + 1, ERR, NOW)
@@ -233,7 +305,7 @@ def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Sto
     assert publications.chunk_done("acme-blog", 1, 0).done_chunks == frozenset({0, 2})
     publications.finish("acme-blog", 1, PublicationStatus.PUBLISHED, NOW)
     publications.finish("acme-blog", 1, PublicationStatus.SUPERSEDED, NOW)
-    assert publications.get("acme-blog", 1).status == PublicationStatus.PUBLISHED
+    assert present(publications.get("acme-blog", 1)).status == PublicationStatus.PUBLISHED
     assert [p.seq for p in publications.list("acme-blog")] == [1]
     with pytest.raises(NotFound):
         publications.plan("acme-blog", 99, 1, NOW)
@@ -245,26 +317,32 @@ def test_promotion_only_moves_forward(stores: Stores) -> None:
     assert stores.sites.promote("acme-blog", 1, "a" * 64, NOW) is False
     assert stores.sites.promote("acme-blog", 2, "c" * 64, NOW) is False
     assert stores.sites.promote("acme-blog", 3, "a" * 64, NOW) is True
-    site = stores.sites.get("acme-blog")
+    site = present(stores.sites.get("acme-blog"))
     assert (site.live_seq, site.live_revision) == (3, "a" * 64)
     assert stores.sites.promote("ghost-site", 1, "a" * 64, NOW) is False
 
 
-def test_blob_compare_and_swap(cloud: Cloud) -> None:
-    from tests.fakes import MemoryBlobStore
-
-    for blobs in (MemoryBlobStore(), cloud.deps.blobs):
-        assert blobs.read_versioned("k.json") is None
-        assert blobs.replace("k.json", b"1", None) is True
-        assert blobs.replace("k.json", b"2", None) is False  # exists: If-None-Match fails
-        stored = blobs.read_versioned("k.json")
-        assert stored is not None
-        body, etag = stored
-        assert body == b"1"
-        assert blobs.replace("k.json", b"2", etag) is True
-        assert blobs.replace("k.json", b"3", etag) is False  # stale ETag
-        assert blobs.get("k.json") == b"2"
-        assert blobs.put_if_absent("k.json", b"x") is False and blobs.get("k.json") == b"2"
+def test_blob_compare_and_swap(stores: Stores) -> None:
+    blobs = stores.blobs
+    assert blobs.read_versioned("k.json") is None
+    assert blobs.replace("k.json", b"1", None) is True
+    assert blobs.replace("k.json", b"2", None) is False  # exists: If-None-Match fails
+    stored = blobs.read_versioned("k.json")
+    assert stored is not None
+    body, etag = stored
+    assert body == b"1"
+    assert blobs.replace("k.json", b"2", etag) is True
+    assert blobs.replace("k.json", b"3", etag) is False  # stale ETag
+    assert blobs.get("k.json") == b"2"
+    assert blobs.put_if_absent("k.json", b"x") is False and blobs.get("k.json") == b"2"
+    with pytest.raises(NotFound):
+        blobs.get("missing.json")
+    with pytest.raises(NotFound):
+        blobs.open("missing.json")
+    assert blobs.open("k.json").read() == b"2"
+    big = bytes(range(256)) * 4096  # a stream, not bytes: how large inputs and manifests are written
+    assert blobs.put_if_absent("big.bin", io.BytesIO(big), "application/octet-stream") is True
+    assert blobs.get("big.bin") == big
 
 
 def test_an_attempt_under_an_older_fence_never_overwrites_a_newer_one(stores: Stores) -> None:
@@ -272,7 +350,7 @@ def test_an_attempt_under_an_older_fence_never_overwrites_a_newer_one(stores: St
     assert stores.operations.start_attempt("op_1", 2, NOW).fence == 2
     with pytest.raises(NotRunnable):
         stores.operations.start_attempt("op_1", 1, NOW)
-    assert stores.operations.get("op_1").fence == 2 and stores.operations.get("op_1").attempt == 1
+    assert present(stores.operations.get("op_1")).fence == 2 and present(stores.operations.get("op_1")).attempt == 1
 
 
 def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores: Stores) -> None:
@@ -286,7 +364,7 @@ def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores:
     other = stores.sites.claim_lease("site-2", "op_2", NOW, 30)
     with pytest.raises(LimitReached):
         stores.operations.start_attempt("op_2", other.fence, NOW, slot)
-    refused = stores.operations.get("op_2")
+    refused = present(stores.operations.get("op_2"))
     assert refused.status == Status.QUEUED and refused.attempt == 0 and refused.running_slot is None
 
     # op_1's process died: the next attempt keeps the slot it holds instead of taking a second one
@@ -298,7 +376,7 @@ def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores:
         stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60)
     stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60, slot=slot.counter)
     assert stores.operations.counter(slot.counter) == 0
-    assert stores.operations.get("op_1").running_slot is None
+    assert present(stores.operations.get("op_1")).running_slot is None
 
     assert stores.operations.start_attempt("op_2", other.fence, NOW + 61, slot).running_slot == slot.counter
     with pytest.raises(NotRunnable):
@@ -317,7 +395,7 @@ def test_a_commit_releases_the_slot_it_names(stores: Stores) -> None:
     stores.commits.commit(replace(prepared(lease), slot=slot.counter), NOW + 1)
 
     assert stores.operations.counter(slot.counter) == 0
-    op = stores.operations.get("op_1")
+    op = present(stores.operations.get("op_1"))
     assert op.status == Status.SUCCEEDED and op.running_slot is None
 
 
@@ -378,3 +456,166 @@ def test_a_quota_kept_on_its_counters_overrides_the_deployments_limits_until_cle
     ops.create(new_op("op_2", "site-2"), [("principal#p", 100)])  # the deployment's limit again
     ops.start_attempt("op_3", lease.fence, NOW, Slot("running#operations#p", 10))
     assert ops.counter("principal#p") == 2 and ops.counter("running#operations#p") == 2
+
+
+def test_end_cancels_or_supersedes_from_the_given_statuses_and_releases_what_it_names(stores: Stores) -> None:
+    ops = stores.operations
+    ops.create(new_op("op_1"), [("site#acme-blog", 10), ("principal#p", 10)])
+    ops.create(new_op("op_2"), [("site#acme-blog", 10), ("principal#p", 10)])
+    ops.end("op_1", Status.SUPERSEDED, NOW + 1, ["site#acme-blog", "principal#p"],
+            from_statuses=(Status.ACCEPTED, Status.QUEUED), reason="superseded by op_2", superseded_by="op_2")
+    ended = present(ops.get("op_1"))
+    assert (ended.status, ended.superseded_by, ended.finished_at) == (Status.SUPERSEDED, "op_2", NOW + 1)
+    assert present(ended.error).message == "superseded by op_2"
+    assert ops.counter("site#acme-blog") == 1 and ops.counter("principal#p") == 1
+    with pytest.raises(NotRunnable):  # not from a status it may end from
+        ops.end("op_1", Status.CANCELLED, NOW + 2, ["site#acme-blog"], from_statuses=(Status.QUEUED,))
+    assert ops.counter("site#acme-blog") == 1  # the refusal released nothing
+    with pytest.raises(NotRunnable):  # a slot the row does not hold
+        ops.end("op_2", Status.CANCELLED, NOW + 2, [], from_statuses=(Status.QUEUED,), slot="running#operations#p")
+    ops.end("op_2", Status.CANCELLED, NOW + 2, ["site#acme-blog", "principal#p"], from_statuses=(Status.QUEUED,),
+            reason="asked")
+    assert present(ops.get("op_2")).status == Status.CANCELLED
+    assert ops.counters("site#") == {"site#acme-blog": 0}
+    assert ops.counters() == {"site#acme-blog": 0, "principal#p": 0}
+
+
+def test_revive_takes_a_dead_operation_at_its_epoch_into_a_new_one_once(stores: Stores) -> None:
+    ops = stores.operations
+    ops.create(new_op(), [("site#acme-blog", 1)])
+    ops.mark_dead("op_1", None, ERR, NOW + 1, ["site#acme-blog"], evidence={"key": "evidence/x"})
+    assert present(ops.get("op_1")).evidence == {"key": "evidence/x"}
+    ops.create(new_op("op_2"), [("site#acme-blog", 1)])  # the site's one slot is taken meanwhile
+    with pytest.raises(LimitReached):
+        ops.revive("op_1", 0, NOW + 2, [("site#acme-blog", 1)])
+    assert present(ops.get("op_1")).status == Status.DEAD  # refused: nothing written
+    revived = ops.revive("op_1", 0, NOW + 3, [("site#acme-blog", 2)], new_input=("inputs/y", "e" * 64))
+    assert (revived.status, revived.epoch, revived.attempt) == (Status.ACCEPTED, 1, 0)
+    assert (revived.input_key, revived.input_digest, revived.error, revived.evidence) == (
+        "inputs/y", "e" * 64, None, None)
+    assert ops.counter("site#acme-blog") == 2
+    with pytest.raises(NotRunnable):  # a second redrive of the same dead epoch
+        ops.revive("op_1", 0, NOW + 4, [("site#acme-blog", 5)])
+    assert ops.counter("site#acme-blog") == 2
+
+
+def test_a_cancel_request_refuses_the_running_attempts_commit(stores: Stores) -> None:
+    lease = running(stores)
+    stores.operations.request_cancel("op_1", "asked", NOW + 1)
+    assert present(stores.operations.get("op_1")).cancel_requested == "asked"
+    with pytest.raises(NotRunnable):
+        stores.commits.commit(prepared(lease), NOW + 2)
+    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 3)
+    with pytest.raises(NotRunnable):  # terminal: nothing left to cancel
+        stores.operations.request_cancel("op_1", "again", NOW + 4)
+
+
+def test_pause_resume_and_consecutive_failures(stores: Stores) -> None:
+    sites = stores.sites
+    sites.register("acme-blog", "p", NOW)
+    assert sites.record_failure("acme-blog", 3, "first").consecutive_failures == 1
+    assert not sites.record_failure("acme-blog", 3, "second").paused
+    third = sites.record_failure("acme-blog", 3, "three in a row")
+    assert (third.paused, third.pause_reason, third.consecutive_failures) == (True, "three in a row", 3)
+    assert sites.record_failure("acme-blog", 3, "fourth").pause_reason == "three in a row"  # paused once
+    resumed = sites.set_paused("acme-blog", False, None)
+    assert (resumed.paused, resumed.pause_reason, resumed.consecutive_failures) == (False, None, 0)
+    paused = sites.set_paused("acme-blog", True, "maintenance")
+    assert (paused.paused, paused.pause_reason) == (True, "maintenance")
+    assert present(sites.get("acme-blog")).pause_reason == "maintenance"
+    with pytest.raises(NotFound):
+        sites.set_paused("ghost-site", True, "x")
+    with pytest.raises(NotFound):
+        sites.record_failure("ghost-site", 3, "x")
+
+
+def test_due_sites_come_from_their_committed_heads_earliest_first(stores: Stores) -> None:
+    for n, due_at in enumerate([NOW + 50, NOW + 10, None, NOW + 500]):
+        site = f"site-{n}"
+        lease = running(stores, f"op_{n}", site)
+        stores.commits.commit(replace(prepared(lease, f"op_{n}"), next_due_at=due_at), NOW + 1)
+    assert [s.site_id for s in stores.sites.due(NOW + 100)] == ["site-1", "site-0"]
+    assert [s.site_id for s in stores.sites.due(NOW + 100, limit=1)] == ["site-1"]
+    assert stores.sites.due(NOW) == []
+    assert [s.site_id for s in stores.sites.list()] == ["site-0", "site-1", "site-2", "site-3"]
+    assert present(stores.sites.get("site-2")).next_due_at is None
+
+
+def test_history_and_publications_are_newest_first(stores: Stores) -> None:
+    from sitedispatch.domain.model import Publication, PublicationStatus
+
+    lease = running(stores)
+    stores.commits.commit(prepared(lease), NOW + 1)
+    stores.operations.create(new_op("op_2"))
+    lease = stores.sites.claim_lease("acme-blog", "op_2", NOW + 2, 30)
+    stores.operations.start_attempt("op_2", lease.fence, NOW + 2)
+    second = Publication("acme-blog", 2, "s" * 64, "op_2", PublicationStatus.PENDING, NOW + 3)
+    stores.commits.commit(replace(prepared(lease, "op_2", version=2), publication=second), NOW + 3)
+    assert [c.version for c in stores.commits.history("acme-blog")] == [2, 1]
+    assert [c.version for c in stores.commits.history("acme-blog", limit=1)] == [2]
+    assert [p.seq for p in stores.publications.list("acme-blog")] == [2]
+    assert stores.commits.history("ghost-site") == []
+
+
+def test_listing_by_status_is_newest_update_first(stores: Stores) -> None:
+    """The by-status index sorts by `updated_at` (what the stale-lease and orphan sweeps read), not by creation."""
+    ops = stores.operations
+    for n in range(3):
+        ops.create(replace(new_op(f"op_{n}"), created_at=NOW + n, updated_at=NOW + n))
+    ops.request_cancel("op_0", "touch", NOW + 10)  # op_0, the oldest, is now the most recently updated
+    assert [o.operation_id for o in ops.list(status=Status.QUEUED)] == ["op_0", "op_2", "op_1"]
+    assert [o.operation_id for o in ops.list(site_id="acme-blog")] == ["op_2", "op_1", "op_0"]
+
+
+def test_the_audit_log_lists_newest_first_within_its_window_and_filters(stores: Stores) -> None:
+    from sitedispatch.domain.model import AuditEntry
+
+    day = 86_400
+    entries = [AuditEntry(NOW - 2 * day, "ops", "pause", "site-a", "ok", "old", "site-a"),
+               AuditEntry(NOW - 10, "ops", "cancel", "op_1", "ok", "why", "site-a", {"from": "queued"}),
+               AuditEntry(NOW - 5, "tenant", "cancel", "op_2", "denied", None, "site-b"),
+               AuditEntry(NOW, "ops", "redrive", "op_3", "ok", "fixed", "site-a")]
+    for entry in entries:
+        stores.audit.record(entry)
+    assert stores.audit.list(NOW - 60, NOW + 1) == [entries[3], entries[2], entries[1]]
+    assert stores.audit.list(NOW - 3 * day, NOW + 1, limit=2) == [entries[3], entries[2]]
+    assert stores.audit.list(NOW - 3 * day, NOW + 1)[-1] == entries[0]  # across days
+    assert stores.audit.list(NOW - 60, NOW + 1, actor="ops", action="cancel") == [entries[1]]
+    assert stores.audit.list(NOW - 60, NOW + 1, site_id="site-b") == [entries[2]]
+    assert stores.audit.list(NOW - 60, NOW + 1, target="op_3") == [entries[3]]
+    assert stores.audit.list(NOW + 10, NOW + 20) == []
+
+
+def test_queues_carry_only_identities_and_the_dead_letter_sweep_removes_what_it_selects(stores: Stores) -> None:
+    from sitedispatch.domain.model import PublicationMessage, QueueMessage
+
+    stores.queue.send(QueueMessage("op_1", "site-a"), "op_1-e0", lane="operations")
+    stores.queue.send(QueueMessage("op_2", "site-b"), "op_2-e0", lane="bulk")
+    stores.publication_queue.send(PublicationMessage("site-a", "r" * 64, 1))
+    assert stores.sent("operations") == [QueueMessage("op_1", "site-a").to_body()]
+    assert stores.sent("bulk") == [QueueMessage("op_2", "site-b").to_body()]
+    assert stores.sent("publications") == [PublicationMessage("site-a", "r" * 64, 1).to_body()]
+
+    for n in range(3):
+        stores.queue.dead_letter(QueueMessage(f"op_{n}", f"site-{n}"), f"op_{n}-e0",
+                                 {"operation_id": f"op_{n}", "epoch": "0", "attempt": "3"}, lane="operations")
+    removed, kept = stores.queue.sweep_dead_letters("operations", lambda letter: letter.attributes["operation_id"]
+                                                    != "op_1")
+    assert sorted(letter.attributes["operation_id"] for letter in removed) == ["op_0", "op_2"]
+    assert [letter.attributes["operation_id"] for letter in kept] == ["op_1"]
+    assert kept[0].attributes == {"operation_id": "op_1", "epoch": "0", "attempt": "3"}
+    removed, kept = stores.queue.sweep_dead_letters("operations", lambda letter: True)
+    assert [letter.attributes["operation_id"] for letter in removed] == ["op_1"] and kept == []
+    assert stores.queue.sweep_dead_letters("bulk", lambda letter: True) == ([], [])
+
+
+def test_every_port_method_ran_against_both_implementations(request: pytest.FixtureRequest) -> None:
+    """The contract covers the ports whole: each method of each port protocol was called on the fakes and on
+    DynamoDB/S3/SQS (on moto) by the tests above. Runs last in this module; skipped when only some tests ran."""
+    module_tests = [item for item in request.session.items if getattr(item, "module", None) is request.module]
+    if len(module_tests) < len([name for name in dir(request.module) if name.startswith("test_")]):
+        pytest.skip("only part of the contract suite ran")
+    wanted = {(port, name) for port, protocol in PORTS.items() for name in vars(protocol)
+              if not name.startswith("_") and callable(getattr(protocol, name))}
+    for impl, called in CALLED.items():
+        assert wanted - called == set(), f"never called on {impl}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from sitedispatch.domain.delivery import Outcome
@@ -11,6 +12,7 @@ from sitedispatch.drivers.reference.content import parse_gmt
 from sitedispatch.operations.admission import running_slot
 from sitedispatch.publication.live import live_key
 from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+from tests.factories import present
 from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 
 
@@ -195,3 +197,33 @@ def test_queue_repair_removes_dead_letters_of_operations_no_longer_dead(harness:
 
 def test_an_unknown_schedule_is_skipped(harness: Harness) -> None:
     assert reconciler(harness).run("nonsense") is None
+
+
+def test_index_reads_that_lag_the_table_never_undo_work(harness: Harness) -> None:
+    """DynamoDB's by-status index is eventually consistent: the sweeps may see an operation as it was a moment ago.
+    Every action they take on an index read is re-checked by a conditional write on the row, so a stale view is
+    only a wasted look."""
+    db = harness.world.db
+    db.lagging_indexes = True
+    # Given an operation that the index last saw running, and that has committed since
+    op_id = harness.submit()
+    harness.world.operations.start_attempt(op_id, 1, harness.world.clock.now())
+    db.propagate()
+    db.operations[op_id] = replace(db.operations[op_id], status=Status.QUEUED, fence=None, attempt=0)
+    result, _ = harness.deliver(op_id)
+    assert result.outcome == Outcome.SUCCEEDED
+    assert [o.status for o in harness.world.operations.list(status=Status.RUNNING)] == [Status.RUNNING]  # stale
+    # and a newer submit the index has not seen yet (its counters moved just now)
+    harness.submit(site="other")
+    # past the stale-lease grace (the index's RUNNING row now looks abandoned), within the counters' quiet period:
+    # the recount relies on index lag being shorter than that (120 s; DynamoDB's is typically under a second)
+    harness.world.clock.advance(harness.settings.lease_seconds + 10)
+    sent_before = len(harness.world.queue.sent)
+
+    repaired = sweep(harness)
+
+    # Then the succeeded operation is left as it is, nothing is sent for it, and no counter is "repaired" to a
+    # recount made from the stale index (the counters moved within the quiet period)
+    assert present(harness.world.operations.get(op_id)).status == Status.SUCCEEDED
+    assert repaired["stale_leases_recovered"] == 0 and repaired["counters_repaired"] == 0
+    assert [m.message.operation_id for m in harness.world.queue.sent[sent_before:]] == []
