@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure synth bench chaos fuzz lint lock lambda-wheels clean
+.PHONY: demo test unit integration acceptance infrastructure synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,12 @@ lambda-wheels: $(LAMBDA_WHEELS)
 demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
 	$(VENV)/bin/sitedispatch demo
 
+# Branch coverage of the core, measured in the pytest process (the local runtime's child processes are not) and
+# printed; below the floor in pyproject.toml ([tool.coverage.report] fail_under) the run fails.
+COVERAGE := --cov --cov-report=term
+
 test: $(STAMP) $(LAMBDA_WHEELS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
-	$(PY) -m pytest -q --durations=10
+	$(PY) -m pytest -q --durations=10 $(COVERAGE)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -62,9 +66,19 @@ fuzz: $(STAMP)  ## the property tests with fresh random examples, ten times as m
 	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q --timeout 1800 tests/unit/test_fuzz_inputs.py \
 		tests/unit/test_stateful_delivery.py tests/unit/test_building_blocks.py tests/integration/test_fuzz_cli.py
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check sitedispatch functions stacks tests bench chaos app.py
+CODE := sitedispatch functions stacks tests bench chaos app.py
+
+lint: $(STAMP)  ## format check, ruff (with the complexity gate) and mypy over everything
+	$(VENV)/bin/ruff format --check $(CODE)
+	$(VENV)/bin/ruff check $(CODE)
 	$(VENV)/bin/mypy
+
+format: $(STAMP)  ## ruff format, then the fixes ruff can make itself (imports, upgrades)
+	$(VENV)/bin/ruff format $(CODE)
+	$(VENV)/bin/ruff check --fix $(CODE)
+
+hooks: $(STAMP)  ## install the git pre-commit hooks of .pre-commit-config.yaml (ruff, mypy, unit tests)
+	$(VENV)/bin/pre-commit install
 
 lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the package index)
 	$(VENV)/bin/pip install --quiet uv

@@ -125,37 +125,43 @@ class HashingReader:
 def parse_wxr(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
     """Yield authors, terms and items in file order. A malformed or unsafe file raises PermanentError naming the
     line and the problem."""
-    channel: Element | None = None
-    version_seen = False
     try:
-        for event, element in iterparse(stream, events=("start", "end"), forbid_dtd=True):
-            prefix, name = _local(element.tag)
-            if event == "start":
-                if name == "channel" and not prefix:
-                    channel = element
-                continue
-            if prefix == "wp" and name == "wxr_version":
-                version = (element.text or "").strip()
-                if version not in SUPPORTED_VERSIONS:
-                    raise PermanentError(f"WXR version {version!r} is not supported (1.0, 1.1, 1.2)",
-                                         code="wxr_version")
-                version_seen = True
-            elif channel is not None and element in channel:
-                produced = _top_level(prefix, name, element)
-                if produced is not None:
-                    yield produced
-                if name in {"item", "author", "category", "tag", "term"}:
-                    channel.remove(element)  # drop what was read: memory stays flat
+        yield from _read(stream)
     except ParseError as exc:
         line, column = getattr(exc, "position", (0, 0))
         raise PermanentError(f"malformed WXR at line {line}, column {column}: {exc.msg}",
                              code="wxr_malformed") from None
     except DefusedXmlException as exc:
         raise PermanentError(f"unsafe XML refused: {exc}", code="wxr_unsafe") from None
+
+
+def _read(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
+    channel: Element | None = None
+    version_seen = False
+    for event, element in iterparse(stream, events=("start", "end"), forbid_dtd=True):
+        prefix, name = _local(element.tag)
+        if event == "start":
+            if name == "channel" and not prefix:
+                channel = element
+        elif prefix == "wp" and name == "wxr_version":
+            _check_version(element)
+            version_seen = True
+        elif channel is not None and element in channel:
+            produced = _top_level(prefix, name, element)
+            if produced is not None:
+                yield produced
+            if name in {"item", "author", "category", "tag", "term"}:
+                channel.remove(element)  # drop what was read: memory stays flat
     if channel is None:
         raise PermanentError("not a WXR file: no <rss><channel>", code="wxr_malformed")
     if not version_seen:
         raise PermanentError("not a WXR file: no <wp:wxr_version>", code="wxr_malformed")
+
+
+def _check_version(element: Element) -> None:
+    version = (element.text or "").strip()
+    if version not in SUPPORTED_VERSIONS:
+        raise PermanentError(f"WXR version {version!r} is not supported (1.0, 1.1, 1.2)", code="wxr_version")
 
 
 def _top_level(prefix: str, name: str, element: Element) -> WxrEvent | None:

@@ -84,6 +84,35 @@ def patch_moto_dynamodb_isolation() -> None:
         setattr(DynamoDBBackend, name, serialized)
 
 
+def _item_key(table: Any, op_type: str, op: dict[str, Any]) -> dict[str, Any]:
+    """The key of the item a transaction entry writes (a Put names it inside its item)."""
+    if op_type != "Put":
+        return dict(op.get("Key") or {})
+    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+    if table.range_key_attr is not None:
+        key[table.range_key_attr] = op["Item"][table.range_key_attr]
+    return key
+
+
+def _items_before(backend: Any, transact_items: list[dict[str, Any]], copy: Any
+                  ) -> dict[tuple[str, str], tuple[dict[str, Any], Any]]:
+    """(table, key) -> (key, a copy of the item as it is now, or None) for every item the transaction names."""
+    touched: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
+    for entry in transact_items:
+        for op_type, op in entry.items():
+            table = backend.tables.get(op.get("TableName"))
+            if table is None:
+                continue
+            key = _item_key(table, op_type, op)
+            try:
+                before = backend.get_item(op["TableName"], key)
+            except Exception:  # an invalid key: moto's own validation reports it in the transaction itself
+                continue
+            touched.setdefault((op["TableName"], json.dumps(key, sort_keys=True)),
+                               (key, copy(before) if before is not None else None))
+    return touched
+
+
 def patch_moto_transaction_snapshot() -> None:
     """moto backs up a TransactWriteItems by deep-copying every table it touches, once per item: a start or commit
     transaction cost ~37 ms of the emulator's time here, and it grows with the tables. Every DynamoDB call is
@@ -107,24 +136,7 @@ def patch_moto_transaction_snapshot() -> None:
             return value if isinstance(value, Table) else real_copy.deepcopy(value, memo)
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        touched: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
-        for entry in transact_items:
-            for op_type, op in entry.items():
-                table = self.tables.get(op.get("TableName"))
-                if table is None:
-                    continue
-                if op_type == "Put":
-                    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
-                    if table.range_key_attr is not None:
-                        key[table.range_key_attr] = op["Item"][table.range_key_attr]
-                else:
-                    key = op.get("Key") or {}
-                try:
-                    before = self.get_item(op["TableName"], key)
-                except Exception:  # an invalid key: moto's own validation reports it below
-                    continue
-                touched.setdefault((op["TableName"], json.dumps(key, sort_keys=True)),
-                                   (key, real_copy.deepcopy(before) if before is not None else None))
+        touched = _items_before(self, transact_items, real_copy.deepcopy)
         dynamodb_models.copy = TablesNotCopied  # type: ignore[assignment]
         try:
             return original(self, transact_items)

@@ -24,15 +24,14 @@ from sitedispatch.domain.errors import (
     StaleFence,
 )
 from sitedispatch.domain.model import (
-    Commit,
     ErrorInfo,
     Kind,
     Lease,
     Operation,
-    Publication,
     PublicationMessage,
     PublicationStatus,
     QueueMessage,
+    Site,
     Status,
     lane_for,
 )
@@ -42,7 +41,6 @@ from sitedispatch.domain.ports import (
     CommitStore,
     OperationQueue,
     OperationStore,
-    PreparedCommit,
     PublicationQueue,
     PublicationStore,
     SiteStore,
@@ -54,13 +52,14 @@ from sitedispatch.kinds.contract import HandlerContext, SiteDriver
 from sitedispatch.kinds.drivers import driver_for
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.operations.admission import counters_for, running_slot
+from sitedispatch.operations.commits import prepare_commit
 from sitedispatch.operations.evidence import Evidence, build_evidence
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.retry_budget import RetryBudget
 
 SUPERSEDABLE = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer one does everything an older one would
 SUPERSESSION_SCAN = 50
-AVERAGE_WEIGHT = 0.3  # of the latest operation in the site's running average of operation time
+
 
 
 @dataclass
@@ -89,9 +88,8 @@ class OperationsWorker:
     def process(self, message: QueueMessage, visibility: Visibility, request_id: str = "") -> Result:
         """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
         `request_id` (the Lambda request) goes into dead-letter evidence."""
-        d = self.d
         self.request_id = request_id
-        op = d.operations.get(message.operation_id)
+        op = self.d.operations.get(message.operation_id)
         if op is None:
             return self._ack("unknown_operation", message)
         obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
@@ -103,22 +101,32 @@ class OperationsWorker:
                 # a redelivery of the operation is the earliest chance to send it again.
                 self._send_pending_publication(op.site_id, int(op.result["publication"]["seq"]))
             return self._ack(f"already_{op.status.value}", message)
-
-        now = d.clock.now()
-        site = d.sites.get(op.site_id)
+        site = self.d.sites.get(op.site_id)
         if site is None:
             error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
             return self._dead(op, None, error, message)
+        now = self.d.clock.now()
+        not_now = self._not_now(op, site, message, visibility, now)
+        return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
+
+    def _not_now(self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+                 ) -> Result | None:
+        """A delivery that must not run now: a paused site, a newer operation that supersedes it, a backoff."""
         if site.paused:
             # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
-            return self._defer(visibility, d.settings.pause_deferral_s, "site_paused")
+            return self._defer(visibility, self.d.settings.pause_deferral_s, "site_paused")
         if op.kind in SUPERSEDABLE and op.status in {Status.ACCEPTED, Status.QUEUED}:
             newer = self._newer_of_same_kind(op)
             if newer is not None:
                 return self._supersede(op, newer, message)
         if op.not_before and op.not_before > now:
             return self._defer(visibility, op.not_before - now, "backoff_pending")
+        return None
 
+    def _claim_and_run(self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+                       ) -> Result:
+        """Claim the site's lease (fence + 1), spend an attempt under it, and run the kind's handler."""
+        d = self.d
         try:
             lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
         except LeaseHeld as held:
@@ -154,7 +162,8 @@ class OperationsWorker:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
         return self._run(op, site, lease, message, visibility)
 
-    def _run(self, op: Operation, site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
+    def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility
+             ) -> Result:
         d = self.d
         handler = d.handlers.get(op.kind)
         try:
@@ -166,27 +175,10 @@ class OperationsWorker:
                                  clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility, driver=driver)
             mutation = handler(ctx, payload)
             lease = ctx.lease
-            revision_id = mutation.revision_id
             now = d.clock.now()
-            commit = Commit(
-                operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,
-                revision_id=revision_id, parent_revision=site.head_revision, fence=lease.fence,
-                committed_at=now, summary=mutation.summary,
-            )
-            publication = Publication(
-                site_id=op.site_id, seq=commit.version, revision_id=mutation.publish_revision or revision_id,
-                operation_id=op.operation_id, status=PublicationStatus.PENDING, created_at=now,
-            ) if mutation.publish else None
-            result = {"version": commit.version, "revision_id": revision_id}
-            if publication:
-                result["publication"] = {"seq": publication.seq, "revision_id": publication.revision_id}
-            took = now - (op.started_at or now)
-            average = took if site.avg_operation_s is None else (
-                AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
-            d.commits.commit(PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version,
-                                            result=result, publication=publication, counters=counters_for(op),
-                                            avg_operation_s=round(average, 3), slot=op.running_slot,
-                                            next_due_at=mutation.next_due_at), now)
+            prepared = prepare_commit(op, site, lease, mutation, now)
+            d.commits.commit(prepared, now)
+            commit, publication = prepared.commit, prepared.publication
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
             earlier = d.commits.get(op.operation_id)

@@ -116,6 +116,16 @@ class Harness:
         self.handlers[kind] = lambda ctx, payload: around(inner, ctx, payload)
 
 
+UNIT = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests run without the network (pytest-socket): one that reaches for a socket fails at once."""
+    for item in items:
+        if Path(str(item.path)).is_relative_to(UNIT):
+            item.add_marker(pytest.mark.disable_socket)
+
+
 @pytest.fixture
 def harness() -> Harness:
     return Harness()

@@ -105,3 +105,12 @@ def test_lambda_context_counts_down_remaining_time() -> None:
     context = LambdaContext("fn", 10, 128, "us-east-1", time.time() - 4)
     assert 5000 < context.get_remaining_time_in_millis() <= 6000
     assert context.invoked_function_arn.endswith(":function:fn") and context.aws_request_id
+
+
+def test_unit_tests_run_without_the_network() -> None:
+    import socket
+
+    from pytest_socket import SocketBlockedError
+
+    with pytest.raises(SocketBlockedError):
+        socket.create_connection(("127.0.0.1", 9), timeout=1)
