@@ -16,12 +16,29 @@ from sitedispatch.domain.resources import FUNCTIONS
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 5
 # One record whose body names no durable state: the handler drops it without calling AWS.
-MALFORMED_BATCH = {"Records": [{
-    "messageId": "m-1", "receiptHandle": "r-1", "body": "not json", "md5OfBody": "", "eventSource": "aws:sqs",
-    "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo", "awsRegion": "us-east-1", "messageAttributes": {},
-    "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0", "SequenceNumber": "1",
-                   "MessageGroupId": "g", "SenderId": "s", "MessageDeduplicationId": "d",
-                   "ApproximateFirstReceiveTimestamp": "0"}}]}
+MALFORMED_BATCH = {
+    "Records": [
+        {
+            "messageId": "m-1",
+            "receiptHandle": "r-1",
+            "body": "not json",
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q.fifo",
+            "awsRegion": "us-east-1",
+            "messageAttributes": {},
+            "attributes": {
+                "ApproximateReceiveCount": "1",
+                "SentTimestamp": "0",
+                "SequenceNumber": "1",
+                "MessageGroupId": "g",
+                "SenderId": "s",
+                "MessageDeduplicationId": "d",
+                "ApproximateFirstReceiveTimestamp": "0",
+            },
+        }
+    ]
+}
 PROBE = """
 import json, os, time
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -43,8 +60,14 @@ m.{name}({event}, Context())
 def _seconds(body: str, env: dict[str, str]) -> float:
     times = []
     for _ in range(RUNS):
-        done = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], capture_output=True, text=True,
-                              cwd=ROOT, env=env, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE.format(body=body)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
         times.append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
     return statistics.median(times)
 
@@ -53,9 +76,13 @@ def placeholder_settings() -> dict[str, str]:
     """Every required setting, as a deployed function's environment would carry it (nothing is called)."""
     from sitedispatch.domain.settings import Settings
 
-    return {Settings.env_name(name): f"https://sqs.us-east-1.amazonaws.com/123456789012/{name}.fifo"
-            if name.endswith("_url") else f"sitedispatch-{name}"
-            for name, field in Settings.model_fields.items() if field.is_required()}
+    return {
+        Settings.env_name(name): f"https://sqs.us-east-1.amazonaws.com/123456789012/{name}.fifo"
+        if name.endswith("_url")
+        else f"sitedispatch-{name}"
+        for name, field in Settings.model_fields.items()
+        if field.is_required()
+    }
 
 
 def measure(env: dict[str, str]) -> dict[str, Any]:
@@ -66,8 +93,12 @@ def measure(env: dict[str, str]) -> dict[str, Any]:
         module, _, name = spec.handler.rpartition(".")
         event = '{"schedule": "none"}' if spec.batch_size == 0 else json.dumps(MALFORMED_BATCH)
         seconds = _seconds(FIRST_INVOCATION.format(module=module, name=name, event=event), env)
-        rows[role] = {"import_and_first_invocation_s": round(seconds, 3),
-                      "ratio_to_boto3": round(seconds / baseline, 2)}
-        print(f"cold start {role}: {seconds:.3f} s = {seconds / baseline:.2f} x import boto3 ({baseline:.3f} s)",
-              flush=True)
+        rows[role] = {
+            "import_and_first_invocation_s": round(seconds, 3),
+            "ratio_to_boto3": round(seconds / baseline, 2),
+        }
+        print(
+            f"cold start {role}: {seconds:.3f} s = {seconds / baseline:.2f} x import boto3 ({baseline:.3f} s)",
+            flush=True,
+        )
     return rows

@@ -30,17 +30,18 @@ ROUTES = (1, 50)
 # The AWS projection's assumptions (stated, not measured here): a provision's work as in the demo, S3 writes of
 # a rendered route at ~20 ms with the chunk's PUTs overlapped, the event source mapping's cap from the stack default.
 AWS = AwsLimits(max_concurrency=20)
-AWS_DURATIONS = Durations(operation_s=2.0, publish_operation_s=0.3, plan_s=0.2, route_s=0.02, finish_s=0.2,
-                          hop_s=0.03)
+AWS_DURATIONS = Durations(operation_s=2.0, publish_operation_s=0.3, plan_s=0.2, route_s=0.02, finish_s=0.2, hop_s=0.03)
 TOLERANCE = 0.25
 
 
 def model_sweep(limits: AwsLimits = AWS, durations: Durations = AWS_DURATIONS) -> list[dict[str, Any]]:
     rows = []
     for n in FLEETS:
-        row: dict[str, Any] = {"sites": n,
-                               "queue_fleet_ready_s": round(queue_fleet_provision_s(n, limits, durations), 1),
-                               "cron_fleet_ready_s": round(cron_fleet_provision_s(n, durations), 1)}
+        row: dict[str, Any] = {
+            "sites": n,
+            "queue_fleet_ready_s": round(queue_fleet_provision_s(n, limits, durations), 1),
+            "cron_fleet_ready_s": round(cron_fleet_provision_s(n, durations), 1),
+        }
         for routes in ROUTES:
             queue = queue_publication_latencies_s(n, routes, limits, durations)
             cron = cron_publication_latencies_s(n, routes, durations)
@@ -52,8 +53,9 @@ def model_sweep(limits: AwsLimits = AWS, durations: Durations = AWS_DURATIONS) -
     return rows
 
 
-def measure_fleet(workdir: Path, n_sites: int, workers: int = 2, environments: int = 5,
-                  latency_s: float = 2.0) -> dict[str, Any]:
+def measure_fleet(
+    workdir: Path, n_sites: int, workers: int = 2, environments: int = 5, latency_s: float = 2.0
+) -> dict[str, Any]:
     """Provision `n_sites` at once on the local runtime; the measured makespan and per-operation figures."""
     with LocalRuntime(workdir / f"fleet-{n_sites}") as runtime:
         env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s})
@@ -62,9 +64,15 @@ def measure_fleet(workdir: Path, n_sites: int, workers: int = 2, environments: i
         deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
         submitter = deps.submitter()
         started = time.time()
-        ops = [submitter.submit(kind="provision", site_id=f"fleet-{i:04d}", principal="bench",
-                                params={"title": "Fleet", "admin_email": "fleet@example.org"}).operation
-               for i in range(n_sites)]
+        ops = [
+            submitter.submit(
+                kind="provision",
+                site_id=f"fleet-{i:04d}",
+                principal="bench",
+                params={"title": "Fleet", "admin_email": "fleet@example.org"},
+            ).operation
+            for i in range(n_sites)
+        ]
         deadline = time.monotonic() + 60 + 10 * n_sites
         final = []
         while time.monotonic() < deadline:
@@ -74,13 +82,17 @@ def measure_fleet(workdir: Path, n_sites: int, workers: int = 2, environments: i
             time.sleep(0.2)
         done = [op for op in final if op is not None and op.status == Status.SUCCEEDED]
         durations = [(op.finished_at or 0) - (op.started_at or 0) for op in done]
-        hops = [(op.started_at or 0) - (op.queued_at or op.created_at) for op in done[:workers * environments]]
-        return {"sites": n_sites, "succeeded": len(done), "concurrency": workers * environments,
-                "measured_fleet_ready_s": round(max((op.finished_at or 0) for op in done) - started, 2),
-                "operation_s_median": round(statistics.median(durations), 3),
-                "first_wave_wait_s_median": round(statistics.median(hops), 3),
-                "submit_s": round(max(op.created_at for op in ops) - started, 2),
-                "arrivals_s": [round(op.created_at - started, 3) for op in ops]}
+        hops = [(op.started_at or 0) - (op.queued_at or op.created_at) for op in done[: workers * environments]]
+        return {
+            "sites": n_sites,
+            "succeeded": len(done),
+            "concurrency": workers * environments,
+            "measured_fleet_ready_s": round(max((op.finished_at or 0) for op in done) - started, 2),
+            "operation_s_median": round(statistics.median(durations), 3),
+            "first_wave_wait_s_median": round(statistics.median(hops), 3),
+            "submit_s": round(max(op.created_at for op in ops) - started, 2),
+            "arrivals_s": [round(op.created_at - started, 3) for op in ops],
+        }
 
 
 def validate(workdir: Path, fleets: tuple[int, ...] = (10, 50)) -> list[dict[str, Any]]:
@@ -89,18 +101,27 @@ def validate(workdir: Path, fleets: tuple[int, ...] = (10, 50)) -> list[dict[str
     rows = []
     for n in fleets:
         measured = measure_fleet(workdir, n)
-        limits = AwsLimits(max_concurrency=measured["concurrency"], cold_start_s=0.0,
-                           initial_environments=measured["concurrency"])
-        durations = Durations(operation_s=measured["operation_s_median"],
-                              hop_s=measured["first_wave_wait_s_median"])
+        limits = AwsLimits(
+            max_concurrency=measured["concurrency"], cold_start_s=0.0, initial_environments=measured["concurrency"]
+        )
+        durations = Durations(operation_s=measured["operation_s_median"], hop_s=measured["first_wave_wait_s_median"])
         # the model is given the same arrivals as the runtime (each submit's time), not "all at t=0 plus the
         # submit time": operations start while later ones are still being submitted
         modelled = queue_fleet_provision_s(n, limits, durations, arrivals=measured["arrivals_s"])
         error = abs(modelled - measured["measured_fleet_ready_s"]) / measured["measured_fleet_ready_s"]
-        rows.append({**measured, "modelled_fleet_ready_s": round(modelled, 2), "relative_error": round(error, 3),
-                     "within_tolerance": error <= TOLERANCE})
-        print(f"fleet {n}: measured {measured['measured_fleet_ready_s']} s, modelled {modelled:.2f} s "
-              f"({error:.0%} apart; tolerance {TOLERANCE:.0%})", flush=True)
+        rows.append(
+            {
+                **measured,
+                "modelled_fleet_ready_s": round(modelled, 2),
+                "relative_error": round(error, 3),
+                "within_tolerance": error <= TOLERANCE,
+            }
+        )
+        print(
+            f"fleet {n}: measured {measured['measured_fleet_ready_s']} s, modelled {modelled:.2f} s "
+            f"({error:.0%} apart; tolerance {TOLERANCE:.0%})",
+            flush=True,
+        )
     return rows
 
 
@@ -114,15 +135,33 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     figure, (ready, publish) = plt.subplots(1, 2, figsize=(11, 4.2))
     ready.plot(sites, [r["cron_fleet_ready_s"] / 3600 for r in rows], "o-", label="minute cron, round-robin")
     ready.plot(sites, [r["queue_fleet_ready_s"] / 3600 for r in rows], "s-", label="site FIFO queues + Lambda")
-    ready.set(xscale="log", yscale="log", xlabel="sites", ylabel="hours until every site is provisioned",
-              title="fleet provisioning")
+    ready.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sites",
+        ylabel="hours until every site is provisioned",
+        title="fleet provisioning",
+    )
     for routes, style in ((1, "--"), (50, "-")):
-        publish.plot(sites, [r[f"cron_publish_{routes}_p99_s"] / 3600 for r in rows], "o" + style,
-                     label=f"cron, {routes} route(s), p99")
-        publish.plot(sites, [r[f"queue_publish_{routes}_p99_s"] / 3600 for r in rows], "s" + style,
-                     label=f"queues, {routes} route(s), p99")
-    publish.set(xscale="log", yscale="log", xlabel="sites (all publishing at once)",
-                ylabel="hours from request to live (p99)", title="publication")
+        publish.plot(
+            sites,
+            [r[f"cron_publish_{routes}_p99_s"] / 3600 for r in rows],
+            "o" + style,
+            label=f"cron, {routes} route(s), p99",
+        )
+        publish.plot(
+            sites,
+            [r[f"queue_publish_{routes}_p99_s"] / 3600 for r in rows],
+            "s" + style,
+            label=f"queues, {routes} route(s), p99",
+        )
+    publish.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sites (all publishing at once)",
+        ylabel="hours from request to live (p99)",
+        title="publication",
+    )
     for axes in (ready, publish):
         axes.grid(True, which="both", alpha=0.3)
         axes.legend(fontsize=8)

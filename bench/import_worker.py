@@ -33,9 +33,17 @@ def main() -> None:
     result = deps.worker().process(QueueMessage(operation_id, site_id), NoVisibility())
     elapsed = time.perf_counter() - started
     peak_kib = peak_rss_kib()
-    print(json.dumps({"outcome": result.outcome.value, "reason": result.reason, "seconds": round(elapsed, 2),
-                      "peak_rss_mb": round(peak_kib / 1024, 1),
-                      "summary": result.commit.summary if result.commit else None}))
+    print(
+        json.dumps(
+            {
+                "outcome": result.outcome.value,
+                "reason": result.reason,
+                "seconds": round(elapsed, 2),
+                "peak_rss_mb": round(peak_kib / 1024, 1),
+                "summary": result.commit.summary if result.commit else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,16 @@ def main() -> None:
         worker.process(PublicationMessage(site_id, publication.revision_id, seq, chunk))
     elapsed = time.perf_counter() - started
     record = deps.sites.get(site_id)
-    print(json.dumps({"chunks": planned.total_chunks, "seconds": round(elapsed, 2),
-                      "live": record is not None and record.live_seq == seq,
-                      "peak_rss_mb": round(peak_rss_kib() / 1024, 1)}))
+    print(
+        json.dumps(
+            {
+                "chunks": planned.total_chunks,
+                "seconds": round(elapsed, 2),
+                "live": record is not None and record.live_seq == seq,
+                "peak_rss_mb": round(peak_rss_kib() / 1024, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

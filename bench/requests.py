@@ -48,15 +48,19 @@ class RequestCounter:
             self.transact_items += len(params.get("TransactItems", []))
 
     def reset(self) -> dict[str, Any]:
-        snapshot = {"requests": dict(sorted(self.counts.items())), "total": sum(self.counts.values()),
-                    "transact_items": self.transact_items}
+        snapshot = {
+            "requests": dict(sorted(self.counts.items())),
+            "total": sum(self.counts.values()),
+            "transact_items": self.transact_items,
+        }
         self.counts.clear()
         self.transact_items = 0
         return snapshot
 
 
-def cost_per_million(requests: dict[str, int], transact_items: int, invocations: int,
-                     lambda_seconds: float, memory_gb: float = 1.0) -> float:
+def cost_per_million(
+    requests: dict[str, int], transact_items: int, invocations: int, lambda_seconds: float, memory_gb: float = 1.0
+) -> float:
     dollars = 0.0
     for name, n in requests.items():
         service, operation = name.split(":", 1)
@@ -85,23 +89,32 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
 
     s = deps.settings
     poller = deps.session.client("sqs")  # Lambda's poller, not hooked: its requests are counted below, by hand
-    lanes = [(s.operations_queue_url, operations.handler), (s.bulk_queue_url, operations.handler),
-             (s.publications_queue_url, publications.handler)]
+    lanes = [
+        (s.operations_queue_url, operations.handler),
+        (s.bulk_queue_url, operations.handler),
+        (s.publications_queue_url, publications.handler),
+    ]
     invocations, inside = 0, 0.0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         idle = True
         for url, handler in lanes:
-            messages = poller.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=0,
-                                                MessageSystemAttributeNames=["All"],
-                                                MessageAttributeNames=["All"]).get("Messages", [])
+            messages = poller.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=1,
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
             if not messages:
                 continue  # idle polls are the event source mapping's, billed per queue, not per operation
             counter.counts["sqs:ReceiveMessage"] += 1
             idle = False
             started = time.perf_counter()
-            response = handler(sqs_event(messages, queue_arn_from_url(url, s.region), s.region),
-                               LambdaContext("Bench", 60, 1024, s.region, time.time()))
+            response = handler(
+                sqs_event(messages, queue_arn_from_url(url, s.region), s.region),
+                LambdaContext("Bench", 60, 1024, s.region, time.time()),
+            )
             inside += time.perf_counter() - started
             invocations += 1
             if settle(poller, url, messages, response):
@@ -118,8 +131,11 @@ def _finished(deps: Dependencies, operation_id: str, site: str) -> Any:
 
     def check() -> bool:
         op = deps.operations.get(operation_id)
-        open_publications = [p for p in deps.publications.list(site, limit=5)
-                             if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}]
+        open_publications = [
+            p
+            for p in deps.publications.list(site, limit=5)
+            if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}
+        ]
         return op is not None and op.status.terminal and not open_publications
 
     return check
@@ -140,28 +156,39 @@ def measure() -> dict[str, Any]:
         producer = Dependencies(settings).warm()
         functions_deps = dependencies().warm()
         counter = RequestCounter()
-        for client in (producer.sqs, producer.s3, producer.models.Operation._get_connection().connection.client,
-                       functions_deps.sqs, functions_deps.s3,
-                       functions_deps.models.Operation._get_connection().connection.client):
+        for client in (
+            producer.sqs,
+            producer.s3,
+            producer.models.Operation._get_connection().connection.client,
+            functions_deps.sqs,
+            functions_deps.s3,
+            functions_deps.models.Operation._get_connection().connection.client,
+        ):
             client.meta.events.register("provide-client-params.*.*", counter)
         submitter = producer.submitter()
         results: dict[str, Any] = {}
 
         def one(kind: str, site: str, params: dict[str, Any], key: str) -> None:
             counter.reset()
-            op = submitter.submit(kind=kind, site_id=site, principal="bench", params=params,
-                                  idempotency_key=key).operation
+            op = submitter.submit(
+                kind=kind, site_id=site, principal="bench", params=params, idempotency_key=key
+            ).operation
             submitted = counter.reset()
             finished = _finished(producer, op.operation_id, site)
             invocations, seconds = _pump(producer, counter, finished)
             worked = counter.reset()
             total = Counter(submitted["requests"]) + Counter(worked["requests"])
             items = submitted["transact_items"] + worked["transact_items"]
-            results[key] = {"kind": kind, "submit": submitted, "functions": worked, "invocations": invocations,
-                            "total_requests": sum(total.values()),
-                            "request_cost_per_million_usd": cost_per_million(dict(total), items, 0, 0.0),
-                            "lambda_cost_per_million_usd": cost_per_million({}, 0, invocations, seconds),
-                            "lambda_seconds_on_emulator": round(seconds, 3)}
+            results[key] = {
+                "kind": kind,
+                "submit": submitted,
+                "functions": worked,
+                "invocations": invocations,
+                "total_requests": sum(total.values()),
+                "request_cost_per_million_usd": cost_per_million(dict(total), items, 0, 0.0),
+                "lambda_cost_per_million_usd": cost_per_million({}, 0, invocations, seconds),
+                "lambda_seconds_on_emulator": round(seconds, 3),
+            }
 
         one("provision", "req-site", PROVISION, "provision")
         one("import", "req-site", submitter.stage_upload("req-site", FIXTURE_WXR), "import")
@@ -175,8 +202,10 @@ def measure() -> dict[str, Any]:
 
         def throttle_once(params: Any, model: Any, **_: Any) -> None:
             commits_table = settings.commits_table
-            is_commit = any(item.get("Put", {}).get("TableName") == commits_table
-                            for item in (params or {}).get("TransactItems", []))
+            is_commit = any(
+                item.get("Put", {}).get("TableName") == commits_table
+                for item in (params or {}).get("TransactItems", [])
+            )
             if is_commit and refuse["left"]:
                 refuse["left"] -= 1
                 from botocore.exceptions import ClientError
@@ -184,7 +213,8 @@ def measure() -> dict[str, Any]:
                 raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "bench"}}, model.name)
 
         functions_deps.models.Operation._get_connection().connection.client.meta.events.register(
-            "provide-client-params.dynamodb.TransactWriteItems", throttle_once)
+            "provide-client-params.dynamodb.TransactWriteItems", throttle_once
+        )
         one("provision", "req-retry", PROVISION, "provision_with_one_retry")
     return results
 
@@ -192,10 +222,12 @@ def measure() -> dict[str, Any]:
 def main() -> dict[str, Any]:
     results = measure()
     for key, row in results.items():
-        print(f"{key:>26}: {row['total_requests']} AWS requests ({row['submit']['total']} at submit), "
-              f"{row['invocations']} invocations; requests ${row['request_cost_per_million_usd']} per million "
-              f"operations, Lambda ${row['lambda_cost_per_million_usd']} (emulator timing: an upper bound)",
-              flush=True)
+        print(
+            f"{key:>26}: {row['total_requests']} AWS requests ({row['submit']['total']} at submit), "
+            f"{row['invocations']} invocations; requests ${row['request_cost_per_million_usd']} per million "
+            f"operations, Lambda ${row['lambda_cost_per_million_usd']} (emulator timing: an upper bound)",
+            flush=True,
+        )
     return {"prices": {"read_on": PRICES_READ_ON, **PRICES}, "per_operation": results}
 
 

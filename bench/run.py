@@ -33,6 +33,7 @@ def present(value: T | None) -> T:
     assert value is not None, "the benchmark expected a record that is missing"
     return value
 
+
 RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
 
@@ -75,8 +76,11 @@ def asset_size() -> dict[str, Any]:
         archive = Path(shutil.make_archive(str(Path(tmp) / "asset"), "zip", bundle))
         zipped = archive.stat().st_size
     unzipped = sum(p.stat().st_size for p in files)
-    print(f"Lambda asset: {len(files)} files, {unzipped / 1e6:.1f} MB unzipped, {zipped / 1e6:.1f} MB zipped "
-          f"(limit 250 MB unzipped)", flush=True)
+    print(
+        f"Lambda asset: {len(files)} files, {unzipped / 1e6:.1f} MB unzipped, {zipped / 1e6:.1f} MB zipped "
+        f"(limit 250 MB unzipped)",
+        flush=True,
+    )
     return {"files": len(files), "unzipped_bytes": unzipped, "zipped_bytes": zipped}
 
 
@@ -98,8 +102,9 @@ def measuring_runtime(workdir: Path, *queues: str) -> Iterator[tuple[LocalRuntim
 
 def child_report(env: dict[str, str], module: str, *args: str) -> dict[str, Any]:
     """Run a measuring child process (its own peak RSS); its last output line is a JSON report."""
-    child = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                           env={**os.environ, **env}, timeout=1800)
+    child = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env={**os.environ, **env}, timeout=1800
+    )
     return dict(json.loads(child.stdout.strip().splitlines()[-1]))
 
 
@@ -115,12 +120,16 @@ def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
                 wxr = Path(tmp) / "big.xml"
                 counts = write_wxr(wxr, target_bytes=mb * 1024 * 1024, seed=mb)
                 submitter = deps.submitter()
-                op = submitter.submit(kind="import", site_id=site, principal="bench",
-                                      params=submitter.stage_upload(site, wxr)).operation
+                op = submitter.submit(
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                ).operation
             report = child_report(env, "bench.import_worker", op.operation_id, site)
             out.append({"wxr_mb": mb, "posts": counts["posts"], **report})
-            print(f"import {mb} MB ({counts['posts']} posts): {report['seconds']} s, peak RSS "
-                  f"{report['peak_rss_mb']} MB, {report['outcome']}", flush=True)
+            print(
+                f"import {mb} MB ({counts['posts']} posts): {report['seconds']} s, peak RSS "
+                f"{report['peak_rss_mb']} MB, {report['outcome']}",
+                flush=True,
+            )
             runtime.start_worker("operations", 1)
     return out
 
@@ -136,16 +145,23 @@ def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, A
                 wxr = Path(tmp) / "posts.xml"
                 write_wxr(wxr, posts=int(target * 0.72), seed=target)
                 submitter = deps.submitter()
-                submitter.submit(kind="import", site_id=site, principal="bench",
-                                 params=submitter.stage_upload(site, wxr))
-            wait(lambda: (s := deps.sites.get(site)) is not None and s.head_version == 2, 900,  # noqa: B023
-                 f"{site} imported")
+                submitter.submit(
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                )
+            wait(
+                lambda site=site: (s := deps.sites.get(site)) is not None and s.head_version == 2,
+                900,
+                f"{site} imported",
+            )
             report = child_report(env, "bench.publish_worker", site, "2")
             publication = present(deps.publications.get(site, 2))
             receipt = json.loads(deps.blobs.get(receipt_key(site, publication.revision_id)))
             out.append({"routes": receipt["route_count"], **report})
-            print(f"publication of {receipt['route_count']} routes ({report['chunks']} chunks) in one process: "
-                  f"{report['seconds']} s, peak RSS {report['peak_rss_mb']} MB", flush=True)
+            print(
+                f"publication of {receipt['route_count']} routes ({report['chunks']} chunks) in one process: "
+                f"{report['seconds']} s, peak RSS {report['peak_rss_mb']} MB",
+                flush=True,
+            )
     return out
 
 
@@ -162,7 +178,7 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
             site = f"pub-{n}"
             first = runtime.start_worker("publications", 1, name="first-publication")
             provisioned(deps, site)
-            wait(lambda: present(deps.sites.get(site)).live_seq == 1, 60, "first publication")  # noqa: B023
+            wait(lambda deps=deps, site=site: present(deps.sites.get(site)).live_seq == 1, 60, "first publication")
             runtime.stop(first)
             workers_up = [runtime.start_worker("publications", 1) for _ in range(n)]  # up before the publication
             cloud = next(c for c in runtime.children if c.name == "cloud")
@@ -172,23 +188,39 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
                 # singles + home pages + archives: about 1.4 routes per post with 20 categories and 50 tags
                 write_wxr(wxr, posts=int(routes_target * 0.72), seed=5)
                 submitter = deps.submitter()
-                submitter.submit(kind="import", site_id=site, principal="bench",
-                                 params=submitter.stage_upload(site, wxr))
-            wait(lambda: (s := deps.sites.get(site)) is not None and s.live_seq == 2, 900,  # noqa: B023
-                 "publication live")
-            cpu = {"cloud": cpu_seconds([cloud.pid]) - cpu_before["cloud"],
-                   "workers": cpu_seconds([w.pid for w in workers_up]) - cpu_before["workers"]}
+                submitter.submit(
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                )
+            wait(
+                lambda deps=deps, site=site: (s := deps.sites.get(site)) is not None and s.live_seq == 2,
+                900,
+                "publication live",
+            )
+            cpu = {
+                "cloud": cpu_seconds([cloud.pid]) - cpu_before["cloud"],
+                "workers": cpu_seconds([w.pid for w in workers_up]) - cpu_before["workers"],
+            }
             publication = present(deps.publications.get(site, 2))
             record = present(deps.sites.get(site))
             # from the commit that wrote the publication (outbox row) to the promotion, both durable timestamps
             seconds = present(record.live_at) - publication.created_at
             receipt = json.loads(deps.blobs.get(receipt_key(site, publication.revision_id)))
-            out.append({"workers": n, "routes": receipt["route_count"], "chunks": publication.total_chunks,
-                        "seconds": round(seconds, 2), "cpu_seconds_moto": round(cpu["cloud"], 2),
-                        "cpu_seconds_workers": round(cpu["workers"], 2)})
-            print(f"publication of {receipt['route_count']} routes in {publication.total_chunks} chunks with {n} "
-                  f"worker(s): {seconds:.2f} s; CPU moto {cpu['cloud']:.2f} s, workers {cpu['workers']:.2f} s "
-                  f"(includes the import before it)", flush=True)
+            out.append(
+                {
+                    "workers": n,
+                    "routes": receipt["route_count"],
+                    "chunks": publication.total_chunks,
+                    "seconds": round(seconds, 2),
+                    "cpu_seconds_moto": round(cpu["cloud"], 2),
+                    "cpu_seconds_workers": round(cpu["workers"], 2),
+                }
+            )
+            print(
+                f"publication of {receipt['route_count']} routes in {publication.total_chunks} chunks with {n} "
+                f"worker(s): {seconds:.2f} s; CPU moto {cpu['cloud']:.2f} s, workers {cpu['workers']:.2f} s "
+                f"(includes the import before it)",
+                flush=True,
+            )
     return out
 
 
@@ -200,12 +232,21 @@ def main() -> None:
     parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
     parser.add_argument("--throughput-workers", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--throughput-ops", type=int, default=60)
-    parser.add_argument("--validate-fleets", type=int, nargs="*", default=[10, 50],
-                        help="fleet sizes at which the model is checked against the local runtime")
+    parser.add_argument(
+        "--validate-fleets",
+        type=int,
+        nargs="*",
+        default=[10, 50],
+        help="fleet sizes at which the model is checked against the local runtime",
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version()}
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
     cold = coldstart.measure(dict(os.environ))
@@ -214,18 +255,23 @@ def main() -> None:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []
         fleet.plot(rows, RESULTS / "fleet.png")
-        (RESULTS / "fleet.json").write_text(json.dumps({**meta, "model": fleet.model_parameters(), "sweep": rows,
-                                                        "validation": validation}, indent=2))
+        (RESULTS / "fleet.json").write_text(
+            json.dumps({**meta, "model": fleet.model_parameters(), "sweep": rows, "validation": validation}, indent=2)
+        )
         for row in rows:
-            print(f"fleet {row['sites']:>6}: every site provisioned in {row['queue_fleet_ready_s']} s "
-                  f"(cron {row['cron_fleet_ready_s']} s); 50-route publication p99 "
-                  f"{row['queue_publish_50_p99_s']} s (cron {row['cron_publish_50_p99_s']} s)", flush=True)
+            print(
+                f"fleet {row['sites']:>6}: every site provisioned in {row['queue_fleet_ready_s']} s "
+                f"(cron {row['cron_fleet_ready_s']} s); 50-route publication p99 "
+                f"{row['queue_publish_50_p99_s']} s (cron {row['cron_publish_50_p99_s']} s)",
+                flush=True,
+            )
         if args.workers:
             publication = publication_parallelism(Path(tmp), args.routes, args.workers)
             by = {r["workers"]: r["seconds"] for r in publication}
             ratio = round(by[max(by)] / by[min(by)], 3) if len(by) > 1 else None
-            (RESULTS / "publication.json").write_text(json.dumps({**meta, "runs": publication,
-                                                                  "ratio_most_to_fewest": ratio}, indent=2))
+            (RESULTS / "publication.json").write_text(
+                json.dumps({**meta, "runs": publication, "ratio_most_to_fewest": ratio}, indent=2)
+            )
             print(f"publication time ratio {max(by)} workers / {min(by)} worker: {ratio}")
         if args.throughput_workers:
             tp = throughput.measure(Path(tmp), args.throughput_workers, args.throughput_ops)

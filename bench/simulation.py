@@ -105,20 +105,25 @@ class FifoLane:
         return done
 
 
-def queue_fleet_provision_s(n_sites: int, limits: AwsLimits, durations: Durations,
-                            arrivals: list[float] | None = None) -> float:
+def queue_fleet_provision_s(
+    n_sites: int, limits: AwsLimits, durations: Durations, arrivals: list[float] | None = None
+) -> float:
     """Every site asks for its provision at t=0 (or at `arrivals[i]`): when is the last one committed?"""
     lane = FifoLane(limits)
-    return max(lane.run(arrivals[i] if arrivals else 0.0, f"site-{i}", durations.operation_s, durations.hop_s)
-               for i in range(n_sites))
+    return max(
+        lane.run(arrivals[i] if arrivals else 0.0, f"site-{i}", durations.operation_s, durations.hop_s)
+        for i in range(n_sites)
+    )
 
 
-def queue_publication_latencies_s(n_sites: int, routes: int, limits: AwsLimits, durations: Durations,
-                                  chunk_routes: int = CHUNK_ROUTES) -> list[float]:
+def queue_publication_latencies_s(
+    n_sites: int, routes: int, limits: AwsLimits, durations: Durations, chunk_routes: int = CHUNK_ROUTES
+) -> list[float]:
     """Every site asks for a publication of `routes` routes at t=0: time from request to live, per site."""
     operations, publications = FifoLane(limits), FifoLane(limits)
-    committed = [operations.run(0.0, f"site-{i}", durations.publish_operation_s, durations.hop_s)
-                 for i in range(n_sites)]
+    committed = [
+        operations.run(0.0, f"site-{i}", durations.publish_operation_s, durations.hop_s) for i in range(n_sites)
+    ]
     # plans are their own group per publication, queued in commit order
     order = sorted(range(n_sites), key=lambda i: committed[i])
     planned = {i: publications.run(committed[i], f"plan-{i}", durations.plan_s, durations.hop_s) for i in order}
@@ -128,8 +133,7 @@ def queue_publication_latencies_s(n_sites: int, routes: int, limits: AwsLimits, 
         last = 0.0
         for c in range(chunks):
             size = min(chunk_routes, routes - c * chunk_routes)
-            last = max(last, publications.run(planned[i], f"chunk-{i}-{c}", size * durations.route_s,
-                                              durations.hop_s))
+            last = max(last, publications.run(planned[i], f"chunk-{i}-{c}", size * durations.route_s, durations.hop_s))
         done[i] = last + durations.finish_s
     return [done[i] for i in range(n_sites)]
 
@@ -139,11 +143,11 @@ def cron_fleet_provision_s(n_sites: int, durations: Durations, period_s: float =
     return (n_sites - 1) * period_s + durations.operation_s
 
 
-def cron_publication_latencies_s(n_sites: int, routes: int, durations: Durations,
-                                 period_s: float = CRON_PERIOD_S) -> list[float]:
+def cron_publication_latencies_s(
+    n_sites: int, routes: int, durations: Durations, period_s: float = CRON_PERIOD_S
+) -> list[float]:
     """One route per tick, sites round-robin: site k's last route is rendered at tick (routes-1)*N + k."""
-    return [((routes - 1) * n_sites + k) * period_s + durations.route_s + durations.finish_s
-            for k in range(n_sites)]
+    return [((routes - 1) * n_sites + k) * period_s + durations.route_s + durations.finish_s for k in range(n_sites)]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -27,13 +27,23 @@ PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
 
 def pipeline(workdir: Path, workers: int, operations: int) -> dict[str, Any]:
     with LocalRuntime(workdir / f"pipeline-{workers}") as runtime:
-        env = runtime.start_cloud(0, policy={"reference_latency_s": 0, "max_outstanding_per_principal": 100_000,
-                                             "max_running_per_principal": 1000})
+        env = runtime.start_cloud(
+            0,
+            policy={
+                "reference_latency_s": 0,
+                "max_outstanding_per_principal": 100_000,
+                "max_running_per_principal": 1000,
+            },
+        )
         os.environ.update(env)
         deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
         submitter = deps.submitter()
-        ids = [submitter.submit(kind="provision", site_id=f"tp-{n:04d}", principal="bench", params=PROVISION)
-               .operation.operation_id for n in range(operations)]
+        ids = [
+            submitter.submit(
+                kind="provision", site_id=f"tp-{n:04d}", principal="bench", params=PROVISION
+            ).operation.operation_id
+            for n in range(operations)
+        ]
         started = time.monotonic()
         runtime.start_workers([("operations", 1, None, None, None)] * workers)
         ready = time.monotonic()
@@ -44,12 +54,20 @@ def pipeline(workdir: Path, workers: int, operations: int) -> dict[str, Any]:
             time.sleep(0.2)
         took = time.monotonic() - ready
         done = len(deps.operations.list(status=Status.SUCCEEDED, limit=operations))
-    return {"workers": workers, "operations": operations, "succeeded": done, "seconds": round(took, 2),
-            "ops_per_s": round(done / took, 2), "startup_s": round(ready - started, 2), "ids_sample": ids[:1]}
+    return {
+        "workers": workers,
+        "operations": operations,
+        "succeeded": done,
+        "seconds": round(took, 2),
+        "ops_per_s": round(done / took, 2),
+        "startup_s": round(ready - started, 2),
+        "ids_sample": ids[:1],
+    }
 
 
-def _raw_consumer(endpoint_env: dict[str, str], queue_url: str, table: str, stop_after: int,
-                  counter: Any, ready: Any, go: Any) -> None:
+def _raw_consumer(
+    endpoint_env: dict[str, str], queue_url: str, table: str, stop_after: int, counter: Any, ready: Any, go: Any
+) -> None:
     os.environ.update(endpoint_env)
     import boto3
 
@@ -66,8 +84,9 @@ def _raw_consumer(endpoint_env: dict[str, str], queue_url: str, table: str, stop
         got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0)
         for message in got.get("Messages", []):
             with contextlib.suppress(dynamodb.exceptions.ConditionalCheckFailedException):  # a redelivery
-                dynamodb.put_item(TableName=table, Item={"id": {"S": message["Body"]}},
-                                  ConditionExpression="attribute_not_exists(id)")
+                dynamodb.put_item(
+                    TableName=table, Item={"id": {"S": message["Body"]}}, ConditionExpression="attribute_not_exists(id)"
+                )
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
             with counter.get_lock():
                 counter.value += 1
@@ -82,19 +101,30 @@ def raw(workdir: Path, consumers: int, operations: int) -> dict[str, Any]:
         session = boto3.session.Session(region_name="us-east-1")
         sqs, dynamodb = session.client("sqs"), session.client("dynamodb")
         name = f"raw-{uuid.uuid4().hex[:8]}"
-        url = sqs.create_queue(QueueName=f"{name}.fifo", Attributes={
-            "FifoQueue": "true", "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId",
-            "VisibilityTimeout": "60"})["QueueUrl"]
-        dynamodb.create_table(TableName=name, KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-                              AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-                              BillingMode="PAY_PER_REQUEST")
+        url = sqs.create_queue(
+            QueueName=f"{name}.fifo",
+            Attributes={
+                "FifoQueue": "true",
+                "DeduplicationScope": "messageGroup",
+                "FifoThroughputLimit": "perMessageGroupId",
+                "VisibilityTimeout": "60",
+            },
+        )["QueueUrl"]
+        dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
         for n in range(operations):  # the same depth: one message per site group
-            sqs.send_message(QueueUrl=url, MessageBody=f"op-{n}", MessageGroupId=f"tp-{n:04d}",
-                             MessageDeduplicationId=f"op-{n}")
+            sqs.send_message(
+                QueueUrl=url, MessageBody=f"op-{n}", MessageGroupId=f"tp-{n:04d}", MessageDeduplicationId=f"op-{n}"
+            )
         counter, ready, go = multiprocessing.Value("i", 0), multiprocessing.Value("i", 0), multiprocessing.Event()
-        processes = [multiprocessing.Process(target=_raw_consumer,
-                                             args=(env, url, name, operations, counter, ready, go))
-                     for _ in range(consumers)]
+        processes = [
+            multiprocessing.Process(target=_raw_consumer, args=(env, url, name, operations, counter, ready, go))
+            for _ in range(consumers)
+        ]
         for process in processes:
             process.start()
         while ready.value < consumers:
@@ -104,8 +134,13 @@ def raw(workdir: Path, consumers: int, operations: int) -> dict[str, Any]:
         for process in processes:
             process.join(600)
         took = time.monotonic() - started
-    return {"consumers": consumers, "operations": operations, "done": counter.value, "seconds": round(took, 2),
-            "ops_per_s": round(counter.value / took, 2)}
+    return {
+        "consumers": consumers,
+        "operations": operations,
+        "done": counter.value,
+        "seconds": round(took, 2),
+        "ops_per_s": round(counter.value / took, 2),
+    }
 
 
 def measure(workdir: Path, workers: list[int], operations: int) -> dict[str, Any]:
@@ -115,6 +150,9 @@ def measure(workdir: Path, workers: list[int], operations: int) -> dict[str, Any
         baseline = raw(workdir, n, operations)
         ratio = round(ours["ops_per_s"] / baseline["ops_per_s"], 3)
         rows.append({"workers": n, "pipeline": ours, "raw": baseline, "ratio_pipeline_to_raw": ratio})
-        print(f"throughput, {n} worker(s), {operations} provisions queued: pipeline {ours['ops_per_s']} ops/s, raw "
-              f"moto receive+put+delete {baseline['ops_per_s']} ops/s (ratio {ratio})", flush=True)
+        print(
+            f"throughput, {n} worker(s), {operations} provisions queued: pipeline {ours['ops_per_s']} ops/s, raw "
+            f"moto receive+put+delete {baseline['ops_per_s']} ops/s (ratio {ratio})",
+            flush=True,
+        )
     return {"operations": operations, "runs": rows}

@@ -53,8 +53,7 @@ class Profile:
     function_timeout_s: int = 4  # visibility 24 s: a message held by a killed worker is back soon
 
 
-PROFILES = {"short": Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0)),
-            "full": Profile()}
+PROFILES = {"short": Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0)), "full": Profile()}
 
 
 @dataclass
@@ -105,10 +104,22 @@ class Campaign:
 
         with LocalRuntime(self.workdir) as runtime:
             self.runtime = runtime
-            env = runtime.start_cloud(0, function_timeout_s=p.function_timeout_s, policy={
-                "lease_seconds": p.lease_s, "reference_latency_s": 0.2, "max_queued_per_site": 12,
-                "backoff_base_s": 0.2, "backoff_cap_s": 2.0, "defer_max_s": 2.0, "pause_deferral_s": 1.0,
-                "retry_budget_defer_s": 2.0, "auto_pause_failures": 1000, "attempt_budget": 6})
+            env = runtime.start_cloud(
+                0,
+                function_timeout_s=p.function_timeout_s,
+                policy={
+                    "lease_seconds": p.lease_s,
+                    "reference_latency_s": 0.2,
+                    "max_queued_per_site": 12,
+                    "backoff_base_s": 0.2,
+                    "backoff_cap_s": 2.0,
+                    "defer_max_s": 2.0,
+                    "pause_deferral_s": 1.0,
+                    "retry_budget_defer_s": 2.0,
+                    "auto_pause_failures": 1000,
+                    "attempt_budget": 6,
+                },
+            )
             os.environ.update(env)
             self.deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
             self.submitter = self.deps.submitter()
@@ -134,8 +145,11 @@ class Campaign:
             runtime.stop_many([c for c in runtime.children if c.name != "cloud"])
             self.report.figures = check_after(self.deps, self.sites, self.ledger, self.violations)
             phase("check")
-            self.report.figures.update(samples=sampler.samples, live_revisions_checked=sampler.revisions_checked,
-                                       routes_read=sampler.routes_read)
+            self.report.figures.update(
+                samples=sampler.samples,
+                live_revisions_checked=sampler.revisions_checked,
+                routes_read=sampler.routes_read,
+            )
             self.report.faults.update(self._transient_faults())
         self.report.violations = list(self.violations.found)
         self.report.wall_s = round(time.monotonic() - started, 1)
@@ -171,8 +185,11 @@ class Campaign:
         next_fault = time.monotonic() + self.rng.uniform(*p.fault_every_s)
         cold_restart_at = time.monotonic() + self.rng.uniform(0.4, 0.8) * p.workload_s
         # every run has its cold restart and at least one fault of each process kind, however slow the machine
-        while time.monotonic() < end or cold_restart_at or not (
-                self.report.faults["sigkill"] and self.report.faults["sigstop_past_lease"]):
+        while (
+            time.monotonic() < end
+            or cold_restart_at
+            or not (self.report.faults["sigkill"] and self.report.faults["sigstop_past_lease"])
+        ):
             now = time.monotonic()
             self._resume_due(now)
             if cold_restart_at and now >= cold_restart_at:
@@ -187,9 +204,22 @@ class Campaign:
     def _action(self) -> None:
         site = self.rng.choice(self.sites)
         choice = self.rng.choices(
-            ["import", "poison", "publish", "wp_cron", "cancel", "pause", "redrive", "duplicate", "delayed",
-             "replayed", "wrong_group", "garbage"],
-            weights=[5, 1, 6, 2, 2, 1, 2, 3, 2, 2, 1, 1])[0]
+            [
+                "import",
+                "poison",
+                "publish",
+                "wp_cron",
+                "cancel",
+                "pause",
+                "redrive",
+                "duplicate",
+                "delayed",
+                "replayed",
+                "wrong_group",
+                "garbage",
+            ],
+            weights=[5, 1, 6, 2, 2, 1, 2, 3, 2, 2, 1, 1],
+        )[0]
         self.report.actions[choice] += 1
         try:
             if choice == "import":
@@ -212,16 +242,24 @@ class Campaign:
 
     def _submit(self, kind: str, site: str, params: dict[str, Any], key: str | None = None) -> None:
         try:
-            result = self.submitter.submit(kind=kind, site_id=site, principal=self.owner[site], params=params,
-                                           idempotency_key=key or f"{kind}-{self.rng.getrandbits(48):x}")
+            result = self.submitter.submit(
+                kind=kind,
+                site_id=site,
+                principal=self.owner[site],
+                params=params,
+                idempotency_key=key or f"{kind}-{self.rng.getrandbits(48):x}",
+            )
         except Backpressure:
             self.report.actions["backpressured"] += 1
             return
         self.ledger.accepted.add(result.operation.operation_id)
 
     def _cancel(self) -> None:
-        waiting = [op for status in (Status.QUEUED, Status.RUNNING)
-                   for op in self.deps.operations.list(status=status, limit=200)]
+        waiting = [
+            op
+            for status in (Status.QUEUED, Status.RUNNING)
+            for op in self.deps.operations.list(status=status, limit=200)
+        ]
         if not waiting:
             return
         op = self.rng.choice(sorted(waiting, key=lambda o: o.operation_id))
@@ -249,8 +287,9 @@ class Campaign:
         op = self.rng.choice(sorted(dead, key=lambda o: o.operation_id))
         fixed = None
         if (op.evidence or {}).get("error_code") == "wxr_malformed":
-            fixed = self.submitter.store_input(Kind.IMPORT, op.site_id,
-                                               self.submitter.stage_upload(op.site_id, self.files["good-0"]))
+            fixed = self.submitter.store_input(
+                Kind.IMPORT, op.site_id, self.submitter.stage_upload(op.site_id, self.files["good-0"])
+            )
         self.ledger.actions["redrive"] += 1
         self.controls.redrive(OPERATOR, operation_id=op.operation_id, new_input=fixed, reason="chaos: redrive")
 
@@ -261,9 +300,14 @@ class Campaign:
         lane_url = {lane: getattr(settings, f"{lane}_queue_url") for lane in ("operations", "bulk")}
         sqs = self.deps.sqs
         if kind == "garbage":
-            sqs.send_message(QueueUrl=lane_url["operations"], MessageBody=self.rng.choice(
-                ["not json", "{}", json.dumps({"operation_id": "op_unknown", "site_id": site}), "[1,2]"]),
-                MessageGroupId=site, MessageDeduplicationId=f"garbage-{self.rng.getrandbits(48):x}")
+            sqs.send_message(
+                QueueUrl=lane_url["operations"],
+                MessageBody=self.rng.choice(
+                    ["not json", "{}", json.dumps({"operation_id": "op_unknown", "site_id": site}), "[1,2]"]
+                ),
+                MessageGroupId=site,
+                MessageDeduplicationId=f"garbage-{self.rng.getrandbits(48):x}",
+            )
             return
         if not ops:
             return
@@ -290,7 +334,8 @@ class Campaign:
         worker = self.workers[index]
         # alternate the two kinds (the first one by the seed), so every run has both
         kill = self.report.faults["sigkill"] < self.report.faults["sigstop_past_lease"] or (
-            self.report.faults["sigkill"] == self.report.faults["sigstop_past_lease"] and self.rng.random() < 0.5)
+            self.report.faults["sigkill"] == self.report.faults["sigstop_past_lease"] and self.rng.random() < 0.5
+        )
         if kill:
             self.report.faults["sigkill"] += 1
             self.runtime.kill(worker)
@@ -331,14 +376,19 @@ class Campaign:
             # One scan, not one query per status: an operation moving from queued to running between two queries
             # was invisible to both, and the run was declared settled with it running (found by seed 53).
             open_ops = [op for op in self.deps.operations.list(limit=100_000) if op.status in RUNNABLE]
-            open_publications = [p for site in self.sites for p in self.deps.publications.list(site, limit=5)
-                                 if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}]
+            open_publications = [
+                p
+                for site in self.sites
+                for p in self.deps.publications.list(site, limit=5)
+                if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}
+            ]
             quiet = 0 if open_ops or open_publications else quiet + 1
             if quiet == 2:  # twice in a row, half a second apart
                 return round(time.monotonic() - started, 1)
             time.sleep(0.5)
-        self.violations.add("terminal within the bound after faults stop",
-                            f"still open after {self.profile.settle_bound_s:.0f}s")
+        self.violations.add(
+            "terminal within the bound after faults stop", f"still open after {self.profile.settle_bound_s:.0f}s"
+        )
         return None
 
     def _transient_faults(self) -> Counter[str]:

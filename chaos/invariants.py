@@ -23,10 +23,33 @@ from sitedispatch.domain.model import RUNNABLE, PublicationStatus, Status, sha25
 from sitedispatch.operations.admission import is_admission_counter, recount
 from sitedispatch.publication.live import object_key, receipt_key
 
-EVIDENCE_FIELDS = {"operation_id", "site_id", "kind", "principal", "epoch", "attempt", "attempt_budget", "fence",
-                   "input_key", "input_digest", "revision", "error_class", "error_code", "error_message",
-                   "retryable", "traceback_digest", "traceback", "created_at", "started_at", "dead_at",
-                   "request_id", "lane", "recovery_command", "recovery", "key"}
+EVIDENCE_FIELDS = {
+    "operation_id",
+    "site_id",
+    "kind",
+    "principal",
+    "epoch",
+    "attempt",
+    "attempt_budget",
+    "fence",
+    "input_key",
+    "input_digest",
+    "revision",
+    "error_class",
+    "error_code",
+    "error_message",
+    "retryable",
+    "traceback_digest",
+    "traceback",
+    "created_at",
+    "started_at",
+    "dead_at",
+    "request_id",
+    "lane",
+    "recovery_command",
+    "recovery",
+    "key",
+}
 
 
 @dataclass
@@ -151,26 +174,33 @@ def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: V
 
     for site_id in sites:
         publications = deps.publications.list(site_id, limit=100_000)
-        unfinished = [p.seq for p in publications
-                      if p.status not in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}]
+        unfinished = [
+            p.seq for p in publications if p.status not in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}
+        ]
         if unfinished:
             violations.add("every publication finishes", f"{site_id}: {unfinished} still open")
         published = [p.seq for p in publications if p.status == PublicationStatus.PUBLISHED]
         site = deps.sites.get(site_id)
         if site is not None and published and site.live_seq != max(published):
-            violations.add("the newest published revision is live", f"{site_id}: live {site.live_seq}, "
-                                                                      f"newest published {max(published)}")
+            violations.add(
+                "the newest published revision is live",
+                f"{site_id}: live {site.live_seq}, newest published {max(published)}",
+            )
 
-    audited = Counter(entry.action for entry in deps.audit.list(ledger.started_at - 60, deps.clock.now() + 60,
-                                                                limit=100_000))
+    audited = Counter(
+        entry.action for entry in deps.audit.list(ledger.started_at - 60, deps.clock.now() + 60, limit=100_000)
+    )
     for action, times in ledger.actions.items():
         if audited[action] < times:
             violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")
-    return {"operations": len(ops), "commits": len(committed),
-            "dead": sum(op.status == Status.DEAD for op in ops.values()),
-            "cancelled": sum(op.status == Status.CANCELLED for op in ops.values()),
-            "superseded": sum(op.status == Status.SUPERSEDED for op in ops.values()),
-            "redriven": sum(op.epoch > 0 for op in ops.values())}
+    return {
+        "operations": len(ops),
+        "commits": len(committed),
+        "dead": sum(op.status == Status.DEAD for op in ops.values()),
+        "cancelled": sum(op.status == Status.CANCELLED for op in ops.values()),
+        "superseded": sum(op.status == Status.SUPERSEDED for op in ops.values()),
+        "redriven": sum(op.epoch > 0 for op in ops.values()),
+    }
 
 
 def _check_evidence(deps: Any, op: Any, violations: Violations) -> None:

@@ -34,9 +34,12 @@ def _one(job: tuple[int, str]) -> tuple[RunReport, Path]:
 
 def _print(report: RunReport, profile: str, workdir: Path, keep: bool) -> None:
     status = "ok" if not report.violations else f"{len(report.violations)} VIOLATION(S)"
-    print(f"seed {report.seed:>4}: {status}; {report.figures.get('operations', 0)} operations, faults "
-          f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s "
-          f"{report.phases}", flush=True)
+    print(
+        f"seed {report.seed:>4}: {status}; {report.figures.get('operations', 0)} operations, faults "
+        f"{dict(sorted(report.faults.items()))}, settled in {report.settled_s}s, wall {report.wall_s}s "
+        f"{report.phases}",
+        flush=True,
+    )
     for violation in report.violations:
         print(f"    {violation}", flush=True)
     if report.violations:
@@ -68,14 +71,20 @@ def main(argv: list[str] | None = None) -> int:
         actions.update(report.actions)
     violating = [r for r in reports if r.violations]
     summary = {
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
-        "profile": args.profile, "runs": len(reports), "seeds": seeds,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": platform.platform(),
+        "profile": args.profile,
+        "runs": len(reports),
+        "seeds": seeds,
         "operations": sum(r.figures.get("operations", 0) for r in reports),
         "commits": sum(r.figures.get("commits", 0) for r in reports),
-        "faults": dict(sorted(faults.items())), "actions": dict(sorted(actions.items())),
+        "faults": dict(sorted(faults.items())),
+        "actions": dict(sorted(actions.items())),
         "violations": sum(len(r.violations) for r in reports),
-        "violating_seeds": [{"seed": r.seed, "violations": r.violations,
-                             "replay": replay_command(r.seed, args.profile)} for r in violating],
+        "violating_seeds": [
+            {"seed": r.seed, "violations": r.violations, "replay": replay_command(r.seed, args.profile)}
+            for r in violating
+        ],
         "wall_s": round(time.monotonic() - started, 1),
         "settle_s_max": max((r.settled_s or 0.0 for r in reports), default=0.0),
     }

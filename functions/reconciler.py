@@ -17,5 +17,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     deps = dependencies()
     schedule = str(event.get("schedule", ""))
     sweep = deps.reconciler().run(schedule)
-    return {"schedule": schedule, "skipped": sweep is None, "repaired": sweep.repaired if sweep else {},
-            "truncated": bool(sweep and sweep.truncated)}
+    return {
+        "schedule": schedule,
+        "skipped": sweep is None,
+        "repaired": sweep.repaired if sweep else {},
+        "truncated": bool(sweep and sweep.truncated),
+    }

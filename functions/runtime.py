@@ -32,8 +32,9 @@ def drop_malformed(record: SQSRecord, queue: str) -> dict[str, Any]:
     """A body that names no durable state cannot be linked to anything: acknowledge it loudly rather than let it
     poison its group."""
     count("MalformedMessage")
-    logger.error(f"malformed {queue} message dropped", extra={"message_id": record.message_id,
-                                                              "body_prefix": record.body[:200]})
+    logger.error(
+        f"malformed {queue} message dropped", extra={"message_id": record.message_id, "body_prefix": record.body[:200]}
+    )
     return {"outcome": "malformed"}
 
 

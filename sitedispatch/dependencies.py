@@ -71,8 +71,17 @@ class Dependencies:
         from sitedispatch.aws.tables import TableNames, build_models
 
         s = self.settings
-        return build_models(TableNames(s.operations_table, s.sites_table, s.commits_table, s.publications_table,
-                                       s.counters_table, s.audit_table), s.region)
+        return build_models(
+            TableNames(
+                s.operations_table,
+                s.sites_table,
+                s.commits_table,
+                s.publications_table,
+                s.counters_table,
+                s.audit_table,
+            ),
+            s.region,
+        )
 
     @cached_property
     def operations(self) -> OperationStore:
@@ -146,9 +155,16 @@ class Dependencies:
         from sitedispatch.aws.sqs import SqsOperationQueue
         from sitedispatch.domain.resources import QUEUES, operation_lanes
 
-        return SqsOperationQueue(self.sqs, {lane: (getattr(self.settings, QUEUES[lane].url_field),
-                                                   getattr(self.settings, QUEUES[lane].dlq_url_field))
-                                            for lane in operation_lanes()})
+        return SqsOperationQueue(
+            self.sqs,
+            {
+                lane: (
+                    getattr(self.settings, QUEUES[lane].url_field),
+                    getattr(self.settings, QUEUES[lane].dlq_url_field),
+                )
+                for lane in operation_lanes()
+            },
+        )
 
     def queue_url_for_arn(self, arn: str) -> str:
         """The URL of the queue an event record came from (its eventSourceARN ends with the queue name)."""
@@ -188,8 +204,17 @@ class Dependencies:
     def warm(self) -> Dependencies:
         """Build every client now (an init phase), so the first request pays no client construction."""
         _ = self.models.Operation._get_connection().connection.client  # one client serves every table
-        _ = (self.sqs, self.s3, self.operations, self.sites, self.commits, self.blobs, self.queue,
-             self.publications, self.publication_queue)
+        _ = (
+            self.sqs,
+            self.s3,
+            self.operations,
+            self.sites,
+            self.commits,
+            self.blobs,
+            self.queue,
+            self.publications,
+            self.publication_queue,
+        )
         # One read through the table client: botocore builds an operation's model and serializer on its first call,
         # and ten environments doing that at their first delivery at once spread their starts (G1) from ~0.3 s to
         # ~0.8 s on two cores. The sites table, because every function's role may read it; a key that names nothing
@@ -203,14 +228,18 @@ class Dependencies:
     def submitter(self) -> Submitter:
         from sitedispatch.operations.submission import SubmitDeps, Submitter
 
-        return Submitter(SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock,
-                                    self.pace))
+        return Submitter(
+            SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace)
+        )
 
     def controls(self) -> Controls:
         from sitedispatch.operator.controls import ControlDeps, Controls
 
-        return Controls(ControlDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit,
-                                    self.clock, self.quotas))
+        return Controls(
+            ControlDeps(
+                self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit, self.clock, self.quotas
+            )
+        )
 
     def caller_identity(self) -> str:
         """Who is calling, as AWS knows it (STS GetCallerIdentity, an assumed role without its session name): the
@@ -222,21 +251,54 @@ class Dependencies:
     def reconciler(self) -> Reconciler:
         from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 
-        return Reconciler(ReconcilerDeps(self.settings, self.operations, self.sites, self.publications, self.queue,
-                                         self.publication_queue, self.blobs, self.clock,
-                                         wp_cron_submitter(self.submitter())))
+        return Reconciler(
+            ReconcilerDeps(
+                self.settings,
+                self.operations,
+                self.sites,
+                self.publications,
+                self.queue,
+                self.publication_queue,
+                self.blobs,
+                self.clock,
+                wp_cron_submitter(self.submitter()),
+            )
+        )
 
     def worker(self) -> OperationsWorker:
         from sitedispatch.kinds.handlers import handler_map
         from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
 
-        return OperationsWorker(WorkerDeps(self.settings, self.operations, self.sites, self.commits, self.blobs,
-                                           self.queue, self.clock, handler_map(), random.Random(),
-                                           self.publications, self.publication_queue, self.retry_budget, self.pace,
-                                           self.drivers))
+        return OperationsWorker(
+            WorkerDeps(
+                self.settings,
+                self.operations,
+                self.sites,
+                self.commits,
+                self.blobs,
+                self.queue,
+                self.clock,
+                handler_map(),
+                random.Random(),
+                self.publications,
+                self.publication_queue,
+                self.retry_budget,
+                self.pace,
+                self.drivers,
+            )
+        )
 
     def publication_worker(self) -> PublicationWorker:
         from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
 
-        return PublicationWorker(PublicationDeps(self.settings, self.sites, self.publications, self.blobs,
-                                                 self.publication_queue, self.clock, self.drivers))
+        return PublicationWorker(
+            PublicationDeps(
+                self.settings,
+                self.sites,
+                self.publications,
+                self.blobs,
+                self.publication_queue,
+                self.clock,
+                self.drivers,
+            )
+        )

@@ -155,14 +155,21 @@ class Reconciler:
             if self._out_of_time(sweep):
                 break
             site = d.sites.get(op.site_id)
-            holds = (site is not None and site.lease_owner == op.operation_id and site.fence == op.fence
-                     and (site.lease_expires_at or 0.0) > now - self.policy.lease_grace_s)
+            holds = (
+                site is not None
+                and site.lease_owner == op.operation_id
+                and site.fence == op.fence
+                and (site.lease_expires_at or 0.0) > now - self.policy.lease_grace_s
+            )
             if holds or op.fence is None:
                 continue
-            error = ErrorInfo("LeaseExpired", STALE_LEASE_ERROR,
-                              f"attempt {op.attempt} stopped renewing its lease (fence {op.fence}): its process "
-                              "died or stalled; the reconciler failed the attempt and queued the operation again",
-                              True)
+            error = ErrorInfo(
+                "LeaseExpired",
+                STALE_LEASE_ERROR,
+                f"attempt {op.attempt} stopped renewing its lease (fence {op.fence}): its process "
+                "died or stalled; the reconciler failed the attempt and queued the operation again",
+                True,
+            )
             try:
                 d.operations.schedule_retry(op.operation_id, op.fence, error, now, now, slot=op.running_slot)
             except (StaleFence, NotRunnable):
@@ -172,8 +179,10 @@ class Reconciler:
             # within five minutes). If the original still exists the worker sees two deliveries; that is harmless.
             self._send(op, f"{op.dedup_id}-f{op.fence}")
             recovered += 1
-            obs.logger.warning("stale lease recovered", extra={"operation_id": op.operation_id,
-                                                               "site_id": op.site_id, "fence": op.fence})
+            obs.logger.warning(
+                "stale lease recovered",
+                extra={"operation_id": op.operation_id, "site_id": op.site_id, "fence": op.fence},
+            )
         return recovered
 
     def resume_publications(self, sites: list[Site], sweep: Sweep) -> int:
@@ -191,12 +200,20 @@ class Reconciler:
                     continue
                 if publication.created_at > now - self.policy.publication_stall_s:
                     continue
-                steps = ([PublicationMessage(site.site_id, publication.revision_id, publication.seq)]
-                         if publication.total_chunks is None else
-                         [PublicationMessage(site.site_id, publication.revision_id, publication.seq, chunk)
-                          for chunk in range(publication.total_chunks) if chunk not in publication.done_chunks]
-                         or [PublicationMessage(site.site_id, publication.revision_id, publication.seq,
-                                                publication.total_chunks - 1)])  # all done, never finished
+                steps = (
+                    [PublicationMessage(site.site_id, publication.revision_id, publication.seq)]
+                    if publication.total_chunks is None
+                    else [
+                        PublicationMessage(site.site_id, publication.revision_id, publication.seq, chunk)
+                        for chunk in range(publication.total_chunks)
+                        if chunk not in publication.done_chunks
+                    ]
+                    or [
+                        PublicationMessage(
+                            site.site_id, publication.revision_id, publication.seq, publication.total_chunks - 1
+                        )
+                    ]
+                )  # all done, never finished
                 for step in steps:
                     d.publication_queue.send(step)
                 resumed += 1
@@ -232,8 +249,9 @@ class Reconciler:
         repaired = 0
         for counter in sorted(observed.keys() | expected.keys()):
             have, want = observed.get(counter, 0), expected.get(counter, 0)
-            if have != want and d.operations.repair_counter(counter, have, want,
-                                                            started - self.policy.counter_quiet_s, d.clock.now()):
+            if have != want and d.operations.repair_counter(
+                counter, have, want, started - self.policy.counter_quiet_s, d.clock.now()
+            ):
                 obs.logger.warning("counter repaired", extra={"counter": counter, "was": have, "now": want})
                 repaired += 1
         return repaired
@@ -278,8 +296,11 @@ class Reconciler:
             obs.seconds(f"DeadLetterOldestAge{lane.capitalize()}", now - oldest if oldest else 0.0)
             sweep.repaired[f"dlq_depth_{lane}"] = len(kept)
         sweep.repaired["dlq_stale_removed"] = stale_removed
-        waiting = [op for status in (Status.ACCEPTED, Status.QUEUED)
-                   for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
+        waiting = [
+            op
+            for status in (Status.ACCEPTED, Status.QUEUED)
+            for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)
+        ]
         for lane in sorted({lane_for(kind) for kind in Kind}):
             ages = [now - (op.queued_at or op.created_at) for op in waiting if lane_for(op.kind) == lane]
             obs.seconds(f"OldestQueuedAge{lane.capitalize()}", max(ages, default=0.0))
@@ -298,8 +319,13 @@ def wp_cron_submitter(submitter: Submitter) -> Callable[[Site, int], str]:
 
     def submit(site: Site, minute: int) -> str:
         try:
-            result = submitter.submit(kind=Kind.WP_CRON.value, site_id=site.site_id, principal=site.principal,
-                                      params={"due_minute": minute}, idempotency_key=f"wp-events:{minute}")
+            result = submitter.submit(
+                kind=Kind.WP_CRON.value,
+                site_id=site.site_id,
+                principal=site.principal,
+                params={"due_minute": minute},
+                idempotency_key=f"wp-events:{minute}",
+            )
         except Backpressure:
             return "refused"  # the site's queue is full: the next minute tries again
         return "submitted" if result.created else "exists"

@@ -129,8 +129,9 @@ def parse_wxr(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
         yield from _read(stream)
     except ParseError as exc:
         line, column = getattr(exc, "position", (0, 0))
-        raise PermanentError(f"malformed WXR at line {line}, column {column}: {exc.msg}",
-                             code="wxr_malformed") from None
+        raise PermanentError(
+            f"malformed WXR at line {line}, column {column}: {exc.msg}", code="wxr_malformed"
+        ) from None
     except DefusedXmlException as exc:
         raise PermanentError(f"unsafe XML refused: {exc}", code="wxr_unsafe") from None
 
@@ -171,17 +172,31 @@ def _top_level(prefix: str, name: str, element: Element) -> WxrEvent | None:
         return WxrAuthor(login, c.get(("wp", "author_email"), ""), c.get(("wp", "author_display_name"), login))
     if prefix == "wp" and name == "category":
         c = _children(element)
-        return WxrTerm("category", c.get(("wp", "category_nicename"), ""), c.get(("wp", "cat_name"), ""),
-                       c.get(("wp", "category_parent"), ""), c.get(("wp", "category_description"), ""))
+        return WxrTerm(
+            "category",
+            c.get(("wp", "category_nicename"), ""),
+            c.get(("wp", "cat_name"), ""),
+            c.get(("wp", "category_parent"), ""),
+            c.get(("wp", "category_description"), ""),
+        )
     if prefix == "wp" and name == "tag":
         c = _children(element)
-        return WxrTerm("post_tag", c.get(("wp", "tag_slug"), ""), c.get(("wp", "tag_name"), ""),
-                       "", c.get(("wp", "tag_description"), ""))
+        return WxrTerm(
+            "post_tag",
+            c.get(("wp", "tag_slug"), ""),
+            c.get(("wp", "tag_name"), ""),
+            "",
+            c.get(("wp", "tag_description"), ""),
+        )
     if prefix == "wp" and name == "term":
         c = _children(element)
-        return WxrTerm(c.get(("wp", "term_taxonomy"), ""), c.get(("wp", "term_slug"), ""),
-                       c.get(("wp", "term_name"), ""), c.get(("wp", "term_parent"), ""),
-                       c.get(("wp", "term_description"), ""))
+        return WxrTerm(
+            c.get(("wp", "term_taxonomy"), ""),
+            c.get(("wp", "term_slug"), ""),
+            c.get(("wp", "term_name"), ""),
+            c.get(("wp", "term_parent"), ""),
+            c.get(("wp", "term_description"), ""),
+        )
     if not prefix and name == "item":
         return _item(element)
     return None

@@ -32,29 +32,54 @@ class AccessPolicies(Construct):
         whoami = iam.PolicyStatement(actions=["sts:GetCallerIdentity"], resources=["*"])
         find_stack = iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[stack.stack_id])
 
-        self.producer = iam.ManagedPolicy(self, "ProducerPolicy", description=(
-            "sitedispatch producer: submit operations, follow and cancel them, read published routes"), statements=[
-            iam.PolicyStatement(actions=[*READ, *WRITE], resources=functions.table_arns(*PRODUCER_TABLES)),
-            iam.PolicyStatement(actions=READ, resources=functions.table_arns("counters")),
-            iam.PolicyStatement(actions=WRITE, resources=functions.table_arns("counters"), conditions={
-                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": PRODUCER_COUNTER_KEYS}}),
-            iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("inputs/*"),
-                                                                     bucket.arn_for_objects("uploads/*")]),
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects("sites/*")]),
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
-            iam.PolicyStatement(actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
-                                resources=[q.queues[lane].queue_arn for lane in operation_lanes()]),
-            whoami, find_stack])
-        self.operator = iam.ManagedPolicy(self, "OperatorPolicy", description=(
-            "sitedispatch operator: every CLI action (status, dead letters, redrive, replay, pause, audit)"),
+        self.producer = iam.ManagedPolicy(
+            self,
+            "ProducerPolicy",
+            description=("sitedispatch producer: submit operations, follow and cancel them, read published routes"),
             statements=[
-                iam.PolicyStatement(actions=[*READ, *WRITE, *SCAN],
-                                    resources=functions.table_arns(*functions.tables.tables)),
+                iam.PolicyStatement(actions=[*READ, *WRITE], resources=functions.table_arns(*PRODUCER_TABLES)),
+                iam.PolicyStatement(actions=READ, resources=functions.table_arns("counters")),
+                iam.PolicyStatement(
+                    actions=WRITE,
+                    resources=functions.table_arns("counters"),
+                    conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": PRODUCER_COUNTER_KEYS}},
+                ),
+                iam.PolicyStatement(
+                    actions=["s3:PutObject"],
+                    resources=[bucket.arn_for_objects("inputs/*"), bucket.arn_for_objects("uploads/*")],
+                ),
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects("sites/*")]),
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
+                iam.PolicyStatement(
+                    actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
+                    resources=[q.queues[lane].queue_arn for lane in operation_lanes()],
+                ),
+                whoami,
+                find_stack,
+            ],
+        )
+        self.operator = iam.ManagedPolicy(
+            self,
+            "OperatorPolicy",
+            description=(
+                "sitedispatch operator: every CLI action (status, dead letters, redrive, replay, pause, audit)"
+            ),
+            statements=[
+                iam.PolicyStatement(
+                    actions=[*READ, *WRITE, *SCAN], resources=functions.table_arns(*functions.tables.tables)
+                ),
                 iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[bucket.arn_for_objects("*")]),
                 iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
-                iam.PolicyStatement(actions=["sqs:SendMessage", *CONSUME], resources=[
-                    *(queue.queue_arn for queue in q.queues.values()),
-                    *(queue.queue_arn for queue in q.dead_letter_queues.values())]),
-                whoami, find_stack])
+                iam.PolicyStatement(
+                    actions=["sqs:SendMessage", *CONSUME],
+                    resources=[
+                        *(queue.queue_arn for queue in q.queues.values()),
+                        *(queue.queue_arn for queue in q.dead_letter_queues.values()),
+                    ],
+                ),
+                whoami,
+                find_stack,
+            ],
+        )
         for policy, logical_id in ((self.producer, "ProducerPolicy"), (self.operator, "OperatorPolicy")):
             policy.node.default_child.override_logical_id(logical_id)  # type: ignore[union-attr]

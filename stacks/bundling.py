@@ -26,8 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements-lambda.lock"
 WHEELS = ROOT / ".cache" / "lambda-wheels"
 BUNDLES = ROOT / ".cache" / "lambda-bundle"
-PLATFORM = ("--platform", "manylinux2014_aarch64", "--python-version", "3.14", "--implementation", "cp",
-            "--only-binary=:all:")
+PLATFORM = (
+    "--platform",
+    "manylinux2014_aarch64",
+    "--python-version",
+    "3.14",
+    "--implementation",
+    "cp",
+    "--only-binary=:all:",
+)
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
 ENTRYPOINTS = "functions"
@@ -119,9 +126,24 @@ def build_bundle(target: Path) -> None:
     """pip for the Lambda platform, from the local wheelhouse only; then the code."""
     if not WHEELS.is_dir() or not any(WHEELS.glob("*.whl")):
         raise BundlingError(f"no Lambda wheels in {WHEELS}: run `make lambda-wheels` (downloads them once)")
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-               "--find-links", str(WHEELS), "--require-hashes", "--no-deps", *PLATFORM, "--target", str(target),
-               "-r", str(LOCK)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        str(WHEELS),
+        "--require-hashes",
+        "--no-deps",
+        *PLATFORM,
+        "--target",
+        str(target),
+        "-r",
+        str(LOCK),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise BundlingError(f"pip could not install the Lambda dependencies:\n{done.stderr[-2000:]}")
@@ -162,7 +184,7 @@ def function_code() -> lambda_.Code:
     """One asset for every function (the handler differs). Its hash is the bundle's content."""
     return lambda_.Code.from_asset(
         str(ROOT / "functions"),  # nominal source (fingerprinted by CDK); the bundle is made from SOURCES
-        asset_hash_type=AssetHashType.CUSTOM, asset_hash=inputs_digest(),
-        bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling-only"),
-                                 local=LocalBundling()),
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=inputs_digest(),
+        bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling-only"), local=LocalBundling()),
     )

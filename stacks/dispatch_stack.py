@@ -36,20 +36,33 @@ class SiteDispatchStack(Stack):
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")
         environment = self.function_environment()
-        self.functions = DispatchFunctions(self, "Functions", environment=environment, queues=self.queues,
-                                           tables=self.tables, storage=self.storage)
+        self.functions = DispatchFunctions(
+            self, "Functions", environment=environment, queues=self.queues, tables=self.tables, storage=self.storage
+        )
         self.schedules = ReconcilerSchedules(self, "Schedules", functions=dict(self.functions.functions))
-        self.monitoring = DispatchMonitoring(self, "Monitoring", queues=self.queues.queues,
-                                             dead_letter_queues=self.queues.dead_letter_queues,
-                                             functions=self.functions.functions)
+        self.monitoring = DispatchMonitoring(
+            self,
+            "Monitoring",
+            queues=self.queues.queues,
+            dead_letter_queues=self.queues.dead_letter_queues,
+            functions=self.functions.functions,
+        )
         self.access = AccessPolicies(self, "Access", functions=self.functions)
         for name, value in environment.items():
             # One output per environment variable, so a deployed stack's outputs are a ready environment for the CLI.
             CfnOutput(self, name.replace("_", ""), value=value, description=name)
-        CfnOutput(self, "ProducerPolicyArn", value=self.access.producer.managed_policy_arn,
-                  description="attach to producers: submit, follow and cancel their operations")
-        CfnOutput(self, "OperatorPolicyArn", value=self.access.operator.managed_policy_arn,
-                  description="attach to operators: every CLI action")
+        CfnOutput(
+            self,
+            "ProducerPolicyArn",
+            value=self.access.producer.managed_policy_arn,
+            description="attach to producers: submit, follow and cancel their operations",
+        )
+        CfnOutput(
+            self,
+            "OperatorPolicyArn",
+            value=self.access.operator.managed_policy_arn,
+            description="attach to operators: every CLI action",
+        )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         apply_nag(self)
 

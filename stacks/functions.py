@@ -52,8 +52,16 @@ def max_concurrency(scope: Construct, queue: str) -> int:
 
 
 class DispatchFunctions(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, environment: dict[str, str], queues: SiteQueues,
-                 tables: DispatchTables, storage: PublicationBucket) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: dict[str, str],
+        queues: SiteQueues,
+        tables: DispatchTables,
+        storage: PublicationBucket,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.queues, self.tables, self.storage = queues, tables, storage
         code = function_code()
@@ -62,29 +70,55 @@ class DispatchFunctions(Construct):
         for role, spec in FUNCTIONS.items():
             self.functions[role] = self._function(role, spec, code, environment)
         for lane, queue_spec in QUEUES.items():
-            self.functions[queue_spec.function].add_event_source(sources.SqsEventSource(
-                queues.queues[lane], batch_size=FUNCTIONS[queue_spec.function].batch_size,
-                report_batch_item_failures=True, max_concurrency=max_concurrency(self, lane)))
+            self.functions[queue_spec.function].add_event_source(
+                sources.SqsEventSource(
+                    queues.queues[lane],
+                    batch_size=FUNCTIONS[queue_spec.function].batch_size,
+                    report_batch_item_failures=True,
+                    max_concurrency=max_concurrency(self, lane),
+                )
+            )
         for role in operation_workers():
             self._grant_operations_worker(role)
         self._grant_publication_worker()
         self._grant_reconciler(operation_lanes())
 
-    def _function(self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
-                  ) -> lambda_.Function:
-        log_group = logs.LogGroup(self, f"{spec.logical_id}Logs", retention=LOG_RETENTION,
-                                  removal_policy=RemovalPolicy.RETAIN)
-        execution_role = iam.Role(self, f"{spec.logical_id}Role",
-                                  assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                                  description=f"sitedispatch {role}: only the actions its code calls")
-        execution_role.add_to_policy(iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                                                         resources=[log_group.log_group_arn]))
+    def _function(
+        self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
+    ) -> lambda_.Function:
+        log_group = logs.LogGroup(
+            self, f"{spec.logical_id}Logs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.RETAIN
+        )
+        execution_role = iam.Role(
+            self,
+            f"{spec.logical_id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"sitedispatch {role}: only the actions its code calls",
+        )
+        execution_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]
+            )
+        )
         function = lambda_.Function(
-            self, spec.logical_id, runtime=RUNTIME, architecture=ARCHITECTURE, code=code, handler=spec.handler,
-            timeout=Duration.seconds(spec.timeout_s), memory_size=spec.memory_mb, role=execution_role,
-            tracing=lambda_.Tracing.ACTIVE, log_group=log_group, logging_format=lambda_.LoggingFormat.JSON,
-            environment={**environment, "POWERTOOLS_SERVICE_NAME": SERVICE,
-                         "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE, "POWERTOOLS_LOG_LEVEL": "INFO"},
+            self,
+            spec.logical_id,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            code=code,
+            handler=spec.handler,
+            timeout=Duration.seconds(spec.timeout_s),
+            memory_size=spec.memory_mb,
+            role=execution_role,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            environment={
+                **environment,
+                "POWERTOOLS_SERVICE_NAME": SERVICE,
+                "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+            },
             description=f"sitedispatch {role}",
         )
         self.log_groups[role] = log_group
@@ -115,18 +149,25 @@ class DispatchFunctions(Construct):
         (so into any operation lane's DLQ: a message that arrived on the wrong lane still goes dead where `dlq`
         looks for its kind)."""
         q = self.queues
-        self._allow(role, [*READ, *WRITE],
-                    self.table_arns("operations", "sites", "commits", "publications", "counters"))
+        self._allow(
+            role, [*READ, *WRITE], self.table_arns("operations", "sites", "commits", "publications", "counters")
+        )
         self._allow_bucket(role, "*")
-        self._allow(role, CONSUME, [q.queues[lane].queue_arn for lane in operation_lanes()
-                                    if QUEUES[lane].function == role])
-        self._allow(role, ["sqs:SendMessage"], [*(q.dead_letter_queues[lane].queue_arn for lane in operation_lanes()),
-                                                q.queues["publications"].queue_arn])
+        self._allow(
+            role, CONSUME, [q.queues[lane].queue_arn for lane in operation_lanes() if QUEUES[lane].function == role]
+        )
+        self._allow(
+            role,
+            ["sqs:SendMessage"],
+            [*(q.dead_letter_queues[lane].queue_arn for lane in operation_lanes()), q.queues["publications"].queue_arn],
+        )
         # WordPress sites' application passwords (the wordpress driver); the crawl of publication needs none
         stack = Stack.of(self)
-        self._allow(role, ["secretsmanager:GetSecretValue"],
-                    [f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}:secret:"
-                     f"{SECRET_NAME_PREFIX}*"])
+        self._allow(
+            role,
+            ["secretsmanager:GetSecretValue"],
+            [f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}:secret:{SECRET_NAME_PREFIX}*"],
+        )
 
     def _grant_publication_worker(self) -> None:
         q = self.queues
@@ -137,9 +178,13 @@ class DispatchFunctions(Construct):
 
     def _grant_reconciler(self, lanes: list[str]) -> None:
         q = self.queues
-        self._allow("reconciler", [*READ, *WRITE, *SCAN],
-                    self.table_arns("operations", "sites", "publications", "counters"))
+        self._allow(
+            "reconciler", [*READ, *WRITE, *SCAN], self.table_arns("operations", "sites", "publications", "counters")
+        )
         self._allow_bucket("reconciler", "*")
-        self._allow("reconciler", ["sqs:SendMessage"], [*(q.queues[lane].queue_arn for lane in lanes),
-                                                        q.queues["publications"].queue_arn])
+        self._allow(
+            "reconciler",
+            ["sqs:SendMessage"],
+            [*(q.queues[lane].queue_arn for lane in lanes), q.queues["publications"].queue_arn],
+        )
         self._allow("reconciler", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])

@@ -15,18 +15,28 @@ from sitedispatch.domain.resources import SECRET_NAME_PREFIX, operation_workers
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack
 
-XRAY = ("X-Ray's PutTraceSegments and PutTelemetryRecords (added by active tracing) support no resource-level "
-        "permissions: AWS documents Resource '*' for them")
+XRAY = (
+    "X-Ray's PutTraceSegments and PutTelemetryRecords (added by active tracing) support no resource-level "
+    "permissions: AWS documents Resource '*' for them"
+)
 STS = "sts:GetCallerIdentity supports no resource-level permissions (the CLI records the caller in the audit)"
-OBJECTS = ("object keys are per site and per content digest, unknown until run time; the wildcard is confined to "
-           "this stack's bucket and the prefix the code writes")
-VERSIONS = ("CDK's LambdaInvoke grants the reconciler function and its versions (ARN:*); the scheduler invokes "
-            "only this function")
-SECRETS = ("WordPress sites' credentials are Secrets Manager secrets named by site, registered at run time; the "
-           "wildcard is confined to this account's secrets under the sitedispatch/ prefix, which registration "
-           "enforces")
-SCHEDULE_DLQ = ("this queue is itself the dead-letter queue of the EventBridge schedules (failed invocations land "
-                "here); a DLQ of a DLQ would only move the problem")
+OBJECTS = (
+    "object keys are per site and per content digest, unknown until run time; the wildcard is confined to "
+    "this stack's bucket and the prefix the code writes"
+)
+VERSIONS = (
+    "CDK's LambdaInvoke grants the reconciler function and its versions (ARN:*); the scheduler invokes "
+    "only this function"
+)
+SECRETS = (
+    "WordPress sites' credentials are Secrets Manager secrets named by site, registered at run time; the "
+    "wildcard is confined to this account's secrets under the sitedispatch/ prefix, which registration "
+    "enforces"
+)
+SCHEDULE_DLQ = (
+    "this queue is itself the dead-letter queue of the EventBridge schedules (failed invocations land "
+    "here); a DLQ of a DLQ would only move the problem"
+)
 
 
 def finding(rule: str, resource: str | None = None) -> str:
@@ -46,8 +56,12 @@ def apply_nag(stack: SiteDispatchStack) -> None:
         acknowledge(policy, "IAM5", XRAY, "*")
         acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/sites/*" if role == "publications" else f"{bucket}/*")
         if role in operation_workers():
-            acknowledge(policy, "IAM5", SECRETS, "arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
-                                                 f"<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*")
+            acknowledge(
+                policy,
+                "IAM5",
+                SECRETS,
+                f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*",
+            )
     producer = _cfn(stack.access.producer)
     operator = _cfn(stack.access.operator)
     for policy in (producer, operator):
@@ -66,5 +80,3 @@ def _cfn(construct: IConstruct) -> CfnElement:
     child = construct.node.default_child
     assert isinstance(child, CfnElement)
     return child
-
-

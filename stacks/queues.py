@@ -25,16 +25,24 @@ class SiteQueues(Construct):
         self.dead_letter_queues: dict[str, sqs.Queue] = {}
         for role, spec in QUEUES.items():
             dlq = sqs.Queue(
-                self, spec.dlq_logical_id, fifo=True, retention_period=Duration.seconds(RETENTION_S),
-                encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                self,
+                spec.dlq_logical_id,
+                fifo=True,
+                retention_period=Duration.seconds(RETENTION_S),
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
             )
             queue = sqs.Queue(
-                self, spec.logical_id, fifo=True, content_based_deduplication=False,
+                self,
+                spec.logical_id,
+                fifo=True,
+                content_based_deduplication=False,
                 deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
                 fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
                 visibility_timeout=Duration.seconds(visibility_timeout_s(FUNCTIONS[spec.function].timeout_s)),
                 retention_period=Duration.seconds(RETENTION_S),
-                encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
                 dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=REDRIVE_BACKSTOP_RECEIVES, queue=dlq),
             )
             self.queues[role] = queue

@@ -8,8 +8,11 @@ from constructs import Construct
 
 from sitedispatch.aws.tables import KeySpec, table_specs
 
-ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER,
-                   "B": dynamodb.AttributeType.BINARY}
+ATTRIBUTE_TYPES = {
+    "S": dynamodb.AttributeType.STRING,
+    "N": dynamodb.AttributeType.NUMBER,
+    "B": dynamodb.AttributeType.BINARY,
+}
 
 
 def _attribute(key: KeySpec | None) -> dynamodb.Attribute | None:
@@ -24,19 +27,23 @@ class DispatchTables(Construct):
         self.tables: dict[str, dynamodb.Table] = {}
         for role, spec in table_specs().items():
             table = dynamodb.Table(
-                self, spec.logical_id,
+                self,
+                spec.logical_id,
                 partition_key=_attribute(spec.partition),
                 sort_key=_attribute(spec.sort),
                 billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
                 point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True),
+                    point_in_time_recovery_enabled=True
+                ),
                 encryption=dynamodb.TableEncryption.AWS_MANAGED,
                 deletion_protection=True,
                 removal_policy=RemovalPolicy.RETAIN,
             )
             for index in spec.indexes:
-                table.add_global_secondary_index(index_name=index.name,
-                                                 partition_key=_attribute(index.partition),
-                                                 sort_key=_attribute(index.sort),
-                                                 projection_type=dynamodb.ProjectionType.ALL)
+                table.add_global_secondary_index(
+                    index_name=index.name,
+                    partition_key=_attribute(index.partition),
+                    sort_key=_attribute(index.sort),
+                    projection_type=dynamodb.ProjectionType.ALL,
+                )
             self.tables[role] = table

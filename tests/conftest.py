@@ -72,15 +72,17 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     for cache in (dependencies, operations.worker, publications.worker):
         cache.cache_clear()
     handled = 0
-    queues = [(cloud.settings.operations_queue_url, operations.handler),
-              (cloud.settings.bulk_queue_url, operations.handler),
-              (cloud.settings.publications_queue_url, publications.handler)]
+    queues = [
+        (cloud.settings.operations_queue_url, operations.handler),
+        (cloud.settings.bulk_queue_url, operations.handler),
+        (cloud.settings.publications_queue_url, publications.handler),
+    ]
     for _ in range(max_rounds):
         idle = True
         for url, handler in queues:
             messages = cloud.deps.sqs.receive_message(
-                QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"]).get("Messages", [])
+                QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"]
+            ).get("Messages", [])
             if not messages:
                 continue
             idle = False

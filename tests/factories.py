@@ -27,24 +27,37 @@ def settings(**overrides: Any) -> Settings:
         "bulk_dlq_url": "http://127.0.0.1:1/123456789012/bulk-dlq.fifo",
         "publications_queue_url": "http://127.0.0.1:1/123456789012/pub.fifo",
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
-        "operations_table": "ops", "sites_table": "sites", "commits_table": "commits",
-        "publications_table": "publications", "counters_table": "counters", "audit_table": "audit", "bucket": "bucket",
+        "operations_table": "ops",
+        "sites_table": "sites",
+        "commits_table": "commits",
+        "publications_table": "publications",
+        "counters_table": "counters",
+        "audit_table": "audit",
+        "bucket": "bucket",
     }
     return Settings(**{**base, **overrides})
 
 
-def sqs_fifo_record(body: dict[str, Any] | str, *, group_id: str, message_id: str, receipt: str | None = None,
-                    receive_count: int = 1) -> dict[str, Any]:
+def sqs_fifo_record(
+    body: dict[str, Any] | str, *, group_id: str, message_id: str, receipt: str | None = None, receive_count: int = 1
+) -> dict[str, Any]:
     """One record of Lambda's SQS event for a FIFO queue."""
     return {
         "messageId": message_id,
         "receiptHandle": receipt or f"rh-{message_id}",
         "body": body if isinstance(body, str) else json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": str(receive_count), "SentTimestamp": "1800000000000",
-                       "SequenceNumber": "1", "MessageGroupId": group_id, "SenderId": "TEST",
-                       "MessageDeduplicationId": f"d-{message_id}",
-                       "ApproximateFirstReceiveTimestamp": "1800000000000"},
-        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": "1800000000000",
+            "SequenceNumber": "1",
+            "MessageGroupId": group_id,
+            "SenderId": "TEST",
+            "MessageDeduplicationId": f"d-{message_id}",
+            "ApproximateFirstReceiveTimestamp": "1800000000000",
+        },
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:sitedispatch-operations.fifo",
         "awsRegion": "us-east-1",
     }

@@ -105,6 +105,7 @@ class MemoryDb:
     def release(self, counters: Sequence[str], now: float) -> None:
         for counter in counters:
             self.bump(counter, -1, now)
+
     lock: threading.RLock = field(default_factory=threading.RLock)
     # DynamoDB's global secondary indexes are eventually consistent: a write shows in an index read a moment later.
     # With `lagging_indexes`, the operations' index reads see the rows as they were at the last `propagate()`, so a
@@ -167,18 +168,31 @@ class MemoryOperationStore:
             self._update(operation_id, True, NotRunnable, status=Status.QUEUED, queued_at=now, updated_at=now)
             return True
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
-                      current: Operation | None = None) -> Operation:
+    def start_attempt(
+        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+    ) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = (op is not None and op.status in RUNNABLE and op.attempt < op.attempt_budget
-                  and (op.fence is None or op.fence < fence))
+            ok = (
+                op is not None
+                and op.status in RUNNABLE
+                and op.attempt < op.attempt_budget
+                and (op.fence is None or op.fence < fence)
+            )
             take = slot if ok and op is not None and op.running_slot is None else None
             if take is not None:
                 self.db.check_room(take.counter, take.maximum)
-            self._update(operation_id, ok, NotRunnable, status=Status.RUNNING,
-                         attempt=(op.attempt + 1) if op else 0, fence=fence, started_at=now, updated_at=now,
-                         not_before=None)
+            self._update(
+                operation_id,
+                ok,
+                NotRunnable,
+                status=Status.RUNNING,
+                attempt=(op.attempt + 1) if op else 0,
+                fence=fence,
+                started_at=now,
+                updated_at=now,
+                not_before=None,
+            )
             if take is not None:
                 self.db.bump(take.counter, 1, now)
                 self._update(operation_id, True, NotRunnable, running_slot=take.counter)
@@ -187,40 +201,91 @@ class MemoryOperationStore:
     def _holds_slot(self, op: Operation | None, slot: str | None) -> bool:
         return op is not None and op.running_slot == slot
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
-                       slot: str | None = None) -> None:
+    def schedule_retry(
+        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
+    ) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = (op is not None and op.status == Status.RUNNING and op.fence == fence
-                  and self._holds_slot(op, slot))
-            self._update(operation_id, ok, StaleFence, status=Status.QUEUED, error=error, not_before=not_before,
-                         updated_at=now, running_slot=None)
+            ok = op is not None and op.status == Status.RUNNING and op.fence == fence and self._holds_slot(op, slot)
+            self._update(
+                operation_id,
+                ok,
+                StaleFence,
+                status=Status.QUEUED,
+                error=error,
+                not_before=not_before,
+                updated_at=now,
+                running_slot=None,
+            )
             self.db.release((slot,) if slot else (), now)
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None,
-                  evidence: dict[str, Any] | None = None) -> None:
+    def mark_dead(
+        self,
+        operation_id: str,
+        fence: int | None,
+        error: ErrorInfo,
+        now: float,
+        counters: Sequence[str] = (),
+        slot: str | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = (op is not None and op.status in RUNNABLE and (fence is None or op.fence == fence)
-                  and self._holds_slot(op, slot))
-            self._update(operation_id, ok, NotRunnable, status=Status.DEAD, error=error, finished_at=now,
-                         updated_at=now, running_slot=None, evidence=evidence)
+            ok = (
+                op is not None
+                and op.status in RUNNABLE
+                and (fence is None or op.fence == fence)
+                and self._holds_slot(op, slot)
+            )
+            self._update(
+                operation_id,
+                ok,
+                NotRunnable,
+                status=Status.DEAD,
+                error=error,
+                finished_at=now,
+                updated_at=now,
+                running_slot=None,
+                evidence=evidence,
+            )
             self.db.release((*counters, *((slot,) if slot else ())), now)
 
-    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
-            slot: str | None = None) -> None:
+    def end(
+        self,
+        operation_id: str,
+        status: Status,
+        now: float,
+        counters: Sequence[str],
+        *,
+        from_statuses: Sequence[Status],
+        reason: str = "",
+        superseded_by: str | None = None,
+        slot: str | None = None,
+    ) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ok = op is not None and op.status in from_statuses and self._holds_slot(op, slot)
-            self._update(operation_id, ok, NotRunnable, status=status, finished_at=now, updated_at=now,
-                         error=ErrorInfo(status.value, status.value, reason, False),
-                         superseded_by=superseded_by, running_slot=None)
+            self._update(
+                operation_id,
+                ok,
+                NotRunnable,
+                status=status,
+                finished_at=now,
+                updated_at=now,
+                error=ErrorInfo(status.value, status.value, reason, False),
+                superseded_by=superseded_by,
+                running_slot=None,
+            )
             self.db.release((*counters, *((slot,) if slot else ())), now)
 
-    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
-               new_input: tuple[str, str] | None = None) -> Operation:
+    def revive(
+        self,
+        operation_id: str,
+        epoch: int,
+        now: float,
+        limits: Sequence[tuple[str, int]],
+        new_input: tuple[str, str] | None = None,
+    ) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             if op is None or op.status != Status.DEAD or op.epoch != epoch:
@@ -233,22 +298,39 @@ class MemoryOperationStore:
             if new_input is not None:
                 changes = {"input_key": new_input[0], "input_digest": new_input[1]}
             self.db.operations[operation_id] = replace(
-                op, status=Status.ACCEPTED, epoch=epoch + 1, attempt=0, updated_at=now, error=None, evidence=None,
-                finished_at=None, not_before=None, queued_at=None, started_at=None, **changes)
+                op,
+                status=Status.ACCEPTED,
+                epoch=epoch + 1,
+                attempt=0,
+                updated_at=now,
+                error=None,
+                evidence=None,
+                finished_at=None,
+                not_before=None,
+                queued_at=None,
+                started_at=None,
+                **changes,
+            )
             return self.db.operations[operation_id]
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            self._update(operation_id, op is not None and op.status in RUNNABLE, NotRunnable,
-                         cancel_requested=reason or "cancelled", updated_at=now)
+            self._update(
+                operation_id,
+                op is not None and op.status in RUNNABLE,
+                NotRunnable,
+                cancel_requested=reason or "cancelled",
+                updated_at=now,
+            )
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         """As DynamoDB orders them: a site's by creation (the by-site index), a status's by last update (by-status),
         the whole table by creation; index reads see what `MemoryDb.indexed` shows (see `lagging_indexes`)."""
         rows = self.db.operations.values() if site_id is None and status is None else self.db.indexed().values()
-        ops = [op for op in rows
-               if (site_id is None or op.site_id == site_id) and (status is None or op.status == status)]
+        ops = [
+            op for op in rows if (site_id is None or op.site_id == site_id) and (status is None or op.status == status)
+        ]
         if status is not None and site_id is None:
             return sorted(ops, key=lambda op: op.updated_at, reverse=True)[:limit]
         return sorted(ops, key=lambda op: op.created_at, reverse=True)[:limit]
@@ -261,19 +343,20 @@ class MemorySiteStore:
     def get(self, site_id: str) -> Site | None:
         return self.db.sites.get(site_id)
 
-    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
-                 ) -> Site:
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         with self.db.lock:
-            site = self.db.sites.setdefault(site_id, Site(site_id, principal, now,
-                                                          connection=connection or SiteConnection()))
+            site = self.db.sites.setdefault(
+                site_id, Site(site_id, principal, now, connection=connection or SiteConnection())
+            )
             return checked_registration(site, principal, connection)
 
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         with self.db.lock:
             site = self.db.sites.get(site_id)
             if site is None or not site.lease_free_for(operation_id, now):
-                raise LeaseHeld(site_id, site.lease_owner if site else None,
-                                (site.lease_expires_at or now) if site else now)
+                raise LeaseHeld(
+                    site_id, site.lease_owner if site else None, (site.lease_expires_at or now) if site else now
+                )
             site = replace(site, fence=site.fence + 1, lease_owner=operation_id, lease_expires_at=now + duration)
             self.db.sites[site_id] = site
             return Lease(site_id, operation_id, site.fence, now + duration)
@@ -293,8 +376,9 @@ class MemorySiteStore:
         with self.db.lock:
             if not self._holds(lease):
                 return False
-            self.db.sites[lease.site_id] = replace(self.db.sites[lease.site_id], lease_owner=None,
-                                                   lease_expires_at=None)
+            self.db.sites[lease.site_id] = replace(
+                self.db.sites[lease.site_id], lease_owner=None, lease_expires_at=None
+            )
             return True
 
     def due(self, now: float, limit: int = 1000) -> list[Site]:
@@ -306,8 +390,12 @@ class MemorySiteStore:
             site = self.db.sites.get(site_id)
             if site is None:
                 raise NotFound(f"site {site_id} not found")
-            updated = replace(site, paused=paused, pause_reason=reason if paused else None,
-                              consecutive_failures=site.consecutive_failures if paused else 0)
+            updated = replace(
+                site,
+                paused=paused,
+                pause_reason=reason if paused else None,
+                consecutive_failures=site.consecutive_failures if paused else 0,
+            )
             self.db.sites[site_id] = updated
             return updated
 
@@ -318,8 +406,12 @@ class MemorySiteStore:
                 raise NotFound(f"site {site_id} not found")
             failures = site.consecutive_failures + 1
             pause = failures >= pause_at and not site.paused
-            updated = replace(site, consecutive_failures=failures, paused=site.paused or pause,
-                              pause_reason=reason if pause else site.pause_reason)
+            updated = replace(
+                site,
+                consecutive_failures=failures,
+                paused=site.paused or pause,
+                pause_reason=reason if pause else site.pause_reason,
+            )
             self.db.sites[site_id] = updated
             return updated
 
@@ -349,8 +441,13 @@ class MemoryCommitStore:
             if not self.sites._holds(lease) or site is None or site.head_version != prepared.expected_version:
                 raise StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")
             op = self.db.operations.get(c.operation_id)
-            if (op is None or op.status != Status.RUNNING or op.fence != lease.fence or op.cancel_requested
-                    or (prepared.slot is not None and op.running_slot != prepared.slot)):
+            if (
+                op is None
+                or op.status != Status.RUNNING
+                or op.fence != lease.fence
+                or op.cancel_requested
+                or (prepared.slot is not None and op.running_slot != prepared.slot)
+            ):
                 raise NotRunnable(c.operation_id)
             pub = prepared.publication
             if pub is not None and (pub.site_id, pub.seq) in self.db.publications:
@@ -359,13 +456,25 @@ class MemoryCommitStore:
                 self.db.publications[(pub.site_id, pub.seq)] = pub
             self.db.commits[c.operation_id] = c
             self.db.sites[c.site_id] = replace(
-                site, head_version=c.version, head_revision=c.revision_id, lease_owner=None, lease_expires_at=None,
-                consecutive_failures=0, next_due_at=prepared.next_due_at,
-                avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s)
+                site,
+                head_version=c.version,
+                head_revision=c.revision_id,
+                lease_owner=None,
+                lease_expires_at=None,
+                consecutive_failures=0,
+                next_due_at=prepared.next_due_at,
+                avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s,
+            )
             self.db.release((*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
-            self.db.operations[c.operation_id] = replace(op, status=Status.SUCCEEDED, result=prepared.result,
-                                                         finished_at=now, updated_at=now, error=None,
-                                                         running_slot=None)
+            self.db.operations[c.operation_id] = replace(
+                op,
+                status=Status.SUCCEEDED,
+                result=prepared.result,
+                finished_at=now,
+                updated_at=now,
+                error=None,
+                running_slot=None,
+            )
 
     def get(self, operation_id: str) -> Commit | None:
         return self.db.commits.get(operation_id)
@@ -397,13 +506,19 @@ class MemoryPublicationStore:
         return self._change(site_id, seq, lambda p: p.total_chunks in (None, total_chunks), total_chunks=total_chunks)
 
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
-        return self._change(site_id, seq, lambda p: p.total_chunks is not None,
-                            done_chunks=lambda p: p.done_chunks | {chunk})
+        return self._change(
+            site_id, seq, lambda p: p.total_chunks is not None, done_chunks=lambda p: p.done_chunks | {chunk}
+        )
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         with contextlib.suppress(Conflict):
-            self._change(site_id, seq, lambda p: p.status in (PublicationStatus.PENDING, PublicationStatus.PLANNED),
-                         status=status, finished_at=now)
+            self._change(
+                site_id,
+                seq,
+                lambda p: p.status in (PublicationStatus.PENDING, PublicationStatus.PLANNED),
+                status=status,
+                finished_at=now,
+            )
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         pubs = [p for (s, _), p in self.db.publications.items() if s == site_id]
@@ -460,11 +575,23 @@ class MemoryAuditLog:
     def record(self, entry: AuditEntry) -> None:
         self.entries.append(entry)
 
-    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
-             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+    def list(
+        self,
+        since: float,
+        until: float,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        site_id: str | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
         wanted = {"actor": actor, "action": action, "target": target, "site_id": site_id}
-        found = [e for e in self.entries if since <= e.at <= until
-                 and all(v is None or getattr(e, k) == v for k, v in wanted.items())]
+        found = [
+            e
+            for e in self.entries
+            if since <= e.at <= until and all(v is None or getattr(e, k) == v for k, v in wanted.items())
+        ]
         return sorted(found, key=lambda e: e.at, reverse=True)[:limit]
 
 
@@ -504,8 +631,7 @@ class MemoryBlobStore:
         body = self.objects.get(key)
         return None if body is None else (body, hashlib.md5(body).hexdigest())
 
-    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
-                ) -> bool:
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         with self.lock:
             current = self.read_versioned(key)
             if (current[1] if current else None) != expected_etag:
@@ -535,8 +661,9 @@ class MemoryQueue:
         self.dead.append(SentMessage(message, dedup_id, dict(attributes), lane=lane))
         return f"d{len(self.dead)}"
 
-    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
-                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+    def sweep_dead_letters(
+        self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+    ) -> tuple[list[DeadLetter], list[DeadLetter]]:
         removed: list[DeadLetter] = []
         kept: list[DeadLetter] = []
         remaining: list[SentMessage] = []
@@ -580,13 +707,35 @@ class MemoryWorld:
         self.quotas = MemoryQuotaStore(self.db)
 
 
-
-
-def conforming_ports(world: MemoryWorld) -> tuple[OperationStore, SiteStore, CommitStore, PublicationStore, QuotaStore,
-                                                  AuditLog, BlobStore, OperationQueue, PublicationQueue, Clock,
-                                                  MinuteBuckets, Visibility]:
+def conforming_ports(
+    world: MemoryWorld,
+) -> tuple[
+    OperationStore,
+    SiteStore,
+    CommitStore,
+    PublicationStore,
+    QuotaStore,
+    AuditLog,
+    BlobStore,
+    OperationQueue,
+    PublicationQueue,
+    Clock,
+    MinuteBuckets,
+    Visibility,
+]:
     """Every fake as the port it stands in for: mypy checks each one's methods against the port's protocol here, as
     it checks the AWS adapters in `Dependencies` (the contract suite checks that they behave alike)."""
-    return (world.operations, world.sites, world.commits, world.publications, world.quotas, world.audit,
-            world.blobs, world.queue, world.publication_queue, world.clock, MemoryMinuteBuckets(world.db),
-            RecordingVisibility())
+    return (
+        world.operations,
+        world.sites,
+        world.commits,
+        world.publications,
+        world.quotas,
+        world.audit,
+        world.blobs,
+        world.queue,
+        world.publication_queue,
+        world.clock,
+        MemoryMinuteBuckets(world.db),
+        RecordingVisibility(),
+    )

@@ -15,9 +15,15 @@ RECORD, HEAD, OPERATION, PUBLICATION = "commit record", "site head", "operation"
 
 def to_commit(item: CommitItem) -> Commit:
     return Commit(
-        operation_id=item.operation_id, site_id=item.site_id, kind=Kind(item.kind), version=int(item.version),
-        revision_id=item.revision_id, parent_revision=item.parent_revision, fence=int(item.fence),
-        committed_at=float(item.committed_at), summary=item.summary or {},
+        operation_id=item.operation_id,
+        site_id=item.site_id,
+        kind=Kind(item.kind),
+        version=int(item.version),
+        revision_id=item.revision_id,
+        parent_revision=item.parent_revision,
+        fence=int(item.fence),
+        committed_at=float(item.committed_at),
+        summary=item.summary or {},
     )
 
 
@@ -28,47 +34,83 @@ class DynamoCommitStore:
     def commit(self, prepared: PreparedCommit, now: float) -> None:
         C, S, Op, P = self.models.Commit, self.models.Site, self.models.Operation, self.models.Publication
         c, lease = prepared.commit, prepared.lease
-        record = C(c.operation_id, site_id=c.site_id, kind=c.kind.value, version=c.version,
-                   revision_id=c.revision_id, parent_revision=c.parent_revision, fence=c.fence,
-                   committed_at=c.committed_at, summary=c.summary)
-        site_actions = [S.head_version.set(c.version), S.head_revision.set(c.revision_id),
-                        S.lease_owner.remove(), S.lease_expires_at.remove(), S.consecutive_failures.set(0)]
+        record = C(
+            c.operation_id,
+            site_id=c.site_id,
+            kind=c.kind.value,
+            version=c.version,
+            revision_id=c.revision_id,
+            parent_revision=c.parent_revision,
+            fence=c.fence,
+            committed_at=c.committed_at,
+            summary=c.summary,
+        )
+        site_actions = [
+            S.head_version.set(c.version),
+            S.head_revision.set(c.revision_id),
+            S.lease_owner.remove(),
+            S.lease_expires_at.remove(),
+            S.consecutive_failures.set(0),
+        ]
         if prepared.avg_operation_s is not None:
             site_actions.append(S.avg_operation_s.set(prepared.avg_operation_s))
         if prepared.next_due_at is not None:
             site_actions += [S.next_due_at.set(prepared.next_due_at), S.due.set(DUE_PARTITION)]
         else:
             site_actions += [S.next_due_at.remove(), S.due.remove()]
-        op_actions = [Op.status.set(Status.SUCCEEDED.value), Op.result.set(prepared.result),
-                      Op.finished_at.set(now), Op.updated_at.set(now), Op.error.remove()]
-        op_condition = ((Op.status == Status.RUNNING.value) & (Op.fence == lease.fence)
-                        & Op.cancel_requested.does_not_exist())
+        op_actions = [
+            Op.status.set(Status.SUCCEEDED.value),
+            Op.result.set(prepared.result),
+            Op.finished_at.set(now),
+            Op.updated_at.set(now),
+            Op.error.remove(),
+        ]
+        op_condition = (
+            (Op.status == Status.RUNNING.value) & (Op.fence == lease.fence) & Op.cancel_requested.does_not_exist()
+        )
         if prepared.slot is not None:
             op_actions.append(Op.running_slot.remove())
             op_condition &= Op.running_slot == prepared.slot
         try:
             with transaction(C) as tx:
                 tx.save(RECORD, record, condition=C.operation_id.does_not_exist())
-                tx.update(HEAD, S(c.site_id), site_actions,
-                          condition=(S.fence == lease.fence) & (S.lease_owner == lease.owner)
-                          & (S.head_version == prepared.expected_version))
+                tx.update(
+                    HEAD,
+                    S(c.site_id),
+                    site_actions,
+                    condition=(S.fence == lease.fence)
+                    & (S.lease_owner == lease.owner)
+                    & (S.head_version == prepared.expected_version),
+                )
                 tx.update(OPERATION, Op(c.operation_id), op_actions, condition=op_condition)
                 if prepared.publication is not None:
                     pub = prepared.publication
-                    tx.save(PUBLICATION, P(pub.site_id, pub.seq, revision_id=pub.revision_id,
-                                           operation_id=pub.operation_id, status=pub.status.value,
-                                           created_at=pub.created_at), condition=P.seq.does_not_exist())
-                tx.decrement(self.models.Counter, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())),
-                             now)
+                    tx.save(
+                        PUBLICATION,
+                        P(
+                            pub.site_id,
+                            pub.seq,
+                            revision_id=pub.revision_id,
+                            operation_id=pub.operation_id,
+                            status=pub.status.value,
+                            created_at=pub.created_at,
+                        ),
+                        condition=P.seq.does_not_exist(),
+                    )
+                tx.decrement(
+                    self.models.Counter, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now
+                )
         except TransactionFailed as failed:
-            raise failed.mapped([
-                (RECORD, lambda: AlreadyCommitted(c.operation_id)),
-                (HEAD, lambda: StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")),
-                (OPERATION, lambda: NotRunnable(c.operation_id)),
-                # Sequences are head versions and the head moved under our fence: cannot happen unless the
-                # publications table was written by hand. Refuse loudly rather than overwrite.
-                (PUBLICATION, lambda: Conflict(f"publication {c.site_id}#{c.version} already exists")),
-            ]) from failed.cause
+            raise failed.mapped(
+                [
+                    (RECORD, lambda: AlreadyCommitted(c.operation_id)),
+                    (HEAD, lambda: StaleFence(f"site {c.site_id}: fence {lease.fence} is no longer current")),
+                    (OPERATION, lambda: NotRunnable(c.operation_id)),
+                    # Sequences are head versions and the head moved under our fence: cannot happen unless the
+                    # publications table was written by hand. Refuse loudly rather than overwrite.
+                    (PUBLICATION, lambda: Conflict(f"publication {c.site_id}#{c.version} already exists")),
+                ]
+            ) from failed.cause
 
     def get(self, operation_id: str) -> Commit | None:
         item = get_item(self.models.Commit, operation_id)

@@ -26,19 +26,32 @@ class DynamoQuotaStore:
         item = get_item(self.C, quota_key(principal))
         if item is None:
             return None
-        return Quota(principal, None if item.max_outstanding is None else int(item.max_outstanding),
-                     None if item.max_running is None else int(item.max_running), item.updated_by or "",
-                     float(item.changed_at or 0.0), item.reason)
+        return Quota(
+            principal,
+            None if item.max_outstanding is None else int(item.max_outstanding),
+            None if item.max_running is None else int(item.max_running),
+            item.updated_by or "",
+            float(item.changed_at or 0.0),
+            item.reason,
+        )
 
     def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None:
         C = self.C
-        record = C(quota_key(quota.principal), max_outstanding=quota.max_outstanding, max_running=quota.max_running,
-                   updated_by=quota.updated_by, changed_at=quota.updated_at, reason=quota.reason, value=0)
+        record = C(
+            quota_key(quota.principal),
+            max_outstanding=quota.max_outstanding,
+            max_running=quota.max_running,
+            updated_by=quota.updated_by,
+            changed_at=quota.updated_at,
+            reason=quota.reason,
+            value=0,
+        )
         with transaction(C) as tx:
             tx.save(RECORD, record)
             for counter, maximum in bounds.items():
-                tx.update(f"bound:{counter}", C(counter),
-                          [C.maximum.remove() if maximum is None else C.maximum.set(maximum)])
+                tx.update(
+                    f"bound:{counter}", C(counter), [C.maximum.remove() if maximum is None else C.maximum.set(maximum)]
+                )
 
     def clear(self, principal: str, bounds: Sequence[str]) -> bool:
         C = self.C
@@ -67,16 +80,25 @@ class DynamoMinuteBuckets:
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
         C = self.C
         for _ in range(self.ATTEMPTS):
-            if conditionally(lambda: C(bucket_id).update(actions=[C.value.add(count), C.total.add(amount)],
-                                                         condition=C.minute == minute)):
+            if conditionally(
+                lambda: C(bucket_id).update(
+                    actions=[C.value.add(count), C.total.add(amount)], condition=C.minute == minute
+                )
+            ):
                 return
-            if conditionally(lambda: C(bucket_id).update(
+            if conditionally(
+                lambda: C(bucket_id).update(
                     actions=[C.value.set(count), C.total.set(amount), C.minute.set(minute)],
-                    condition=C.minute.does_not_exist() | (C.minute < minute))):
+                    condition=C.minute.does_not_exist() | (C.minute < minute),
+                )
+            ):
                 return
         # The bucket holds a later minute than this clock's: a count from the past is dropped, not misfiled.
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         wanted = list(dict.fromkeys(bucket_ids))
-        return {item.counter_id: Bucket(int(item.minute), int(item.value or 0), int(item.total or 0))
-                for item in (self.C.batch_get(wanted) if wanted else []) if item.minute is not None}
+        return {
+            item.counter_id: Bucket(int(item.minute), int(item.value or 0), int(item.total or 0))
+            for item in (self.C.batch_get(wanted) if wanted else [])
+            if item.minute is not None
+        }

@@ -29,22 +29,41 @@ ROW = "operation"  # the operation row's name in a transaction (counters are nam
 
 
 def _error_dict(error: ErrorInfo) -> dict[str, Any]:
-    return {"error_class": error.error_class, "code": error.code, "message": error.message,
-            "retryable": error.retryable}
+    return {
+        "error_class": error.error_class,
+        "code": error.code,
+        "message": error.message,
+        "retryable": error.retryable,
+    }
 
 
 def to_operation(item: OperationItem) -> Operation:
     error = item.error
     return Operation(
-        operation_id=item.operation_id, site_id=item.site_id, principal=item.principal, kind=Kind(item.kind),
-        status=Status(item.status), input_key=item.input_key, input_digest=item.input_digest,
-        idempotency_key=item.idempotency_key, created_at=float(item.created_at), updated_at=float(item.updated_at),
-        attempt=int(item.attempt or 0), attempt_budget=int(item.attempt_budget or 0), epoch=int(item.epoch or 0),
-        fence=None if item.fence is None else int(item.fence), queued_at=item.queued_at,
-        started_at=item.started_at, finished_at=item.finished_at, not_before=item.not_before,
+        operation_id=item.operation_id,
+        site_id=item.site_id,
+        principal=item.principal,
+        kind=Kind(item.kind),
+        status=Status(item.status),
+        input_key=item.input_key,
+        input_digest=item.input_digest,
+        idempotency_key=item.idempotency_key,
+        created_at=float(item.created_at),
+        updated_at=float(item.updated_at),
+        attempt=int(item.attempt or 0),
+        attempt_budget=int(item.attempt_budget or 0),
+        epoch=int(item.epoch or 0),
+        fence=None if item.fence is None else int(item.fence),
+        queued_at=item.queued_at,
+        started_at=item.started_at,
+        finished_at=item.finished_at,
+        not_before=item.not_before,
         error=ErrorInfo(error["error_class"], error["code"], error["message"], error["retryable"]) if error else None,
-        result=item.result or {}, cancel_requested=item.cancel_requested, superseded_by=item.superseded_by,
-        running_slot=item.running_slot, evidence=item.evidence,
+        result=item.result or {},
+        cancel_requested=item.cancel_requested,
+        superseded_by=item.superseded_by,
+        running_slot=item.running_slot,
+        evidence=item.evidence,
     )
 
 
@@ -55,27 +74,45 @@ class DynamoOperationStore:
 
     def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
         M = self.M
-        item = M(op.operation_id, site_id=op.site_id, principal=op.principal, kind=op.kind.value,
-                 status=op.status.value, input_key=op.input_key, input_digest=op.input_digest,
-                 idempotency_key=op.idempotency_key, created_at=op.created_at, updated_at=op.updated_at,
-                 attempt=op.attempt, attempt_budget=op.attempt_budget, epoch=op.epoch)
+        item = M(
+            op.operation_id,
+            site_id=op.site_id,
+            principal=op.principal,
+            kind=op.kind.value,
+            status=op.status.value,
+            input_key=op.input_key,
+            input_digest=op.input_digest,
+            idempotency_key=op.idempotency_key,
+            created_at=op.created_at,
+            updated_at=op.updated_at,
+            attempt=op.attempt,
+            attempt_budget=op.attempt_budget,
+            epoch=op.epoch,
+        )
         try:
             with transaction(M) as tx:
                 tx.save(ROW, item, condition=M.operation_id.does_not_exist())
                 self._admit(tx, limits, op.created_at)
         except TransactionFailed as failed:
-            raise failed.mapped([(ROW, lambda: AlreadyExists(op.operation_id)),
-                                 *self._limit_errors(limits)]) from failed.cause
+            raise failed.mapped(
+                [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits)]
+            ) from failed.cause
 
     def _admit(self, tx: NamedTransaction, limits: Sequence[tuple[str, int]], now: float) -> None:
         C = self.C
         for counter, maximum in limits:
-            tx.update(f"counter:{counter}", C(counter), [C.value.add(1), C.changed_at.set(now)],
-                      condition=under_limit(C, maximum))
+            tx.update(
+                f"counter:{counter}",
+                C(counter),
+                [C.value.add(1), C.changed_at.set(now)],
+                condition=under_limit(C, maximum),
+            )
 
     def _limit_errors(self, limits: Sequence[tuple[str, int]]) -> list[tuple[str, Any]]:
-        return [(f"counter:{counter}", lambda c=counter, m=maximum: self._limit_reached(c, m))
-                for counter, maximum in limits]
+        return [
+            (f"counter:{counter}", lambda c=counter, m=maximum: self._limit_reached(c, m))
+            for counter, maximum in limits
+        ]
 
     def counter(self, counter_id: str) -> int:
         item = get_item(self.C, counter_id)
@@ -88,15 +125,17 @@ class DynamoOperationStore:
         return LimitReached(counter_id, int(item.value or 0), default if item.maximum is None else int(item.maximum))
 
     def counters(self, prefix: str = "") -> dict[str, int]:
-        return {item.counter_id: int(item.value or 0) for item in self.C.scan()
-                if item.counter_id.startswith(prefix)}
+        return {item.counter_id: int(item.value or 0) for item in self.C.scan() if item.counter_id.startswith(prefix)}
 
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         C = self.C
         unchanged = (C.value == observed) if observed else (C.value.does_not_exist() | (C.value == 0))
         quiet = C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)
-        return conditionally(lambda: C(counter_id).update(actions=[C.value.set(value), C.changed_at.set(now)],
-                                                          condition=unchanged & quiet))
+        return conditionally(
+            lambda: C(counter_id).update(
+                actions=[C.value.set(value), C.changed_at.set(now)], condition=unchanged & quiet
+            )
+        )
 
     def get(self, operation_id: str) -> Operation | None:
         item = get_item(self.M, operation_id)
@@ -104,35 +143,65 @@ class DynamoOperationStore:
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         M = self.M
-        return conditionally(lambda: M(operation_id).update(
-            actions=[M.status.set(Status.QUEUED.value), M.queued_at.set(now), M.updated_at.set(now)],
-            condition=M.status == Status.ACCEPTED.value))
+        return conditionally(
+            lambda: M(operation_id).update(
+                actions=[M.status.set(Status.QUEUED.value), M.queued_at.set(now), M.updated_at.set(now)],
+                condition=M.status == Status.ACCEPTED.value,
+            )
+        )
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
-                      current: Operation | None = None) -> Operation:
+    def start_attempt(
+        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+    ) -> Operation:
         M, C = self.M, self.C
-        actions: list[Action] = [M.status.set(Status.RUNNING.value), M.attempt.add(1), M.fence.set(fence),
-                                 M.started_at.set(now), M.updated_at.set(now), M.not_before.remove()]
+        actions: list[Action] = [
+            M.status.set(Status.RUNNING.value),
+            M.attempt.add(1),
+            M.fence.set(fence),
+            M.started_at.set(now),
+            M.updated_at.set(now),
+            M.not_before.remove(),
+        ]
         # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
-        runnable = (M.status.is_in(*RUNNABLE_VALUES) & (M.attempt < M.attempt_budget)
-                    & (M.fence.does_not_exist() | (M.fence < fence)))
+        runnable = (
+            M.status.is_in(*RUNNABLE_VALUES)
+            & (M.attempt < M.attempt_budget)
+            & (M.fence.does_not_exist() | (M.fence < fence))
+        )
         if slot is not None:
             try:
                 with transaction(M) as tx:
-                    tx.update(ROW, M(operation_id), [*actions, M.running_slot.set(slot.counter)],
-                              condition=runnable & M.running_slot.does_not_exist())
-                    tx.update("slot", C(slot.counter), [C.value.add(1), C.changed_at.set(now)],
-                              condition=under_limit(C, slot.maximum))
+                    tx.update(
+                        ROW,
+                        M(operation_id),
+                        [*actions, M.running_slot.set(slot.counter)],
+                        condition=runnable & M.running_slot.does_not_exist(),
+                    )
+                    tx.update(
+                        "slot",
+                        C(slot.counter),
+                        [C.value.add(1), C.changed_at.set(now)],
+                        condition=under_limit(C, slot.maximum),
+                    )
             except TransactionFailed as failed:
                 if ROW not in failed.failed:
-                    raise failed.mapped([("slot", lambda: self._limit_reached(slot.counter, slot.maximum))]
-                                        ) from failed.cause
+                    raise failed.mapped(
+                        [("slot", lambda: self._limit_reached(slot.counter, slot.maximum))]
+                    ) from failed.cause
                 # Not runnable, or the row already holds a slot (an earlier attempt died): keep that slot.
                 runnable &= M.running_slot.exists()
             else:
                 if current is not None:  # the row as it was, plus what this transaction set: no extra read
-                    return replace(current, status=Status.RUNNING, attempt=current.attempt + 1, fence=fence,
-                                   started_at=now, updated_at=now, not_before=None, running_slot=slot.counter)
+                    return replace(
+                        current,
+                        status=Status.RUNNING,
+                        attempt=current.attempt + 1,
+                        fence=fence,
+                        started_at=now,
+                        updated_at=now,
+                        not_before=None,
+                        running_slot=slot.counter,
+                    )
                 op = self.get(operation_id)
                 assert op is not None
                 return op
@@ -141,20 +210,33 @@ class DynamoOperationStore:
             raise NotRunnable(operation_id)
         return to_operation(item)
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
-                       slot: str | None = None) -> None:
+    def schedule_retry(
+        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
+    ) -> None:
         M = self.M
-        actions = [M.status.set(Status.QUEUED.value), M.error.set(_error_dict(error)), M.not_before.set(not_before),
-                   M.updated_at.set(now)]
+        actions = [
+            M.status.set(Status.QUEUED.value),
+            M.error.set(_error_dict(error)),
+            M.not_before.set(not_before),
+            M.updated_at.set(now),
+        ]
         try:
-            self._transition(operation_id, actions, (M.status == Status.RUNNING.value) & (M.fence == fence), (),
-                             slot, now)
+            self._transition(
+                operation_id, actions, (M.status == Status.RUNNING.value) & (M.fence == fence), (), slot, now
+            )
         except NotRunnable as exc:
             raise StaleFence(operation_id) from exc
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None,
-                  evidence: dict[str, Any] | None = None) -> None:
+    def mark_dead(
+        self,
+        operation_id: str,
+        fence: int | None,
+        error: ErrorInfo,
+        now: float,
+        counters: Sequence[str] = (),
+        slot: str | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
         M = self.M
         condition = M.status.is_in(*RUNNABLE_VALUES)
         if fence is not None:
@@ -164,26 +246,51 @@ class DynamoOperationStore:
             actions.append(M.evidence.set(evidence))
         self._end(operation_id, actions, condition, counters, now, slot)
 
-    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
-            slot: str | None = None) -> None:
+    def end(
+        self,
+        operation_id: str,
+        status: Status,
+        now: float,
+        counters: Sequence[str],
+        *,
+        from_statuses: Sequence[Status],
+        reason: str = "",
+        superseded_by: str | None = None,
+        slot: str | None = None,
+    ) -> None:
         """-> cancelled or superseded, from one of `from_statuses` only, releasing the operation's counters."""
         M = self.M
-        actions = [M.status.set(status.value),
-                   M.error.set({"error_class": status.value, "code": status.value, "message": reason,
-                                "retryable": False})]
+        actions = [
+            M.status.set(status.value),
+            M.error.set({"error_class": status.value, "code": status.value, "message": reason, "retryable": False}),
+        ]
         if superseded_by:
             actions.append(M.superseded_by.set(superseded_by))
         self._end(operation_id, actions, M.status.is_in(*(s.value for s in from_statuses)), counters, now, slot)
 
-    def _end(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str], now: float,
-             slot: str | None) -> None:
+    def _end(
+        self,
+        operation_id: str,
+        actions: list[Any],
+        condition: Any,
+        counters: Sequence[str],
+        now: float,
+        slot: str | None,
+    ) -> None:
         M = self.M
-        self._transition(operation_id, [*actions, M.finished_at.set(now), M.updated_at.set(now)], condition,
-                         counters, slot, now)
+        self._transition(
+            operation_id, [*actions, M.finished_at.set(now), M.updated_at.set(now)], condition, counters, slot, now
+        )
 
-    def _transition(self, operation_id: str, actions: list[Any], condition: Any, counters: Sequence[str],
-                    slot: str | None, now: float) -> None:
+    def _transition(
+        self,
+        operation_id: str,
+        actions: list[Any],
+        condition: Any,
+        counters: Sequence[str],
+        slot: str | None,
+        now: float,
+    ) -> None:
         """Update the operation row and release `counters` and its running `slot` in one transaction. The row must
         hold exactly the slot given (none when None), so a slot is released once, by whoever holds it."""
         M = self.M
@@ -204,12 +311,27 @@ class DynamoOperationStore:
         except TransactionFailed as failed:
             raise failed.mapped([(ROW, lambda: NotRunnable(operation_id))]) from failed.cause
 
-    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
-               new_input: tuple[str, str] | None = None) -> Operation:
+    def revive(
+        self,
+        operation_id: str,
+        epoch: int,
+        now: float,
+        limits: Sequence[tuple[str, int]],
+        new_input: tuple[str, str] | None = None,
+    ) -> Operation:
         M = self.M
-        actions = [M.status.set(Status.ACCEPTED.value), M.epoch.set(epoch + 1), M.attempt.set(0),
-                   M.updated_at.set(now), M.error.remove(), M.evidence.remove(), M.finished_at.remove(),
-                   M.not_before.remove(), M.queued_at.remove(), M.started_at.remove()]
+        actions = [
+            M.status.set(Status.ACCEPTED.value),
+            M.epoch.set(epoch + 1),
+            M.attempt.set(0),
+            M.updated_at.set(now),
+            M.error.remove(),
+            M.evidence.remove(),
+            M.finished_at.remove(),
+            M.not_before.remove(),
+            M.queued_at.remove(),
+            M.started_at.remove(),
+        ]
         if new_input is not None:
             actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1])]
         try:
@@ -217,8 +339,9 @@ class DynamoOperationStore:
                 tx.update(ROW, M(operation_id), actions, condition=(M.status == Status.DEAD.value) & (M.epoch == epoch))
                 self._admit(tx, limits, now)
         except TransactionFailed as failed:
-            raise failed.mapped([(ROW, lambda: NotRunnable(operation_id)),
-                                 *self._limit_errors(limits)]) from failed.cause
+            raise failed.mapped(
+                [(ROW, lambda: NotRunnable(operation_id)), *self._limit_errors(limits)]
+            ) from failed.cause
         op = self.get(operation_id)
         assert op is not None
         return op
@@ -226,9 +349,12 @@ class DynamoOperationStore:
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Mark a running operation so that its commit is refused (the commit checks this attribute)."""
         M = self.M
-        if not conditionally(lambda: M(operation_id).update(
+        if not conditionally(
+            lambda: M(operation_id).update(
                 actions=[M.cancel_requested.set(reason or "cancelled"), M.updated_at.set(now)],
-                condition=M.status.is_in(*RUNNABLE_VALUES))):
+                condition=M.status.is_in(*RUNNABLE_VALUES),
+            )
+        ):
             raise NotRunnable(operation_id)
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:

@@ -13,10 +13,15 @@ from sitedispatch.domain.model import Publication, PublicationStatus
 
 def to_publication(item: PublicationItem) -> Publication:
     return Publication(
-        site_id=item.site_id, seq=int(item.seq), revision_id=item.revision_id, operation_id=item.operation_id,
-        status=PublicationStatus(item.status), created_at=float(item.created_at),
+        site_id=item.site_id,
+        seq=int(item.seq),
+        revision_id=item.revision_id,
+        operation_id=item.operation_id,
+        status=PublicationStatus(item.status),
+        created_at=float(item.created_at),
         total_chunks=None if item.total_chunks is None else int(item.total_chunks),
-        done_chunks=frozenset(int(n) for n in (item.done_chunks or ())), finished_at=item.finished_at,
+        done_chunks=frozenset(int(n) for n in (item.done_chunks or ())),
+        finished_at=item.finished_at,
     )
 
 
@@ -39,8 +44,12 @@ class DynamoPublicationStore:
 
     def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
         M = self.M
-        return self._update(site_id, seq, [M.total_chunks.set(total_chunks)],
-                            M.total_chunks.does_not_exist() | (M.total_chunks == total_chunks))
+        return self._update(
+            site_id,
+            seq,
+            [M.total_chunks.set(total_chunks)],
+            M.total_chunks.does_not_exist() | (M.total_chunks == total_chunks),
+        )
 
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
         M = self.M
@@ -49,8 +58,12 @@ class DynamoPublicationStore:
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         M = self.M
         with contextlib.suppress(Conflict):  # already finished by a duplicate finisher: the first word stands
-            self._update(site_id, seq, [M.status.set(status.value), M.finished_at.set(now)],
-                         M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value))
+            self._update(
+                site_id,
+                seq,
+                [M.status.set(status.value), M.finished_at.set(now)],
+                M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value),
+            )
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         return [to_publication(item) for item in self.M.query(site_id, scan_index_forward=False, limit=limit)]

@@ -24,8 +24,9 @@ class S3BlobStore:
                 return False
             if code == "ConditionalRequestConflict":
                 # Two writers raced on the same key; S3 says retry. Content-addressed keys make the retry a no-op.
-                raise TransientError(f"s3://{self.bucket}/{key}: concurrent conditional write",
-                                     code="s3_conflict") from exc
+                raise TransientError(
+                    f"s3://{self.bucket}/{key}: concurrent conditional write", code="s3_conflict"
+                ) from exc
             raise
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
@@ -37,8 +38,7 @@ class S3BlobStore:
             raise
         return response["Body"].read(), str(response["ETag"])
 
-    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
-                ) -> bool:
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         condition = {"IfMatch": expected_etag} if expected_etag else {"IfNoneMatch": "*"}
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, **condition)

@@ -18,8 +18,9 @@ def secret_reader(client: Any) -> Any:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in MISSING:
-                raise PermanentError(f"credential secret {secret_id} cannot be read: {code}",
-                                     code="credential_missing") from None
+                raise PermanentError(
+                    f"credential secret {secret_id} cannot be read: {code}", code="credential_missing"
+                ) from None
             raise TransientError(f"credential secret {secret_id}: {code}", code="credential_unavailable") from None
 
     return secret_string

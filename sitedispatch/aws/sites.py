@@ -13,12 +13,21 @@ from sitedispatch.domain.ports import checked_registration
 
 def to_site(item: SiteItem) -> Site:
     return Site(
-        site_id=item.site_id, principal=item.principal, created_at=float(item.created_at),
-        head_version=int(item.head_version or 0), head_revision=item.head_revision, fence=int(item.fence or 0),
-        lease_owner=item.lease_owner, lease_expires_at=item.lease_expires_at, paused=bool(item.paused),
-        pause_reason=item.pause_reason, consecutive_failures=int(item.consecutive_failures or 0),
+        site_id=item.site_id,
+        principal=item.principal,
+        created_at=float(item.created_at),
+        head_version=int(item.head_version or 0),
+        head_revision=item.head_revision,
+        fence=int(item.fence or 0),
+        lease_owner=item.lease_owner,
+        lease_expires_at=item.lease_expires_at,
+        paused=bool(item.paused),
+        pause_reason=item.pause_reason,
+        consecutive_failures=int(item.consecutive_failures or 0),
         avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
-        live_seq=int(item.live_seq or 0), live_revision=item.live_revision, live_at=item.live_at,
+        live_seq=int(item.live_seq or 0),
+        live_revision=item.live_revision,
+        live_at=item.live_at,
         next_due_at=None if item.next_due_at is None else float(item.next_due_at),
         connection=SiteConnection(item.driver or REFERENCE_DRIVER, item.endpoint, item.credential_ref),
     )
@@ -32,13 +41,19 @@ class DynamoSiteStore:
         item = get_item(self.M, site_id)
         return None if item is None else to_site(item)
 
-    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
-                 ) -> Site:
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         M = self.M
         given = connection or SiteConnection()
-        conditionally(lambda: M(site_id, principal=principal, created_at=now, driver=given.driver,
-                                endpoint=given.endpoint, credential_ref=given.credential_ref
-                                ).save(condition=M.site_id.does_not_exist()))  # taken: checked below
+        conditionally(
+            lambda: M(
+                site_id,
+                principal=principal,
+                created_at=now,
+                driver=given.driver,
+                endpoint=given.endpoint,
+                credential_ref=given.credential_ref,
+            ).save(condition=M.site_id.does_not_exist())
+        )  # taken: checked below
         site = self.get(site_id)
         assert site is not None
         return checked_registration(site, principal, connection)
@@ -47,27 +62,39 @@ class DynamoSiteStore:
         M = self.M
         item = M(site_id)
         free = M.lease_owner.does_not_exist() | (M.lease_owner == operation_id) | (M.lease_expires_at <= now)
-        if not conditionally(lambda: item.update(
+        if not conditionally(
+            lambda: item.update(
                 actions=[M.fence.add(1), M.lease_owner.set(operation_id), M.lease_expires_at.set(now + duration)],
-                condition=M.site_id.exists() & free)):
+                condition=M.site_id.exists() & free,
+            )
+        ):
             current = self.get(site_id)
-            raise LeaseHeld(site_id, current.lease_owner if current else None,
-                            float(current.lease_expires_at or now) if current else now)
+            raise LeaseHeld(
+                site_id,
+                current.lease_owner if current else None,
+                float(current.lease_expires_at or now) if current else now,
+            )
         return Lease(site_id, operation_id, int(item.fence), float(item.lease_expires_at))
 
     def extend_lease(self, lease: Lease, now: float, duration: float) -> Lease:
         M = self.M
-        if not conditionally(lambda: M(lease.site_id).update(
+        if not conditionally(
+            lambda: M(lease.site_id).update(
                 actions=[M.lease_expires_at.set(now + duration)],
-                condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner))):
+                condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner),
+            )
+        ):
             raise StaleFence(f"site {lease.site_id}: fence {lease.fence} is no longer current")
         return Lease(lease.site_id, lease.owner, lease.fence, now + duration)
 
     def release_lease(self, lease: Lease) -> bool:
         M = self.M
-        return conditionally(lambda: M(lease.site_id).update(
-            actions=[M.lease_owner.remove(), M.lease_expires_at.remove()],
-            condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner)))
+        return conditionally(
+            lambda: M(lease.site_id).update(
+                actions=[M.lease_owner.remove(), M.lease_expires_at.remove()],
+                condition=(M.fence == lease.fence) & (M.lease_owner == lease.owner),
+            )
+        )
 
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         """Earliest first, from the by-due index (eventually consistent on AWS: a just-committed head may be missed
@@ -96,16 +123,22 @@ class DynamoSiteStore:
         """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once)."""
         M = self.M
         item = M(site_id)
-        if not conditionally(lambda: item.update(actions=[M.consecutive_failures.add(1)],
-                                                 condition=M.site_id.exists())):
+        if not conditionally(
+            lambda: item.update(actions=[M.consecutive_failures.add(1)], condition=M.site_id.exists())
+        ):
             raise NotFound(f"site {site_id} not found")
         if int(item.consecutive_failures) >= pause_at and not item.paused:
-            conditionally(lambda: item.update(actions=[M.paused.set(True), M.pause_reason.set(reason)],
-                                              condition=M.paused == False))  # noqa: E712 - a DynamoDB condition
+            not_paused = M.paused == False  # noqa: E712 - a DynamoDB condition, not a comparison
+            conditionally(
+                lambda: item.update(actions=[M.paused.set(True), M.pause_reason.set(reason)], condition=not_paused)
+            )
         return to_site(item)
 
     def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
         M = self.M
-        return conditionally(lambda: M(site_id).update(
-            actions=[M.live_seq.set(seq), M.live_revision.set(revision_id), M.live_at.set(now)],
-            condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq))))
+        return conditionally(
+            lambda: M(site_id).update(
+                actions=[M.live_seq.set(seq), M.live_revision.set(revision_id), M.live_at.set(now)],
+                condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq)),
+            )
+        )

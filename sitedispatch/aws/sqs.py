@@ -22,22 +22,26 @@ class SqsOperationQueue:
 
     def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
         response = self.client.send_message(
-            QueueUrl=self.lanes[lane][0], MessageBody=message.to_body(),
-            MessageGroupId=message.site_id, MessageDeduplicationId=dedup_id,
+            QueueUrl=self.lanes[lane][0],
+            MessageBody=message.to_body(),
+            MessageGroupId=message.site_id,
+            MessageDeduplicationId=dedup_id,
         )
         return str(response["MessageId"])
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         response = self.client.send_message(
-            QueueUrl=self.lanes[lane][1], MessageBody=message.to_body(), MessageGroupId=message.site_id,
+            QueueUrl=self.lanes[lane][1],
+            MessageBody=message.to_body(),
+            MessageGroupId=message.site_id,
             MessageDeduplicationId=f"{dedup_id}-dead-a{attributes.get('attempt', '0')}",
             MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items() if v},
         )
         return str(response["MessageId"])
 
-
-    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
-                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+    def sweep_dead_letters(
+        self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+    ) -> tuple[list[DeadLetter], list[DeadLetter]]:
         """Receive the DLQ's messages (holding each for SWEEP_HOLD_S), delete the selected ones, and make the rest
         visible again at the end. A FIFO queue hands out one message per group at a time, so a kept message hides
         the ones behind it in its group until the next sweep (queue-repair runs them again)."""
@@ -47,17 +51,24 @@ class SqsOperationQueue:
         try:
             while len(removed) + len(kept) < max_messages:
                 response = self.client.receive_message(
-                    QueueUrl=url, MaxNumberOfMessages=min(10, max_messages - len(removed) - len(kept)),
-                    VisibilityTimeout=SWEEP_HOLD_S, WaitTimeSeconds=0, MessageAttributeNames=["All"],
-                    AttributeNames=["SentTimestamp"])
+                    QueueUrl=url,
+                    MaxNumberOfMessages=min(10, max_messages - len(removed) - len(kept)),
+                    VisibilityTimeout=SWEEP_HOLD_S,
+                    WaitTimeSeconds=0,
+                    MessageAttributeNames=["All"],
+                    AttributeNames=["SentTimestamp"],
+                )
                 messages = response.get("Messages", [])
                 if not messages:
                     break
                 for message in messages:
-                    letter = DeadLetter(lane, {k: v.get("StringValue", "") for k, v in
-                                               message.get("MessageAttributes", {}).items()},
-                                        int(message["Attributes"]["SentTimestamp"]) / 1000
-                                        if "SentTimestamp" in message.get("Attributes", {}) else None)
+                    letter = DeadLetter(
+                        lane,
+                        {k: v.get("StringValue", "") for k, v in message.get("MessageAttributes", {}).items()},
+                        int(message["Attributes"]["SentTimestamp"]) / 1000
+                        if "SentTimestamp" in message.get("Attributes", {})
+                        else None,
+                    )
                     if remove(letter):
                         self.client.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
                         removed.append(letter)
@@ -65,9 +76,13 @@ class SqsOperationQueue:
                         kept.append((letter, message["ReceiptHandle"]))
         finally:
             for start in range(0, len(kept), 10):
-                self.client.change_message_visibility_batch(QueueUrl=url, Entries=[
-                    {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": 0}
-                    for n, (_, handle) in enumerate(kept[start:start + 10])])
+                self.client.change_message_visibility_batch(
+                    QueueUrl=url,
+                    Entries=[
+                        {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                        for n, (_, handle) in enumerate(kept[start : start + 10])
+                    ],
+                )
         return removed, [letter for letter, _ in kept]
 
 
@@ -77,9 +92,12 @@ class SqsPublicationQueue:
         self.queue_url = queue_url
 
     def send(self, message: PublicationMessage) -> str:
-        response = self.client.send_message(QueueUrl=self.queue_url, MessageBody=message.to_body(),
-                                            MessageGroupId=message.group_id,
-                                            MessageDeduplicationId=message.dedup_id)
+        response = self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=message.to_body(),
+            MessageGroupId=message.group_id,
+            MessageDeduplicationId=message.dedup_id,
+        )
         return str(response["MessageId"])
 
 
@@ -93,7 +111,8 @@ class SqsVisibility:
 
     def change(self, seconds: float) -> None:
         self.client.change_message_visibility(
-            QueueUrl=self.queue_url, ReceiptHandle=self.receipt_handle,
+            QueueUrl=self.queue_url,
+            ReceiptHandle=self.receipt_handle,
             VisibilityTimeout=max(0, min(MAX_VISIBILITY_S, math.ceil(seconds))),
         )
 

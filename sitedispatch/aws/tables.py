@@ -37,10 +37,12 @@ class OperationsBySite(GlobalSecondaryIndex):
     site_id = UnicodeAttribute(hash_key=True)
     created_at = NumberAttribute(range_key=True)
 
+
 class OperationsByStatus(GlobalSecondaryIndex):
     Meta = _index_meta("by-status")
     status = UnicodeAttribute(hash_key=True)
     updated_at = NumberAttribute(range_key=True)
+
 
 class OperationItem(Model):
     operation_id = UnicodeAttribute(hash_key=True)
@@ -70,10 +72,12 @@ class OperationItem(Model):
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
 
+
 class SitesByDue(GlobalSecondaryIndex):
     Meta = _index_meta("by-due")
     due = UnicodeAttribute(hash_key=True)
     next_due_at = NumberAttribute(range_key=True)
+
 
 class SiteItem(Model):
     site_id = UnicodeAttribute(hash_key=True)
@@ -98,10 +102,12 @@ class SiteItem(Model):
     due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
     by_due = SitesByDue()
 
+
 class CommitsBySite(GlobalSecondaryIndex):
     Meta = _index_meta("by-site")
     site_id = UnicodeAttribute(hash_key=True)
     version = NumberAttribute(range_key=True)
+
 
 class CommitItem(Model):
     operation_id = UnicodeAttribute(hash_key=True)
@@ -115,6 +121,7 @@ class CommitItem(Model):
     summary = JSONAttribute(null=True)
     by_site = CommitsBySite()
 
+
 class PublicationItem(Model):
     site_id = UnicodeAttribute(hash_key=True)
     seq = NumberAttribute(range_key=True)
@@ -125,6 +132,7 @@ class PublicationItem(Model):
     total_chunks = NumberAttribute(null=True)
     done_chunks = NumberSetAttribute(null=True)
     finished_at = NumberAttribute(null=True)
+
 
 class CounterItem(Model):
     counter_id = UnicodeAttribute(hash_key=True)
@@ -138,6 +146,7 @@ class CounterItem(Model):
     max_running = NumberAttribute(null=True)
     updated_by = UnicodeAttribute(null=True)
     reason = UnicodeAttribute(null=True)
+
 
 class AuditItem(Model):
     """One operator action. Partitioned by UTC day, sorted by time: `audit list` reads the days it covers."""
@@ -177,13 +186,27 @@ def build_models(names: TableNames, region: str, host: str | None = None) -> Mod
     """Model classes bound to these table names. `host=None` lets botocore read AWS_ENDPOINT_URL itself."""
 
     def bound(base: type[M], table: str) -> type[M]:
-        meta = type("Meta", (), {"table_name": table, "region": region, "host": host,
-                                 "billing_mode": "PAY_PER_REQUEST", "max_retry_attempts": 3})
+        meta = type(
+            "Meta",
+            (),
+            {
+                "table_name": table,
+                "region": region,
+                "host": host,
+                "billing_mode": "PAY_PER_REQUEST",
+                "max_retry_attempts": 3,
+            },
+        )
         return cast("type[M]", type(base.__name__, (base,), {"Meta": meta, "__module__": __name__}))
 
-    models = Models(Operation=bound(OperationItem, names.operations), Site=bound(SiteItem, names.sites),
-                    Commit=bound(CommitItem, names.commits), Publication=bound(PublicationItem, names.publications),
-                    Counter=bound(CounterItem, names.counters), Audit=bound(AuditItem, names.audit))
+    models = Models(
+        Operation=bound(OperationItem, names.operations),
+        Site=bound(SiteItem, names.sites),
+        Commit=bound(CommitItem, names.commits),
+        Publication=bound(PublicationItem, names.publications),
+        Counter=bound(CounterItem, names.counters),
+        Audit=bound(AuditItem, names.audit),
+    )
     _share_one_connection(models)
     return models
 
@@ -221,8 +244,14 @@ class TableSpec:
     indexes: tuple[IndexSpec, ...]
 
 
-TABLE_LOGICAL_IDS = {"operations": "OperationsTable", "sites": "SitesTable", "commits": "CommitsTable",
-                     "publications": "PublicationsTable", "counters": "CountersTable", "audit": "AuditTable"}
+TABLE_LOGICAL_IDS = {
+    "operations": "OperationsTable",
+    "sites": "SitesTable",
+    "commits": "CommitsTable",
+    "publications": "PublicationsTable",
+    "counters": "CountersTable",
+    "audit": "AuditTable",
+}
 
 
 def table_specs() -> dict[str, TableSpec]:
@@ -239,7 +268,8 @@ def table_specs() -> dict[str, TableSpec]:
             return KeySpec(hash_key, types[hash_key]), (KeySpec(range_key, types[range_key]) if range_key else None)
 
         partition, sort = keys(schema["key_schema"])
-        indexes = tuple(IndexSpec(index["index_name"], *keys(index["key_schema"]))
-                        for index in schema["global_secondary_indexes"])
+        indexes = tuple(
+            IndexSpec(index["index_name"], *keys(index["key_schema"])) for index in schema["global_secondary_indexes"]
+        )
         specs[role] = TableSpec(TABLE_LOGICAL_IDS[role], partition, sort, indexes)
     return specs

@@ -105,8 +105,11 @@ class NamedTransaction:
     def decrement(self, counter_model: Any, counters: Iterable[str], now: float) -> None:
         """Release one of each counter (an admission counter or a running slot), each its own named item."""
         for counter in counters:
-            self.update(f"counter:{counter}", counter_model(counter),
-                        [counter_model.value.add(-1), counter_model.changed_at.set(now)])
+            self.update(
+                f"counter:{counter}",
+                counter_model(counter),
+                [counter_model.value.add(-1), counter_model.changed_at.set(now)],
+            )
 
     def _add(self, name: str, kind: str, kwargs: dict[str, Any]) -> None:
         if any(existing == name for existing, _ in self._items):
@@ -121,8 +124,11 @@ class NamedTransaction:
         except BOTOCORE_EXCEPTIONS as cause:  # wrapped as pynamodb's own TransactWrite wraps it
             exc = TransactWriteError("Failed to write transaction items", cause)
             reasons = exc.cancellation_reasons
-            failed = frozenset(name for (name, _), reason in zip(self._items, reasons, strict=False)
-                               if reason is not None and reason.code == CANCELLED_BY_CONDITION)
+            failed = frozenset(
+                name
+                for (name, _), reason in zip(self._items, reasons, strict=False)
+                if reason is not None and reason.code == CANCELLED_BY_CONDITION
+            )
             if failed:
                 raise TransactionFailed(failed, exc) from cause
             raise exc from cause

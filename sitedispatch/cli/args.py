@@ -11,13 +11,16 @@ import typer
 from sitedispatch.domain.errors import InvalidInput
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-AsOpt = Annotated[str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); "
-                                                        "default: the operator")]
+AsOpt = Annotated[
+    str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); default: the operator")
+]
 ReasonOpt = Annotated[str, typer.Option(help="why (recorded in the audit)")]
 RequiredReasonOpt = Annotated[str, typer.Option(help="why (required: it goes into the audit trail)")]
 SiteFilterOpt = Annotated[str | None, typer.Option(help="only this site")]
-InputFileOpt = Annotated[Path | None, typer.Option("--input-file", help="a corrected input (JSON; for import, the "
-                                                                        "WXR file) replacing the failed one")]
+InputFileOpt = Annotated[
+    Path | None,
+    typer.Option("--input-file", help="a corrected input (JSON; for import, the WXR file) replacing the failed one"),
+]
 
 
 def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, Any], int]:

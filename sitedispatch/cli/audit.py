@@ -15,14 +15,18 @@ app = typer.Typer(help="The audit trail of operator and producer actions.", no_a
 
 
 @app.command("list")
-def list_(since: Annotated[str, typer.Option(help="how far back (e.g. 15m, 2h, 7d)")] = "1d",
-          actor: Annotated[str | None, typer.Option(help="only this actor")] = None,
-          action: Annotated[str | None, typer.Option(help="only this action (cancel, pause, resume, redrive, "
-                                                          "replay)")] = None,
-          target: Annotated[str | None, typer.Option(help="only this operation or site id")] = None,
-          site: Annotated[str | None, typer.Option(help="only actions on this site")] = None,
-          limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100, as_: AsOpt = None,
-          json: JsonOpt = False) -> None:
+def list_(
+    since: Annotated[str, typer.Option(help="how far back (e.g. 15m, 2h, 7d)")] = "1d",
+    actor: Annotated[str | None, typer.Option(help="only this actor")] = None,
+    action: Annotated[
+        str | None, typer.Option(help="only this action (cancel, pause, resume, redrive, replay)")
+    ] = None,
+    target: Annotated[str | None, typer.Option(help="only this operation or site id")] = None,
+    site: Annotated[str | None, typer.Option(help="only actions on this site")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Audit entries, newest first. A principal sees the entries of its own actions."""
     with reported(json):
         d = deps()
@@ -32,12 +36,32 @@ def list_(since: Annotated[str, typer.Option(help="how far back (e.g. 15m, 2h, 7
                 raise Forbidden(f"{who.identity} may only read its own audit entries")
             actor = who.identity
         now = d.clock.now()
-        entries = d.audit.list(now - (parse_age(since, "since") or 0), now, actor=actor, action=action,
-                               target=target, site_id=site, limit=limit)
+        entries = d.audit.list(
+            now - (parse_age(since, "since") or 0),
+            now,
+            actor=actor,
+            action=action,
+            target=target,
+            site_id=site,
+            limit=limit,
+        )
         if json:
             emit_json(entries)
             return
-        table(f"audit ({len(entries)})", ["at", "actor", "action", "target", "outcome", "reason", "detail"],
-              [[when(e.at), e.actor, e.action, e.target, e.outcome, e.reason or "-",
-                ", ".join(f"{k}={v}" for k, v in e.detail.items() if k != "operator")] for e in entries],
-              styler=lambda row: {"ok": "green", "denied": "red", "refused": "yellow"}.get(row[4], ""))
+        table(
+            f"audit ({len(entries)})",
+            ["at", "actor", "action", "target", "outcome", "reason", "detail"],
+            [
+                [
+                    when(e.at),
+                    e.actor,
+                    e.action,
+                    e.target,
+                    e.outcome,
+                    e.reason or "-",
+                    ", ".join(f"{k}={v}" for k, v in e.detail.items() if k != "operator"),
+                ]
+                for e in entries
+            ],
+            styler=lambda row: {"ok": "green", "denied": "red", "refused": "yellow"}.get(row[4], ""),
+        )

@@ -44,8 +44,7 @@ def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
     except client.exceptions.ClientError as exc:
         raise NotFound(f"stack {name} not found: {exc.response['Error'].get('Message', exc)}") from None
     outputs = stacks[0].get("Outputs", [])
-    found = {o["Description"]: o["OutputValue"] for o in outputs
-             if o.get("Description", "").startswith(ENV_PREFIX)}
+    found = {o["Description"]: o["OutputValue"] for o in outputs if o.get("Description", "").startswith(ENV_PREFIX)}
     if Settings.env_name("operations_queue_url") not in found:
         raise NotFound(f"stack {name} has no sitedispatch outputs")
     return found

@@ -14,8 +14,9 @@ from sitedispatch.cli.output import console
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
 
-app = typer.Typer(help="Run the whole system on this machine (moto server + event source mapping emulation).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Run the whole system on this machine (moto server + event source mapping emulation).", no_args_is_help=True
+)
 
 
 def _policy(pairs: list[str]) -> dict[str, str]:
@@ -29,13 +30,16 @@ def _policy(pairs: list[str]) -> dict[str, str]:
 
 
 @app.command("cloud")
-def cloud(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 4566,
-          env_file: Annotated[Path, typer.Option(help="where to write the environment for other processes")]
-          = DEFAULT_LOCAL_ENV,
-          function_timeout: Annotated[int, typer.Option(help="function timeout in seconds; queue visibility is "
-                                                             "6x this, the lease 1x")] = DEFAULT_FUNCTION_TIMEOUT_S,
-          set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
-          ) -> None:
+def cloud(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 4566,
+    env_file: Annotated[
+        Path, typer.Option(help="where to write the environment for other processes")
+    ] = DEFAULT_LOCAL_ENV,
+    function_timeout: Annotated[
+        int, typer.Option(help="function timeout in seconds; queue visibility is 6x this, the lease 1x")
+    ] = DEFAULT_FUNCTION_TIMEOUT_S,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
+) -> None:
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
     from sitedispatch.local.cloud import serve
 
@@ -43,13 +47,16 @@ def cloud(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free
 
 
 @app.command("worker")
-def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}")] = "operations",
-           concurrency: Annotated[int, typer.Option(min=1, max=64, help="execution environments")] = 1,
-           timeout: Annotated[int | None, typer.Option(help="override the function timeout (s)")] = None,
-           batch_size: Annotated[int | None, typer.Option(min=1, max=10, help="override the batch size")] = None,
-           handler: Annotated[str | None, typer.Option(help="invoke module.function instead of the queue's "
-                                                            "function (experiments, emulator tests)")] = None,
-           ) -> None:
+def worker(
+    queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}")] = "operations",
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="execution environments")] = 1,
+    timeout: Annotated[int | None, typer.Option(help="override the function timeout (s)")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, max=10, help="override the batch size")] = None,
+    handler: Annotated[
+        str | None,
+        typer.Option(help="invoke module.function instead of the queue's function (experiments, emulator tests)"),
+    ] = None,
+) -> None:
     """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
     from sitedispatch.local.esm import run_worker
 
@@ -59,8 +66,10 @@ def worker(queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}"
 
 
 @app.command("scheduler")
-def scheduler(rate_scale: Annotated[float, typer.Option(help="multiply every schedule's rate")] = 1.0,
-              once: Annotated[bool, typer.Option(help="fire every schedule once and exit")] = False) -> None:
+def scheduler(
+    rate_scale: Annotated[float, typer.Option(help="multiply every schedule's rate")] = 1.0,
+    once: Annotated[bool, typer.Option(help="fire every schedule once and exit")] = False,
+) -> None:
     """Fire the schedules (EventBridge Scheduler's part) at their rates."""
     from sitedispatch.domain.settings import Settings
     from sitedispatch.local.scheduler import run_scheduler
@@ -69,10 +78,12 @@ def scheduler(rate_scale: Annotated[float, typer.Option(help="multiply every sch
 
 
 @app.command("up")
-def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566,
-       workers: Annotated[int, typer.Option(min=1, help="worker processes")] = 2,
-       concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
-       workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent) -> None:
+def up(
+    port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566,
+    workers: Annotated[int, typer.Option(min=1, help="worker processes")] = 2,
+    concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
+    workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent,
+) -> None:
     """Cloud, workers and scheduler as child processes. Ctrl-C stops them all."""
     from sitedispatch.local.supervisor import LocalRuntime
 
@@ -86,9 +97,11 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
             runtime.start_worker("bulk", concurrency)
             runtime.start_worker("publications", concurrency)
         runtime.start_scheduler()
-        console.print(f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
-                      f"{workers} bulk and {workers} publications workers x {concurrency} environments; scheduler; "
-                      f"logs in {workdir}/")
+        console.print(
+            f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
+            f"{workers} bulk and {workers} publications workers x {concurrency} environments; scheduler; "
+            f"logs in {workdir}/"
+        )
         console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
         while not stop.wait(1.0):
             dead = [c.name for c in runtime.children if not c.alive()]
@@ -98,20 +111,23 @@ def up(port: Annotated[int, typer.Option(help="cloud port on 127.0.0.1")] = 4566
     console.print("stopped")
 
 
-wordpress_app = typer.Typer(help="Real WordPress sites on this machine (Debian's packages; see the README).",
-                            no_args_is_help=True)
+wordpress_app = typer.Typer(
+    help="Real WordPress sites on this machine (Debian's packages; see the README).", no_args_is_help=True
+)
 app.add_typer(wordpress_app, name="wordpress")
 
 
 @wordpress_app.command("up")
-def wordpress_up(sites: Annotated[int, typer.Option("--sites", min=1, max=50, help="how many sites")] = 1,
-                 prefix: Annotated[str, typer.Option(help="site ids are PREFIX-1, PREFIX-2, ...")] = "wp",
-                 workdir: Annotated[Path, typer.Option(help="database, site copies, credentials, logs")]
-                 = DEFAULT_LOCAL_ENV.parent / "wordpress",
-                 register: Annotated[bool, typer.Option(help="register the sites with the local runtime's "
-                                                             "dispatcher (needs `local up` running)")] = True,
-                 as_: Annotated[str, typer.Option("--as", help="the principal owning the sites")] = "tenant-a",
-                 ) -> None:
+def wordpress_up(
+    sites: Annotated[int, typer.Option("--sites", min=1, max=50, help="how many sites")] = 1,
+    prefix: Annotated[str, typer.Option(help="site ids are PREFIX-1, PREFIX-2, ...")] = "wp",
+    workdir: Annotated[Path, typer.Option(help="database, site copies, credentials, logs")] = DEFAULT_LOCAL_ENV.parent
+    / "wordpress",
+    register: Annotated[
+        bool, typer.Option(help="register the sites with the local runtime's dispatcher (needs `local up` running)")
+    ] = True,
+    as_: Annotated[str, typer.Option("--as", help="the principal owning the sites")] = "tenant-a",
+) -> None:
     """Start MariaDB and one `php -S` per site, install WordPress with the sitedispatch mu-plugin and an
     application password, and register each site (driver wordpress). Ctrl-C stops them."""
     from sitedispatch.cli.context import deps
@@ -120,8 +136,10 @@ def wordpress_up(sites: Annotated[int, typer.Option("--sites", min=1, max=50, he
 
     missing = missing_programs()
     if missing:
-        console.print(f"[red]missing packages:[/] {', '.join(missing)}; install with: apt-get install -y "
-                      f"--no-install-recommends {' '.join(PACKAGES)}")
+        console.print(
+            f"[red]missing packages:[/] {', '.join(missing)}; install with: apt-get install -y "
+            f"--no-install-recommends {' '.join(PACKAGES)}"
+        )
         raise typer.Exit(2)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -132,10 +150,13 @@ def wordpress_up(sites: Annotated[int, typer.Option("--sites", min=1, max=50, he
             site = wordpress.add_site(f"{prefix}-{n}")
             line = f"{site.name}: {site.url} (credential {site.credential_file})"
             if register:
-                deps().submitter().register_site(site.name, as_, SiteConnection(WORDPRESS_DRIVER, site.url,
-                                                                                 site.credential_ref))
-                line += f"; registered for {as_}: sitedispatch submit provision --site {site.name} " \
-                        f"--param title={site.name} --param admin_email=admin@{site.name}.example --as {as_}"
+                deps().submitter().register_site(
+                    site.name, as_, SiteConnection(WORDPRESS_DRIVER, site.url, site.credential_ref)
+                )
+                line += (
+                    f"; registered for {as_}: sitedispatch submit provision --site {site.name} "
+                    f"--param title={site.name} --param admin_email=admin@{site.name}.example --as {as_}"
+                )
             console.print(line)
         console.print(f"[green]WordPress up[/]: {sites} site(s), logs in {workdir}/. Ctrl-C stops.")
         stop.wait()

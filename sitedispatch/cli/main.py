@@ -24,12 +24,19 @@ app.add_typer(local.app, name="local")
 
 
 @app.callback()
-def main(ctx: typer.Context,
-         env_file: Annotated[Path | None, typer.Option(help="environment file of a local runtime "
-                                                             "(default .sitedispatch/local.env when present)")]
-         = None,
-         stack: Annotated[str | None, typer.Option(envvar=f"{ENV_PREFIX}STACK", help="a deployed stack's name: "
-                                                   "its outputs say where the resources are")] = None) -> None:
+def main(
+    ctx: typer.Context,
+    env_file: Annotated[
+        Path | None,
+        typer.Option(help="environment file of a local runtime (default .sitedispatch/local.env when present)"),
+    ] = None,
+    stack: Annotated[
+        str | None,
+        typer.Option(
+            envvar=f"{ENV_PREFIX}STACK", help="a deployed stack's name: its outputs say where the resources are"
+        ),
+    ] = None,
+) -> None:
     from sitedispatch.observability import to_stderr
 
     if ctx.invoked_subcommand != "local":  # local workers log like Lambda functions: INFO, to stdout
@@ -38,18 +45,18 @@ def main(ctx: typer.Context,
     use_stack(stack)
 
 
-
-
 @app.command()
 def submit(
     kind: Annotated[str, typer.Argument(help="provision | import | publish | wp_cron | recover")],
     site: Annotated[str, typer.Option("--site", help="site id")],
-    input_file: Annotated[Path | None, typer.Option("--input-file", help="JSON input; for import, the WXR file")]
-    = None,
+    input_file: Annotated[
+        Path | None, typer.Option("--input-file", help="JSON input; for import, the WXR file")
+    ] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE, repeatable")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key + same input = same operation")] = None,
-    as_: Annotated[str | None, typer.Option("--as", help="principal (locally, default `default`; on AWS your IAM "
-                                                         "identity)")] = None,
+    as_: Annotated[
+        str | None, typer.Option("--as", help="principal (locally, default `default`; on AWS your IAM identity)")
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Submit one operation for a site. Exit 2 invalid input, 4 idempotency conflict, 75 backpressure."""
@@ -61,12 +68,26 @@ def submit(
             data, size = submitter.stage_upload(site, input_file), 0
         else:
             data, size = parse_params(input_file, param or [])
-        result = submitter.submit(kind=kind, site_id=site, principal=principal(as_), params=data,
-                                  idempotency_key=idempotency_key, raw_size=size)
+        result = submitter.submit(
+            kind=kind,
+            site_id=site,
+            principal=principal(as_),
+            params=data,
+            idempotency_key=idempotency_key,
+            raw_size=size,
+        )
         op = result.operation
         if json:
-            emit_json({"operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
-                       "status": op.status.value, "created": result.created, "input_digest": op.input_digest})
+            emit_json(
+                {
+                    "operation_id": op.operation_id,
+                    "site_id": op.site_id,
+                    "kind": op.kind.value,
+                    "status": op.status.value,
+                    "created": result.created,
+                    "input_digest": op.input_digest,
+                }
+            )
         else:
             verb = "accepted" if result.created else "already submitted"
             console.print(f"{verb}: [bold]{op.operation_id}[/] {op.kind.value} for {op.site_id} ({op.status.value})")
@@ -85,8 +106,10 @@ def status(json: JsonOpt = False) -> None:
 
 
 @app.command()
-def reconcile(schedule: Annotated[str, typer.Option(help="reconcile | wp-events | queue-repair")] = "reconcile",
-              json: JsonOpt = False) -> None:
+def reconcile(
+    schedule: Annotated[str, typer.Option(help="reconcile | wp-events | queue-repair")] = "reconcile",
+    json: JsonOpt = False,
+) -> None:
     """Run one reconciler sweep by hand (what the schedule of that name runs)."""
     with reported(json):
         sweep = deps().reconciler().run(schedule)
@@ -96,13 +119,19 @@ def reconcile(schedule: Annotated[str, typer.Option(help="reconcile | wp-events 
 
 
 @app.command()
-def demo(sites_: Annotated[int, typer.Option("--sites", min=1, max=100, help="fleet size")] = 10,
-         latency: Annotated[float, typer.Option(help="simulated provisioning latency per site (s)")] = 2.0,
-         workdir: Annotated[Path, typer.Option(help="logs")] = Path(".sitedispatch") / "demo",
-         wordpress: Annotated[bool | None, typer.Option(
-             "--wordpress/--no-wordpress", help="include a real WordPress site (default: when Debian's packages "
-                                                "are installed)")] = None,
-         json: JsonOpt = False) -> None:
+def demo(
+    sites_: Annotated[int, typer.Option("--sites", min=1, max=100, help="fleet size")] = 10,
+    latency: Annotated[float, typer.Option(help="simulated provisioning latency per site (s)")] = 2.0,
+    workdir: Annotated[Path, typer.Option(help="logs")] = Path(".sitedispatch") / "demo",
+    wordpress: Annotated[
+        bool | None,
+        typer.Option(
+            "--wordpress/--no-wordpress",
+            help="include a real WordPress site (default: when Debian's packages are installed)",
+        ),
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
     """Start the local runtime, provision a fleet at once, compare with the cron round-robin it replaces."""
     from sitedispatch.local.demo import run_demo
 

@@ -26,11 +26,18 @@ def _get(operation_id: str, as_: str | None) -> Operation:
 
 def render(op: Operation) -> None:
     rows: list[list[Any]] = [
-        ["operation", op.operation_id], ["site", op.site_id], ["kind", op.kind.value], ["principal", op.principal],
+        ["operation", op.operation_id],
+        ["site", op.site_id],
+        ["kind", op.kind.value],
+        ["principal", op.principal],
         ["status", f"[{STATUS_STYLE.get(op.status.value, '')}]{op.status.value}[/]"],
-        ["attempt", f"{op.attempt}/{op.attempt_budget} (epoch {op.epoch})"], ["fence", op.fence or "-"],
-        ["input digest", op.input_digest], ["created", when(op.created_at)], ["queued", when(op.queued_at)],
-        ["started", when(op.started_at)], ["finished", when(op.finished_at)],
+        ["attempt", f"{op.attempt}/{op.attempt_budget} (epoch {op.epoch})"],
+        ["fence", op.fence or "-"],
+        ["input digest", op.input_digest],
+        ["created", when(op.created_at)],
+        ["queued", when(op.queued_at)],
+        ["started", when(op.started_at)],
+        ["finished", when(op.finished_at)],
     ]
     if op.result:
         rows.append(["result", ", ".join(f"{k}={v}" for k, v in op.result.items())])
@@ -41,10 +48,13 @@ def render(op: Operation) -> None:
 
 def describe_estimate(op: Operation, estimate: DelayEstimate) -> str:
     if estimate.bound == "principal":
-        return (f"{estimate.principal_ahead} earlier operations of {op.principal} in its lane, "
-                f"{estimate.principal_operation_s:g}s each, its running cap at a time")
-    return (f"{estimate.site_ahead} earlier operations of {op.site_id}, one at a time, "
-            f"{estimate.site_operation_s:g}s each")
+        return (
+            f"{estimate.principal_ahead} earlier operations of {op.principal} in its lane, "
+            f"{estimate.principal_operation_s:g}s each, its running cap at a time"
+        )
+    return (
+        f"{estimate.site_ahead} earlier operations of {op.site_id}, one at a time, {estimate.site_operation_s:g}s each"
+    )
 
 
 @app.command("get")
@@ -65,10 +75,13 @@ def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
 
 
 @app.command("list")
-def list_(site: SiteFilterOpt = None,
-          status: Annotated[str | None, typer.Option(help="only this status")] = None,
-          limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50, as_: AsOpt = None,
-          json: JsonOpt = False) -> None:
+def list_(
+    site: SiteFilterOpt = None,
+    status: Annotated[str | None, typer.Option(help="only this status")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """List operations, newest first (a principal sees its own)."""
     with reported(json):
         try:
@@ -79,14 +92,24 @@ def list_(site: SiteFilterOpt = None,
         if json:
             emit_json(ops)
             return
-        table(f"operations ({len(ops)})", ["operation", "site", "kind", "status", "attempt", "created"],
-              [[op.operation_id, op.site_id, op.kind.value, op.status.value, op.attempt, when(op.created_at)]
-               for op in ops], styler=lambda row: STATUS_STYLE.get(row[3], ""))
+        table(
+            f"operations ({len(ops)})",
+            ["operation", "site", "kind", "status", "attempt", "created"],
+            [
+                [op.operation_id, op.site_id, op.kind.value, op.status.value, op.attempt, when(op.created_at)]
+                for op in ops
+            ],
+            styler=lambda row: STATUS_STYLE.get(row[3], ""),
+        )
 
 
 @app.command("wait")
-def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds")] = 120.0, as_: AsOpt = None,
-         json: JsonOpt = False) -> None:
+def wait(
+    operation_id: str,
+    timeout: Annotated[float, typer.Option(help="seconds")] = 120.0,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Wait until the operation is terminal. Exit 0 if it succeeded, 1 if it ended otherwise or timed out."""
     with reported(json):
         deadline = time.monotonic() + timeout
@@ -102,8 +125,12 @@ def wait(operation_id: str, timeout: Annotated[float, typer.Option(help="seconds
 
 
 @app.command("cancel")
-def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
-           json: JsonOpt = False) -> None:
+def cancel(
+    operation_id: str,
+    reason: Annotated[str, typer.Option(help="why (recorded)")] = "",
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Cancel a queued operation at once, or a running one cooperatively (it will not commit)."""
     with reported(json):
         op = deps().controls().cancel(caller(as_), operation_id, reason)
@@ -112,14 +139,29 @@ def cancel(operation_id: str, reason: Annotated[str, typer.Option(help="why (rec
         elif op.status == Status.CANCELLED:
             console.print(f"cancelled {operation_id}")
         else:
-            console.print(f"cancel requested: {operation_id} is {op.status.value} and will end cancelled "
-                          "without committing")
+            console.print(
+                f"cancel requested: {operation_id} is {op.status.value} and will end cancelled without committing"
+            )
 
 
 @app.command("replay")
-def replay(operation_id: str, input_file: InputFileOpt = None,
-           reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
-           json: JsonOpt = False) -> None:
+def replay(
+    operation_id: str,
+    input_file: InputFileOpt = None,
+    reason: Annotated[str, typer.Option(help="why (recorded)")] = "",
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Replay a dead operation (its DLQ message may be gone) in a new attempt epoch. Exit 4 if it is not dead."""
-    redrive_command(operation_id=operation_id, site=None, error_code=None, all_=False, dry_run=False,
-                    input_file=input_file, reason=reason, as_=as_, json=json, action="replay")
+    redrive_command(
+        operation_id=operation_id,
+        site=None,
+        error_code=None,
+        all_=False,
+        dry_run=False,
+        input_file=input_file,
+        reason=reason,
+        as_=as_,
+        json=json,
+        action="replay",
+    )

@@ -44,8 +44,13 @@ def error_document(exc: SiteDispatchError) -> dict[str, Any]:
     if isinstance(exc, InvalidInput) and exc.field:
         doc["field"] = exc.field
     if isinstance(exc, Backpressure):
-        doc.update(limit=exc.limit, value=exc.value, maximum=exc.maximum, retry_after_s=exc.retry_after_s,
-                   estimated_delay_s=exc.estimated_delay_s)
+        doc.update(
+            limit=exc.limit,
+            value=exc.value,
+            maximum=exc.maximum,
+            retry_after_s=exc.retry_after_s,
+            estimated_delay_s=exc.estimated_delay_s,
+        )
     return doc
 
 
@@ -85,8 +90,9 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]], styler: Callable[[list[Any]], str] | None = None
-          ) -> None:
+def table(
+    title: str, columns: list[str], rows: list[list[Any]], styler: Callable[[list[Any]], str] | None = None
+) -> None:
     t = Table(title=title, show_lines=False)
     for column in columns:
         t.add_column(column)
@@ -95,28 +101,49 @@ def table(title: str, columns: list[str], rows: list[list[Any]], styler: Callabl
     console.print(t)
 
 
-STATUS_STYLE = {"succeeded": "green", "dead": "red", "running": "yellow", "queued": "cyan", "accepted": "cyan",
-                "cancelled": "magenta", "superseded": "dim"}
+STATUS_STYLE = {
+    "succeeded": "green",
+    "dead": "red",
+    "running": "yellow",
+    "queued": "cyan",
+    "accepted": "cyan",
+    "cancelled": "magenta",
+    "superseded": "dim",
+}
 
 
 def render_status(report: Any) -> None:
     def age(seconds: float | None) -> str:
         return "-" if seconds is None else f"{seconds:.1f}"
 
-    table("queues", ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth", "DLQ oldest (s)"],
-          [[q.queue, q.visible, q.in_flight, age(q.oldest_age_s), q.dlq_depth, age(q.dlq_oldest_age_s)]
-           for q in report.queues],
-          styler=lambda row: "red" if row[4] not in (0, "0") else "")
+    table(
+        "queues",
+        ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth", "DLQ oldest (s)"],
+        [
+            [q.queue, q.visible, q.in_flight, age(q.oldest_age_s), q.dlq_depth, age(q.dlq_oldest_age_s)]
+            for q in report.queues
+        ],
+        styler=lambda row: "red" if row[4] not in (0, "0") else "",
+    )
     table("operation backlog", ["status", "operations"], [[k, v] for k, v in report.backlog_by_status.items()])
     if report.backlog_by_principal:
-        table("backlog per principal", ["principal", "operations"],
-              [[k, v] for k, v in sorted(report.backlog_by_principal.items())])
+        table(
+            "backlog per principal",
+            ["principal", "operations"],
+            [[k, v] for k, v in sorted(report.backlog_by_principal.items())],
+        )
     if report.delay_by_site:
-        table("estimated delay per site (busiest first)", ["site", "backlog", "operation time (s)",
-                                                            "estimated delay (s)"],
-              [[d.site_id, d.backlog, d.operation_s, d.estimated_delay_s] for d in report.delay_by_site])
+        table(
+            "estimated delay per site (busiest first)",
+            ["site", "backlog", "operation time (s)", "estimated delay (s)"],
+            [[d.site_id, d.backlog, d.operation_s, d.estimated_delay_s] for d in report.delay_by_site],
+        )
     if report.delay_by_principal:
-        table("estimated delay per principal and lane (busiest first)",
-              ["principal", "lane", "backlog", "completed (5 min)", "operation time (s)", "estimated delay (s)"],
-              [[d.principal, d.lane, d.backlog, d.completed_recently, d.operation_s, d.estimated_delay_s]
-               for d in report.delay_by_principal])
+        table(
+            "estimated delay per principal and lane (busiest first)",
+            ["principal", "lane", "backlog", "completed (5 min)", "operation time (s)", "estimated delay (s)"],
+            [
+                [d.principal, d.lane, d.backlog, d.completed_recently, d.operation_s, d.estimated_delay_s]
+                for d in report.delay_by_principal
+            ],
+        )

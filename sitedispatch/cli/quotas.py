@@ -10,19 +10,27 @@ from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
 from sitedispatch.cli.context import caller, deps
 from sitedispatch.cli.output import console, emit_json, reported, table, when
 
-app = typer.Typer(help="Principals' limits: read them, override them (operators), clear overrides.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Principals' limits: read them, override them (operators), clear overrides.", no_args_is_help=True
+)
 
 
 def render(limits: Any) -> None:
     quota = limits.quota
-    source = (f"override by {quota.updated_by} at {when(quota.updated_at)}: {quota.reason}" if quota
-              else "the deployment's settings")
+    source = (
+        f"override by {quota.updated_by} at {when(quota.updated_at)}: {quota.reason}"
+        if quota
+        else "the deployment's settings"
+    )
     running = ", ".join(f"{lane} {count}" for lane, count in limits.running.items())
-    table(f"limits of {limits.principal}", ["limit", "in effect", "in use now"], [
-        ["outstanding operations", limits.max_outstanding, limits.outstanding],
-        ["running attempts per lane", limits.max_running, running],
-    ])
+    table(
+        f"limits of {limits.principal}",
+        ["limit", "in effect", "in use now"],
+        [
+            ["outstanding operations", limits.max_outstanding, limits.outstanding],
+            ["running attempts per lane", limits.max_running, running],
+        ],
+    )
     console.print(f"source: {source}")
 
 
@@ -35,15 +43,22 @@ def get(principal: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
 
 
 @app.command("set")
-def set_(principal: str,
-         max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
-         max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
-         reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
+def set_(
+    principal: str,
+    max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
+    max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
+    reason: RequiredReasonOpt = "",
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Override a principal's limits (operators only; audited). It applies to the next submit and the next attempt.
     Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped."""
     with reported(json):
-        limits = deps().controls().set_quota(caller(as_), principal, max_outstanding=max_outstanding,
-                                             max_running=max_running, reason=reason)
+        limits = (
+            deps()
+            .controls()
+            .set_quota(caller(as_), principal, max_outstanding=max_outstanding, max_running=max_running, reason=reason)
+        )
         emit_json(limits) if json else render(limits)
 
 

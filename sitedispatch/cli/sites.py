@@ -15,13 +15,20 @@ app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
 
 
 @app.command("register")
-def register(site_id: str,
-             driver: Annotated[str, typer.Option(help="reference | wordpress")] = "wordpress",
-             url: Annotated[str | None, typer.Option(help="a WordPress site's home URL")] = None,
-             credential: Annotated[str | None, typer.Option(
-                 help="file:///path.json or a Secrets Manager secret (ARN or secretsmanager:NAME) holding "
-                      '{"user": ..., "application_password": ...}; only this reference is stored')] = None,
-             as_: AsOpt = None, json: JsonOpt = False) -> None:
+def register(
+    site_id: str,
+    driver: Annotated[str, typer.Option(help="reference | wordpress")] = "wordpress",
+    url: Annotated[str | None, typer.Option(help="a WordPress site's home URL")] = None,
+    credential: Annotated[
+        str | None,
+        typer.Option(
+            help="file:///path.json or a Secrets Manager secret (ARN or secretsmanager:NAME) holding "
+            '{"user": ..., "application_password": ...}; only this reference is stored'
+        ),
+    ] = None,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Register a site with its driver, before its first operation (then `submit provision`)."""
     from sitedispatch.domain.model import SiteConnection
 
@@ -32,8 +39,10 @@ def register(site_id: str,
             emit_json(site)
         else:
             console.print(f"registered {site.site_id} ({site.connection.describe()}) for {site.principal}")
-            console.print(f"next: sitedispatch submit provision --site {site.site_id} --param title=... "
-                          f"--param admin_email=... --as {site.principal}")
+            console.print(
+                f"next: sitedispatch submit provision --site {site.site_id} --param title=... "
+                f"--param admin_email=... --as {site.principal}"
+            )
 
 
 @app.command("get")
@@ -44,23 +53,32 @@ def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
         if json:
             emit_json(site)
             return
-        table("site", ["field", "value"], [
-            ["site", site.site_id], ["principal", site.principal], ["created", when(site.created_at)],
-            ["driver", site.connection.describe()],
-            ["head version", site.head_version], ["head revision", site.head_revision or "-"],
-            ["fence", site.fence], ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}"
-                                    if site.lease_owner else "free"],
-            ["paused", f"yes: {site.pause_reason}" if site.paused else "no"],
-            ["consecutive failures", site.consecutive_failures],
-            ["average operation", f"{site.avg_operation_s:.2f}s" if site.avg_operation_s else "-"],
-            ["live revision", site.live_revision or "-"], ["live seq", site.live_seq],
-            ["live since", when(site.live_at)],
-        ])
+        table(
+            "site",
+            ["field", "value"],
+            [
+                ["site", site.site_id],
+                ["principal", site.principal],
+                ["created", when(site.created_at)],
+                ["driver", site.connection.describe()],
+                ["head version", site.head_version],
+                ["head revision", site.head_revision or "-"],
+                ["fence", site.fence],
+                ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}" if site.lease_owner else "free"],
+                ["paused", f"yes: {site.pause_reason}" if site.paused else "no"],
+                ["consecutive failures", site.consecutive_failures],
+                ["average operation", f"{site.avg_operation_s:.2f}s" if site.avg_operation_s else "-"],
+                ["live revision", site.live_revision or "-"],
+                ["live seq", site.live_seq],
+                ["live since", when(site.live_at)],
+            ],
+        )
 
 
 @app.command("history")
-def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None,
-            json: JsonOpt = False) -> None:
+def history(
+    site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None, json: JsonOpt = False
+) -> None:
     """The site's commits and publications, newest first."""
     with reported(json):
         d = deps()
@@ -70,17 +88,37 @@ def history(site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] =
         if json:
             emit_json({"commits": commits, "publications": publications})
             return
-        table(f"commits of {site_id}", ["version", "operation", "kind", "revision", "fence", "committed"],
-              [[c.version, c.operation_id, c.kind.value, c.revision_id[:16], c.fence, when(c.committed_at)]
-               for c in commits])
-        table(f"publications of {site_id}", ["seq", "revision", "status", "chunks", "created", "finished"],
-              [[p.seq, p.revision_id[:16], p.status.value, f"{len(p.done_chunks)}/{p.total_chunks or '?'}",
-                when(p.created_at), when(p.finished_at)] for p in publications])
+        table(
+            f"commits of {site_id}",
+            ["version", "operation", "kind", "revision", "fence", "committed"],
+            [
+                [c.version, c.operation_id, c.kind.value, c.revision_id[:16], c.fence, when(c.committed_at)]
+                for c in commits
+            ],
+        )
+        table(
+            f"publications of {site_id}",
+            ["seq", "revision", "status", "chunks", "created", "finished"],
+            [
+                [
+                    p.seq,
+                    p.revision_id[:16],
+                    p.status.value,
+                    f"{len(p.done_chunks)}/{p.total_chunks or '?'}",
+                    when(p.created_at),
+                    when(p.finished_at),
+                ]
+                for p in publications
+            ],
+        )
 
 
 @app.command("read")
-def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sample-page/ or /feed/")] = "/",
-         json: JsonOpt = False) -> None:
+def read(
+    site_id: str,
+    route: Annotated[str, typer.Argument(help="e.g. / or /sample-page/ or /feed/")] = "/",
+    json: JsonOpt = False,
+) -> None:
     """Print the live content of a route (from the site's live revision)."""
     from sitedispatch.publication.live import read_live_route
 
@@ -88,15 +126,27 @@ def read(site_id: str, route: Annotated[str, typer.Argument(help="e.g. / or /sam
         d = deps()
         body, site = read_live_route(d.sites, d.blobs, site_id, route)
         if json:
-            emit_json({"site_id": site_id, "route": route, "revision_id": site.live_revision,
-                       "seq": site.live_seq, "bytes": len(body), "content": body.decode("utf-8", "replace")})
+            emit_json(
+                {
+                    "site_id": site_id,
+                    "route": route,
+                    "revision_id": site.live_revision,
+                    "seq": site.live_seq,
+                    "bytes": len(body),
+                    "content": body.decode("utf-8", "replace"),
+                }
+            )
         else:
             sys.stdout.write(body.decode("utf-8", "replace"))
 
 
 @app.command("pause")
-def pause(site_id: str, reason: Annotated[str, typer.Option(help="why (shown by sites get)")] = "paused by operator",
-          as_: AsOpt = None, json: JsonOpt = False) -> None:
+def pause(
+    site_id: str,
+    reason: Annotated[str, typer.Option(help="why (shown by sites get)")] = "paused by operator",
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched."""
     with reported(json):
         site = deps().controls().set_paused(caller(as_), site_id, True, reason)
@@ -104,8 +154,12 @@ def pause(site_id: str, reason: Annotated[str, typer.Option(help="why (shown by 
 
 
 @app.command("resume")
-def resume(site_id: str, reason: Annotated[str, typer.Option(help="why (recorded)")] = "", as_: AsOpt = None,
-           json: JsonOpt = False) -> None:
+def resume(
+    site_id: str,
+    reason: Annotated[str, typer.Option(help="why (recorded)")] = "",
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Resume a paused site (also clears its consecutive-failure count)."""
     with reported(json):
         site = deps().controls().set_paused(caller(as_), site_id, False, reason or None)

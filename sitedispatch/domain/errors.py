@@ -80,8 +80,9 @@ class Backpressure(SiteDispatchError):
 
     code = "backpressure"
 
-    def __init__(self, message: str, *, limit: str, value: int, maximum: int,
-                 retry_after_s: float, estimated_delay_s: float) -> None:
+    def __init__(
+        self, message: str, *, limit: str, value: int, maximum: int, retry_after_s: float, estimated_delay_s: float
+    ) -> None:
         super().__init__(message)
         self.limit = limit
         self.value = value

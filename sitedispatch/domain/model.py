@@ -270,8 +270,15 @@ class PublicationMessage:
     def to_body(self) -> str:
         import json
 
-        return json.dumps({"site_id": self.site_id, "revision_id": self.revision_id, "seq": self.seq,
-                           "chunk": "plan" if self.chunk == PLAN else self.chunk}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "site_id": self.site_id,
+                "revision_id": self.revision_id,
+                "seq": self.seq,
+                "chunk": "plan" if self.chunk == PLAN else self.chunk,
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_body(cls, body: str) -> PublicationMessage:
@@ -279,8 +286,9 @@ class PublicationMessage:
 
         data = json.loads(body)
         chunk = data["chunk"]
-        return cls(str(data["site_id"]), str(data["revision_id"]), int(data["seq"]),
-                   PLAN if chunk == "plan" else int(chunk))
+        return cls(
+            str(data["site_id"]), str(data["revision_id"]), int(data["seq"]), PLAN if chunk == "plan" else int(chunk)
+        )
 
     @property
     def step(self) -> str:

@@ -29,8 +29,10 @@ def checked_registration(site: Site, principal: str, connection: SiteConnection 
     if site.principal != principal:
         raise Conflict(f"site {site.site_id} belongs to another principal")
     if connection is not None and connection != site.connection:
-        raise Conflict(f"site {site.site_id} is registered as {site.connection.describe()}; it cannot become "
-                       f"{connection.describe()} (register another site id)")
+        raise Conflict(
+            f"site {site.site_id} is registered as {site.connection.describe()}; it cannot become "
+            f"{connection.describe()} (register another site id)"
+        )
     return site
 
 
@@ -66,36 +68,60 @@ class OperationStore(Protocol):
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
 
-    def start_attempt(self, operation_id: str, fence: int, now: float, slot: Slot | None = None,
-                      current: Operation | None = None) -> Operation:
+    def start_attempt(
+        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+    ) -> Operation:
         """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
         Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
         writing nothing) unless the row still holds one from an attempt that died. `current` (the row as the caller
         read it) saves re-reading the row after a slot was taken (what the conditions do not pin, a cancel request,
         the commit's own condition still honours)."""
 
-    def schedule_retry(self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float,
-                       slot: str | None = None) -> None:
+    def schedule_retry(
+        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
+    ) -> None:
         """running -> queued, only while `fence` is still the operation's fence (else StaleFence), releasing the
         running `slot` the row holds."""
 
-    def mark_dead(self, operation_id: str, fence: int | None, error: ErrorInfo, now: float,
-                  counters: Sequence[str] = (), slot: str | None = None,
-                  evidence: dict[str, Any] | None = None) -> None:
+    def mark_dead(
+        self,
+        operation_id: str,
+        fence: int | None,
+        error: ErrorInfo,
+        now: float,
+        counters: Sequence[str] = (),
+        slot: str | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
         """-> dead with the error and its `evidence`, only from a runnable status (and, given a fence, only while
         it is ours); releases `counters` and the running `slot` in the same transaction."""
 
-    def end(self, operation_id: str, status: Status, now: float, counters: Sequence[str], *,
-            from_statuses: Sequence[Status], reason: str = "", superseded_by: str | None = None,
-            slot: str | None = None) -> None:
+    def end(
+        self,
+        operation_id: str,
+        status: Status,
+        now: float,
+        counters: Sequence[str],
+        *,
+        from_statuses: Sequence[Status],
+        reason: str = "",
+        superseded_by: str | None = None,
+        slot: str | None = None,
+    ) -> None:
         """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters` and the
         running `slot`.
 
         Every transition that releases a slot is conditional on the row holding exactly that slot (none when
         `slot` is None), so each slot is released once; a mismatch is NotRunnable (a race: look again)."""
 
-    def revive(self, operation_id: str, epoch: int, now: float, limits: Sequence[tuple[str, int]],
-               new_input: tuple[str, str] | None = None) -> Operation:
+    def revive(
+        self,
+        operation_id: str,
+        epoch: int,
+        now: float,
+        limits: Sequence[tuple[str, int]],
+        new_input: tuple[str, str] | None = None,
+    ) -> Operation:
         """dead at `epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
         given), re-admitted under `limits` in the same transaction. NotRunnable if it is not dead at `epoch` (a
         second redrive), LimitReached if a counter is full; neither writes anything."""
@@ -103,8 +129,7 @@ class OperationStore(Protocol):
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
 
-    def list(self, *, site_id: str | None = None, status: Status | None = None,
-             limit: int = 100) -> list[Operation]:
+    def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         """Newest first: a site's by creation, a status's by last update, all by creation. A site's and a status's
         are index reads, eventually consistent on AWS: whatever the core does on what one shows is re-checked by a
         conditional write on the row itself."""
@@ -113,8 +138,7 @@ class OperationStore(Protocol):
 class SiteStore(Protocol):
     def get(self, site_id: str) -> Site | None: ...
 
-    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None
-                 ) -> Site:
+    def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         """Create the site owned by `principal` if absent (with `connection`, default the reference driver);
         Conflict if another principal owns it, or if `connection` differs from the one it was registered with."""
 
@@ -199,8 +223,7 @@ class BlobStore(Protocol):
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         """The object and its ETag, or None if absent."""
 
-    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json"
-                ) -> bool:
+    def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         """Compare-and-swap PUT: If-Match `expected_etag`, or If-None-Match * when None. False on a lost race."""
 
     def open(self, key: str) -> IO[bytes]:
@@ -213,8 +236,9 @@ class OperationQueue(Protocol):
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str: ...
 
-    def sweep_dead_letters(self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
-                           ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+    def sweep_dead_letters(
+        self, lane: str, remove: Callable[[DeadLetter], bool], max_messages: int = 1000
+    ) -> tuple[list[DeadLetter], list[DeadLetter]]:
         """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
 
 
@@ -235,8 +259,17 @@ class QuotaStore(Protocol):
 class AuditLog(Protocol):
     def record(self, entry: AuditEntry) -> None: ...
 
-    def list(self, since: float, until: float, *, actor: str | None = None, action: str | None = None,
-             target: str | None = None, site_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+    def list(
+        self,
+        since: float,
+        until: float,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        site_id: str | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
         """Entries between `since` and `until`, newest first, matching every filter given."""
 
 
@@ -253,4 +286,3 @@ class Visibility(Protocol):
     """The received message whose visibility the worker controls (defer, backoff, heartbeat)."""
 
     def change(self, seconds: float) -> None: ...
-

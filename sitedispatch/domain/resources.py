@@ -54,35 +54,72 @@ class ScheduleSpec:
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {
-    "operations": FunctionSpec("operations", "OperationsWorker", "functions.operations_worker.handler",
-                               timeout_s=120, memory_mb=1024, batch_size=1,
-                               init="functions.operations_worker.warm"),
-    "publications": FunctionSpec("publications", "PublicationWorker", "functions.publication_worker.handler",
-                                 timeout_s=120, memory_mb=1024, batch_size=1,
-                                 init="functions.publication_worker.warm"),
+    "operations": FunctionSpec(
+        "operations",
+        "OperationsWorker",
+        "functions.operations_worker.handler",
+        timeout_s=120,
+        memory_mb=1024,
+        batch_size=1,
+        init="functions.operations_worker.warm",
+    ),
+    "publications": FunctionSpec(
+        "publications",
+        "PublicationWorker",
+        "functions.publication_worker.handler",
+        timeout_s=120,
+        memory_mb=1024,
+        batch_size=1,
+        init="functions.publication_worker.warm",
+    ),
     # The bulk lane's consumer: the same code as the operations worker, given Lambda's longest timeout and a whole
     # vCPU (1,769 MB), because an import is the one operation that grows with its input. Measured here: a 100 MB
     # WXR export takes 149 s and a REST import into WordPress ~30 items/s — past the interactive lane's 120 s,
     # within 900 s up to ~27,000 WordPress items. Its queue's visibility is 6 x 900 s; the lease, not the visibility,
     # decides when a stalled import is taken over (heartbeats every 100 items).
-    "bulk": FunctionSpec("bulk", "BulkOperationsWorker", "functions.operations_worker.handler",
-                         timeout_s=LAMBDA_MAX_TIMEOUT_S, memory_mb=1769, batch_size=1,
-                         init="functions.operations_worker.warm"),
-    "reconciler": FunctionSpec("reconciler", "Reconciler", "functions.reconciler.handler",
-                               timeout_s=60, memory_mb=512, batch_size=0),
+    "bulk": FunctionSpec(
+        "bulk",
+        "BulkOperationsWorker",
+        "functions.operations_worker.handler",
+        timeout_s=LAMBDA_MAX_TIMEOUT_S,
+        memory_mb=1769,
+        batch_size=1,
+        init="functions.operations_worker.warm",
+    ),
+    "reconciler": FunctionSpec(
+        "reconciler", "Reconciler", "functions.reconciler.handler", timeout_s=60, memory_mb=512, batch_size=0
+    ),
 }
 
 QUEUES: dict[str, QueueSpec] = {
-    "operations": QueueSpec("operations", "OperationsQueue", "operations_queue_url",
-                            "OperationsDeadLetterQueue", "operations_dlq_url", function="operations"),
+    "operations": QueueSpec(
+        "operations",
+        "OperationsQueue",
+        "operations_queue_url",
+        "OperationsDeadLetterQueue",
+        "operations_dlq_url",
+        function="operations",
+    ),
     # Bulk work (imports) has its own lane and its own function, so a tenant's thousand imports never stand between
     # anyone's provision and a free worker (each lane's event source mapping has its own maximum concurrency), and
     # an import may run as long as Lambda allows without lengthening the interactive lane's timeout.
-    "bulk": QueueSpec("bulk", "BulkOperationsQueue", "bulk_queue_url", "BulkOperationsDeadLetterQueue",
-                      "bulk_dlq_url", function="bulk"),
-    "publications": QueueSpec("publications", "PublicationsQueue", "publications_queue_url",
-                              "PublicationsDeadLetterQueue", "publications_dlq_url", function="publications",
-                              carries=PUBLICATION_WORK),
+    "bulk": QueueSpec(
+        "bulk",
+        "BulkOperationsQueue",
+        "bulk_queue_url",
+        "BulkOperationsDeadLetterQueue",
+        "bulk_dlq_url",
+        function="bulk",
+    ),
+    "publications": QueueSpec(
+        "publications",
+        "PublicationsQueue",
+        "publications_queue_url",
+        "PublicationsDeadLetterQueue",
+        "publications_dlq_url",
+        function="publications",
+        carries=PUBLICATION_WORK,
+    ),
 }
 
 
@@ -95,6 +132,7 @@ def operation_workers() -> list[str]:
     """The functions that consume operation lanes (each runs the operations worker's code)."""
     return sorted({QUEUES[lane].function for lane in operation_lanes()})
 
+
 SCHEDULES: dict[str, ScheduleSpec] = {
     "reconcile": ScheduleSpec("reconcile", 60, "reconciler"),
     "wp-events": ScheduleSpec("wp-events", 60, "reconciler"),
@@ -103,8 +141,14 @@ SCHEDULES: dict[str, ScheduleSpec] = {
 
 BUCKET_LOGICAL_ID = "DispatchBucket"
 BUCKET_FIELD = "bucket"
-TABLE_FIELDS = {"operations": "operations_table", "sites": "sites_table", "commits": "commits_table",
-                "publications": "publications_table", "counters": "counters_table", "audit": "audit_table"}
+TABLE_FIELDS = {
+    "operations": "operations_table",
+    "sites": "sites_table",
+    "commits": "commits_table",
+    "publications": "publications_table",
+    "counters": "counters_table",
+    "audit": "audit_table",
+}
 
 
 def visibility_timeout_s(function_timeout_s: int) -> int:

@@ -15,8 +15,9 @@ class OperationInput(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
 
     def canonical_bytes(self) -> bytes:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        return json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
 
 
 class ProvisionInput(OperationInput):
@@ -69,8 +70,10 @@ def parse_input(kind: Kind, raw: dict[str, Any]) -> OperationInput:
     """Validate `raw` against the kind's schema; InvalidInput names the first bad field."""
     schema = SCHEMAS.get(kind)
     if schema is None:
-        raise InvalidInput(f"kind {kind.value!r} has no handler in this release; available: "
-                           f"{', '.join(k.value for k in SCHEMAS)}", field="kind")
+        raise InvalidInput(
+            f"kind {kind.value!r} has no handler in this release; available: {', '.join(k.value for k in SCHEMAS)}",
+            field="kind",
+        )
     try:
         return schema.model_validate(raw)
     except ValidationError as exc:

@@ -36,31 +36,44 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")
     backoff_base_s: float = Field(default=2.0, gt=0)
     backoff_cap_s: float = Field(default=900.0, gt=0)
-    defer_max_s: float = Field(default=30.0, gt=0,
-                               description="longest deferral while another operation holds the lease")
+    defer_max_s: float = Field(
+        default=30.0, gt=0, description="longest deferral while another operation holds the lease"
+    )
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
     max_outstanding_global: int = Field(default=10_000, ge=1, description="accepted, not yet terminal, in all")
     max_outstanding_per_principal: int = Field(default=2_000, ge=1)
-    max_running_per_principal: int = Field(default=10, ge=1, description="attempts one principal runs at once "
-                                           "in each lane (interactive, bulk); set below the lane's concurrency")
+    max_running_per_principal: int = Field(
+        default=10,
+        ge=1,
+        description="attempts one principal runs at once "
+        "in each lane (interactive, bulk); set below the lane's concurrency",
+    )
     max_queued_per_site: int = Field(default=50, ge=1, description="keeps one site's FIFO group short")
-    expected_concurrency: int = Field(default=10, ge=1, description="operations running at once (the event "
-                                      "source mapping's maximum concurrency), for delay estimates")
+    expected_concurrency: int = Field(
+        default=10,
+        ge=1,
+        description="operations running at once (the event source mapping's maximum concurrency), for delay estimates",
+    )
     default_operation_s: float = Field(default=30.0, gt=0, description="operation time assumed before one is measured")
-    pause_deferral_s: float = Field(default=300.0, gt=0, description="how long a paused site's message waits "
-                                    "before it is looked at again")
+    pause_deferral_s: float = Field(
+        default=300.0, gt=0, description="how long a paused site's message waits before it is looked at again"
+    )
     retry_budget_ratio: float = Field(default=0.1, gt=0, le=1, description="retries allowed per recent execution")
     retry_budget_min_retries: int = Field(default=10, ge=1, description="retries before the budget applies at all")
     retry_budget_defer_s: float = Field(default=60.0, gt=0, description="delay of a retry while the budget is spent")
     auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
-    operators: str = Field(default="operator", description="comma-separated caller identities (locally the --as "
-                           "name; on AWS IAM ARNs, * as a wildcard) that act on every site")
+    operators: str = Field(
+        default="operator",
+        description="comma-separated caller identities (locally the --as "
+        "name; on AWS IAM ARNs, * as a wildcard) that act on every site",
+    )
     reference_latency_s: float = Field(
-        default=0.0, ge=0,
+        default=0.0,
+        ge=0,
         description="simulated service latency of the reference runtime's provisioning (a real WordPress install "
-                    "takes seconds); 0 in production code paths, set by demos and parallelism tests",
+        "takes seconds); 0 in production code paths, set by demos and parallelism tests",
     )
 
     @classmethod

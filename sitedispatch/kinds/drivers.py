@@ -33,5 +33,8 @@ def driver_for(drivers: Mapping[str, SiteDriver], site: Site) -> SiteDriver:
     try:
         return drivers[site.driver]
     except KeyError:
-        raise PermanentError(f"site {site.site_id} names driver {site.driver!r}, which this deployment does not "
-                             f"have (drivers: {', '.join(sorted(drivers))})", code="unknown_driver") from None
+        raise PermanentError(
+            f"site {site.site_id} names driver {site.driver!r}, which this deployment does not "
+            f"have (drivers: {', '.join(sorted(drivers))})",
+            code="unknown_driver",
+        ) from None

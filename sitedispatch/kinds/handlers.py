@@ -19,8 +19,10 @@ HandlerFn = Callable[[HandlerContext, Any], Mutation]
 
 def provision(ctx: HandlerContext, payload: Any) -> Mutation:
     if ctx.site.head_version > 0:
-        raise PermanentError(f"site {ctx.site.site_id} is already provisioned (head version "
-                             f"{ctx.site.head_version})", code="already_provisioned")
+        raise PermanentError(
+            f"site {ctx.site.site_id} is already provisioned (head version {ctx.site.head_version})",
+            code="already_provisioned",
+        )
     return ctx.driver.provision(ctx, payload)
 
 
@@ -36,8 +38,10 @@ def _provisioned(method: str, missing: str) -> HandlerFn:
 
 
 def handler_map() -> dict[Kind, HandlerFn]:
-    return {Kind.PROVISION: provision,
-            Kind.IMPORT: _provisioned("import_wxr", "is not provisioned"),
-            Kind.PUBLISH: _provisioned("publish", "has no content to publish"),
-            Kind.WP_CRON: _provisioned("wp_cron", "is not provisioned"),
-            Kind.RECOVER: _provisioned("recover", "is not provisioned")}
+    return {
+        Kind.PROVISION: provision,
+        Kind.IMPORT: _provisioned("import_wxr", "is not provisioned"),
+        Kind.PUBLISH: _provisioned("publish", "has no content to publish"),
+        Kind.WP_CRON: _provisioned("wp_cron", "is not provisioned"),
+        Kind.RECOVER: _provisioned("recover", "is not provisioned"),
+    }

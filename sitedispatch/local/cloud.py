@@ -62,8 +62,18 @@ def patch_moto_module_scan() -> None:
     backends.list_of_moto_modules = lambda: modules
 
 
-DYNAMODB_OPERATIONS = ("get_item", "put_item", "update_item", "delete_item", "query", "scan", "transact_write_items",
-                       "transact_get_items", "batch_get_item", "batch_write_item")
+DYNAMODB_OPERATIONS = (
+    "get_item",
+    "put_item",
+    "update_item",
+    "delete_item",
+    "query",
+    "scan",
+    "transact_write_items",
+    "transact_get_items",
+    "batch_get_item",
+    "batch_write_item",
+)
 
 
 def patch_moto_dynamodb_isolation() -> None:
@@ -94,8 +104,9 @@ def _item_key(table: Any, op_type: str, op: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
-def _items_before(backend: Any, transact_items: list[dict[str, Any]], copy: Any
-                  ) -> dict[tuple[str, str], tuple[dict[str, Any], Any]]:
+def _items_before(
+    backend: Any, transact_items: list[dict[str, Any]], copy: Any
+) -> dict[tuple[str, str], tuple[dict[str, Any], Any]]:
     """(table, key) -> (key, a copy of the item as it is now, or None) for every item the transaction names."""
     touched: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
     for entry in transact_items:
@@ -108,8 +119,9 @@ def _items_before(backend: Any, transact_items: list[dict[str, Any]], copy: Any
                 before = backend.get_item(op["TableName"], key)
             except Exception:  # an invalid key: moto's own validation reports it in the transaction itself
                 continue
-            touched.setdefault((op["TableName"], json.dumps(key, sort_keys=True)),
-                               (key, copy(before) if before is not None else None))
+            touched.setdefault(
+                (op["TableName"], json.dumps(key, sort_keys=True)), (key, copy(before) if before is not None else None)
+            )
     return touched
 
 
@@ -183,8 +195,9 @@ def in_process_cloud() -> Iterator[str]:
         server.stop()
 
 
-def local_environment(settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S
-                      ) -> dict[str, str]:
+def local_environment(
+    settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S
+) -> dict[str, str]:
     """Everything a local process needs: the settings, the endpoint, fake credentials, Powertools switches."""
     return {
         **FAKE_AWS,
@@ -197,8 +210,14 @@ def local_environment(settings: Settings, endpoint: str, function_timeout_s: int
     }
 
 
-def create_resources(endpoint: str, *, prefix: str = LOCAL_PREFIX, region: str = LOCAL_REGION,
-                     function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S, **policy: Any) -> Settings:
+def create_resources(
+    endpoint: str,
+    *,
+    prefix: str = LOCAL_PREFIX,
+    region: str = LOCAL_REGION,
+    function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S,
+    **policy: Any,
+) -> Settings:
     """Create the queues, tables and bucket in the emulator; return the Settings that point at them."""
     import boto3
 
@@ -206,26 +225,33 @@ def create_resources(endpoint: str, *, prefix: str = LOCAL_PREFIX, region: str =
     sqs = session.client("sqs", endpoint_url=endpoint)
     fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
     for spec in QUEUES.values():
-        dlq_url = sqs.create_queue(QueueName=spec.local_dlq_name(prefix), Attributes={
-            "FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_S)})["QueueUrl"]
+        dlq_url = sqs.create_queue(
+            QueueName=spec.local_dlq_name(prefix),
+            Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_S)},
+        )["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        url = sqs.create_queue(QueueName=spec.local_name(prefix), Attributes={
-            "FifoQueue": "true",
-            "DeduplicationScope": "messageGroup",
-            "FifoThroughputLimit": "perMessageGroupId",
-            "VisibilityTimeout": str(visibility_timeout_s(function_timeout_s)),
-            "MessageRetentionPeriod": str(RETENTION_S),
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
-                                         "maxReceiveCount": REDRIVE_BACKSTOP_RECEIVES}),
-        })["QueueUrl"]
+        url = sqs.create_queue(
+            QueueName=spec.local_name(prefix),
+            Attributes={
+                "FifoQueue": "true",
+                "DeduplicationScope": "messageGroup",
+                "FifoThroughputLimit": "perMessageGroupId",
+                "VisibilityTimeout": str(visibility_timeout_s(function_timeout_s)),
+                "MessageRetentionPeriod": str(RETENTION_S),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": REDRIVE_BACKSTOP_RECEIVES}
+                ),
+            },
+        )["QueueUrl"]
         fields[spec.url_field] = url
         fields[spec.dlq_url_field] = dlq_url
     for role, field in TABLE_FIELDS.items():
         fields[field] = f"{prefix}-{role}"
     dynamodb = session.client("dynamodb", endpoint_url=endpoint)
     for role, table in table_specs().items():
-        dynamodb.create_table(TableName=fields[TABLE_FIELDS[role]], BillingMode="PAY_PER_REQUEST",
-                              **table_definition(table))
+        dynamodb.create_table(
+            TableName=fields[TABLE_FIELDS[role]], BillingMode="PAY_PER_REQUEST", **table_definition(table)
+        )
     fields["bucket"] = f"{prefix}-local"
     s3 = session.client("s3", endpoint_url=endpoint)
     s3.create_bucket(Bucket=fields["bucket"])
@@ -245,8 +271,13 @@ def table_definition(spec: TableSpec) -> dict[str, Any]:
     definition: dict[str, Any] = {"KeySchema": key_schema(spec.partition, spec.sort)}
     if spec.indexes:
         definition["GlobalSecondaryIndexes"] = [
-            {"IndexName": index.name, "KeySchema": key_schema(index.partition, index.sort),
-             "Projection": {"ProjectionType": "ALL"}} for index in spec.indexes]
+            {
+                "IndexName": index.name,
+                "KeySchema": key_schema(index.partition, index.sort),
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in spec.indexes
+        ]
     definition["AttributeDefinitions"] = [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()]
     return definition
 

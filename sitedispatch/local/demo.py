@@ -45,20 +45,30 @@ def cron_finish_times(durations: list[float], period_s: float = CRON_PERIOD_S) -
     return [i * period_s + d for i, d in enumerate(durations)]
 
 
-def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = False, timeout_s: float = 120.0,
-             wordpress: bool | None = None) -> int:
+def run_demo(
+    n_sites: int,
+    latency_s: float,
+    workdir: Path,
+    as_json: bool = False,
+    timeout_s: float = 120.0,
+    wordpress: bool | None = None,
+) -> int:
     """`wordpress`: include a real WordPress site (None: when this machine has the packages)."""
     console = Console(stderr=as_json)
     console.width = max(console.width, 110)
     per_worker = math.ceil(n_sites / WORKER_PROCESSES)
     with LocalRuntime(workdir) as runtime:
-        console.print(f"[bold]starting the local runtime[/]: moto server, {WORKER_PROCESSES} workers x {per_worker} "
-                      f"environments (logs in {workdir}/)")
+        console.print(
+            f"[bold]starting the local runtime[/]: moto server, {WORKER_PROCESSES} workers x {per_worker} "
+            f"environments (logs in {workdir}/)"
+        )
         # 120 s functions: a real WordPress import of the theme test data takes ~30-80 s on this machine (a shorter
         # timeout still completes, by a second attempt that finds the items the first one created)
-        env = runtime.start_cloud(0, function_timeout_s=120,
-                                  policy={"reference_latency_s": latency_s, "max_queued_per_site": 3,
-                                          "pause_deferral_s": 2})
+        env = runtime.start_cloud(
+            0,
+            function_timeout_s=120,
+            policy={"reference_latency_s": latency_s, "max_queued_per_site": 3, "pause_deferral_s": 2},
+        )
         for _ in range(WORKER_PROCESSES):
             runtime.start_worker("operations", per_worker)
         runtime.start_worker("bulk", IMPORT_SITES)
@@ -70,19 +80,37 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
         console.print(f"submitting {n_sites} provisions at once (each takes ~{latency_s:g}s of simulated work)")
         t0 = time.time()
         with ThreadPoolExecutor(max_workers=n_sites) as pool:
-            submitted = list(pool.map(lambda s: submitter.submit(
-                kind="provision", site_id=s, principal="demo", idempotency_key=f"demo-{s}",
-                params={"title": f"Demo {s}", "admin_email": f"admin@{s}.example"}).operation, sites))
+            submitted = list(
+                pool.map(
+                    lambda s: (
+                        submitter.submit(
+                            kind="provision",
+                            site_id=s,
+                            principal="demo",
+                            idempotency_key=f"demo-{s}",
+                            params={"title": f"Demo {s}", "admin_email": f"admin@{s}.example"},
+                        ).operation
+                    ),
+                    sites,
+                )
+            )
         final = _follow(deps, submitted, console, timeout_s)
         imports = _import_phase(deps, console, sites[:IMPORT_SITES], timeout_s)
         flow = _flow_control_phase(deps, console, sites[-1], timeout_s)
         dead_letter = _dead_letter_phase(deps, console, sites[IMPORT_SITES], workdir, timeout_s)
         real = _wordpress_phase(deps, console, workdir, timeout_s, wordpress)
 
-    runs = [SiteRun(op.site_id, op.operation_id, op.status.value,
-                    (op.started_at or t0) - (op.queued_at or op.created_at),
-                    (op.finished_at or time.time()) - (op.started_at or t0),
-                    (op.finished_at or time.time()) - t0) for op in final]
+    runs = [
+        SiteRun(
+            op.site_id,
+            op.operation_id,
+            op.status.value,
+            (op.started_at or t0) - (op.queued_at or op.created_at),
+            (op.finished_at or time.time()) - (op.started_at or t0),
+            (op.finished_at or time.time()) - t0,
+        )
+        for op in final
+    ]
     ours = max(r.finished_after_s for r in runs)
     cron = cron_finish_times([r.duration_s for r in runs])
     cron_total = max(cron)
@@ -92,10 +120,19 @@ def run_demo(n_sites: int, latency_s: float, workdir: Path, as_json: bool = Fals
     ok = ok and all(i["published"] for i in imports) and flow["refused"] and flow["superseded"] >= 1
     ok = ok and dead_letter["dead"] and dead_letter["recovered"]
     ok = ok and (real.get("skipped") is not None or bool(real.get("published")))
-    summary = {"sites": n_sites, "all_succeeded": ok, "start_spread_s": round(spread, 3),
-               "fleet_ready_s": round(ours, 3), "cron_fleet_ready_s": round(cron_total, 1),
-               "speedup": round(cron_total / ours, 1), "runs": [r.__dict__ for r in runs], "imports": imports,
-               "flow_control": flow, "dead_letter": dead_letter, "wordpress": real}
+    summary = {
+        "sites": n_sites,
+        "all_succeeded": ok,
+        "start_spread_s": round(spread, 3),
+        "fleet_ready_s": round(ours, 3),
+        "cron_fleet_ready_s": round(cron_total, 1),
+        "speedup": round(cron_total / ours, 1),
+        "runs": [r.__dict__ for r in runs],
+        "imports": imports,
+        "flow_control": flow,
+        "dead_letter": dead_letter,
+        "wordpress": real,
+    }
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
@@ -110,9 +147,16 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
     console.print(f"importing {source.name} into {len(sites)} sites at once, then publishing every route")
     submitter = deps.submitter()
     started = time.time()
-    ops = {site: submitter.submit(kind="import", site_id=site, principal="demo", idempotency_key=f"import-{site}",
-                                  params=submitter.stage_upload(site, source)).operation.operation_id
-           for site in sites}
+    ops = {
+        site: submitter.submit(
+            kind="import",
+            site_id=site,
+            principal="demo",
+            idempotency_key=f"import-{site}",
+            params=submitter.stage_upload(site, source),
+        ).operation.operation_id
+        for site in sites
+    }
     deadline = time.monotonic() + timeout_s
     results: dict[str, dict[str, Any]] = {}
     while len(results) < len(sites) and time.monotonic() < deadline:
@@ -126,13 +170,31 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
             seq = op.result.get("publication", {}).get("seq")
             if op.status != Status.SUCCEEDED or (seq and record.live_seq >= seq):
                 receipt = _receipt(deps, site, record.live_revision)
-                results[site] = {"site": site, "status": op.status.value, "published": bool(seq) and
-                                 record.live_seq >= seq, "routes": receipt.get("route_count", 0),
-                                 "bytes": receipt.get("bytes", 0), "live_after_s": round(time.time() - started, 2),
-                                 "posts": _imported_posts(deps, op_id)}
+                results[site] = {
+                    "site": site,
+                    "status": op.status.value,
+                    "published": bool(seq) and record.live_seq >= seq,
+                    "routes": receipt.get("route_count", 0),
+                    "bytes": receipt.get("bytes", 0),
+                    "live_after_s": round(time.time() - started, 2),
+                    "posts": _imported_posts(deps, op_id),
+                }
         time.sleep(0.2)
-    return [results.get(site, {"site": site, "status": "timed out", "published": False, "routes": 0,
-                               "bytes": 0, "live_after_s": None, "posts": 0}) for site in sites]
+    return [
+        results.get(
+            site,
+            {
+                "site": site,
+                "status": "timed out",
+                "published": False,
+                "routes": 0,
+                "bytes": 0,
+                "live_after_s": None,
+                "posts": 0,
+            },
+        )
+        for site in sites
+    ]
 
 
 def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout_s: float) -> dict[str, Any]:
@@ -142,16 +204,21 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
 
     operator = Caller("demo-operator", operator=True)
 
-    console.print(f"[bold]flow control[/]: {site} paused; publishes queued until its limit "
-                  f"({deps.settings.max_queued_per_site}) is reached")
+    console.print(
+        f"[bold]flow control[/]: {site} paused; publishes queued until its limit "
+        f"({deps.settings.max_queued_per_site}) is reached"
+    )
     deps.controls().set_paused(operator, site, True, "demo: holding the queue")
     submitter = deps.submitter()
     accepted: list[str] = []
     refusal = None
     for n in range(deps.settings.max_queued_per_site + 1):
         try:
-            accepted.append(submitter.submit(kind="publish", site_id=site, principal="demo", params={},
-                                             idempotency_key=f"publish-{n}").operation.operation_id)
+            accepted.append(
+                submitter.submit(
+                    kind="publish", site_id=site, principal="demo", params={}, idempotency_key=f"publish-{n}"
+                ).operation.operation_id
+            )
         except Backpressure as error:
             refusal = error
             console.print(f"  refused (exit 75 in the CLI): {error}")
@@ -167,13 +234,18 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
     statuses = [op.status.value if op else "missing" for op in final]
     for op_id, status in zip(accepted, statuses, strict=True):
         console.print(f"  {op_id}  {status}")
-    return {"accepted": len(accepted), "refused": refusal is not None,
-            "retry_after_s": refusal.retry_after_s if refusal else None,
-            "superseded": statuses.count("superseded"), "succeeded": statuses.count("succeeded")}
+    return {
+        "accepted": len(accepted),
+        "refused": refusal is not None,
+        "retry_after_s": refusal.retry_after_s if refusal else None,
+        "superseded": statuses.count("superseded"),
+        "succeeded": statuses.count("succeeded"),
+    }
 
 
-def _dead_letter_phase(deps: Dependencies, console: Console, site: str, workdir: Path, timeout_s: float
-                       ) -> dict[str, Any]:
+def _dead_letter_phase(
+    deps: Dependencies, console: Console, site: str, workdir: Path, timeout_s: float
+) -> dict[str, Any]:
     """A poisoned input goes dead with evidence; the evidence's recovery command, with the file fixed, completes it."""
     from sitedispatch.domain.model import Kind
     from sitedispatch.local.synthetic import write_wxr
@@ -186,32 +258,48 @@ def _dead_letter_phase(deps: Dependencies, console: Console, site: str, workdir:
     broken.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # an export cut off half way
     submitter = deps.submitter()
     console.print(f"[bold]dead letters[/]: importing a truncated WXR export into {site}")
-    op_id = submitter.submit(kind="import", site_id=site, principal="demo", idempotency_key=f"import-{site}",
-                             params=submitter.stage_upload(site, broken)).operation.operation_id
+    op_id = submitter.submit(
+        kind="import",
+        site_id=site,
+        principal="demo",
+        idempotency_key=f"import-{site}",
+        params=submitter.stage_upload(site, broken),
+    ).operation.operation_id
     op = _wait_terminal(deps, op_id, timeout_s)
     controls = deps.controls()
     if op is None or op.status != Status.DEAD:
         return {"operation_id": op_id, "dead": False, "recovered": False}
     evidence = controls.evidence(operator, op_id)
-    console.print(f"  {op_id} is dead after {evidence['attempt']} attempt: {evidence['error_code']}: "
-                  f"{evidence['error_message']}")
-    console.print(f"  evidence: s3://{deps.settings.bucket}/{evidence['key']} (input digest "
-                  f"{evidence['input_digest'][:12]}…, traceback digest {evidence['traceback_digest']})")
+    console.print(
+        f"  {op_id} is dead after {evidence['attempt']} attempt: {evidence['error_code']}: {evidence['error_message']}"
+    )
+    console.print(
+        f"  evidence: s3://{deps.settings.bucket}/{evidence['key']} (input digest "
+        f"{evidence['input_digest'][:12]}…, traceback digest {evidence['traceback_digest']})"
+    )
     console.print(f"  recovery: [bold]{evidence['recovery_command']}[/]")
     fixed = submitter.store_input(Kind.IMPORT, site, submitter.stage_upload(site, good))
     report = controls.redrive(operator, operation_id=op_id, new_input=fixed, reason="demo: re-exported the file")
     console.print(f"  redriven with the complete export ({report.dlq_messages_removed} DLQ message removed)")
     final = _wait_terminal(deps, op_id, timeout_s)
     recovered = final is not None and final.status == Status.SUCCEEDED
-    console.print(f"  {op_id}: {final.status.value if final else 'missing'} in epoch {final.epoch if final else '?'}"
-                  f"; audit: {[e.action + ':' + e.outcome for e in deps.audit.list(0, time.time(), target=op_id)]}")
-    return {"operation_id": op_id, "dead": True, "error_code": evidence["error_code"],
-            "recovery_command": evidence["recovery_command"], "recovered": recovered,
-            "dlq_messages_removed": report.dlq_messages_removed}
+    console.print(
+        f"  {op_id}: {final.status.value if final else 'missing'} in epoch {final.epoch if final else '?'}"
+        f"; audit: {[e.action + ':' + e.outcome for e in deps.audit.list(0, time.time(), target=op_id)]}"
+    )
+    return {
+        "operation_id": op_id,
+        "dead": True,
+        "error_code": evidence["error_code"],
+        "recovery_command": evidence["recovery_command"],
+        "recovered": recovered,
+        "dlq_messages_removed": report.dlq_messages_removed,
+    }
 
 
-def _wordpress_phase(deps: Dependencies, console: Console, workdir: Path, timeout_s: float,
-                     wanted: bool | None) -> dict[str, Any]:
+def _wordpress_phase(
+    deps: Dependencies, console: Console, workdir: Path, timeout_s: float, wanted: bool | None
+) -> dict[str, Any]:
     """A real WordPress (Debian's packages): registered, provisioned, the theme test data imported through REST,
     then crawled into a publication."""
     from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
@@ -226,35 +314,51 @@ def _wordpress_phase(deps: Dependencies, console: Console, workdir: Path, timeou
     with LocalWordPress(workdir / "wordpress") as wordpress:
         wordpress.start_database()
         site = wordpress.add_site(site_id, title="Demo WordPress")
-        console.print(f"[bold]a real WordPress[/] at {site.url} (MariaDB + php -S, the sitedispatch mu-plugin), "
-                      f"registered with driver wordpress")
+        console.print(
+            f"[bold]a real WordPress[/] at {site.url} (MariaDB + php -S, the sitedispatch mu-plugin), "
+            f"registered with driver wordpress"
+        )
         submitter = deps.submitter()
         submitter.register_site(site_id, "demo", SiteConnection(WORDPRESS_DRIVER, site.url, site.credential_ref))
         result: dict[str, Any] = {"url": site.url}
-        for kind, params in (("provision", {"title": "Demo WordPress", "admin_email": "admin@demo.example"}),
-                             ("import", submitter.stage_upload(site_id, THEME_TEST_DATA))):
+        for kind, params in (
+            ("provision", {"title": "Demo WordPress", "admin_email": "admin@demo.example"}),
+            ("import", submitter.stage_upload(site_id, THEME_TEST_DATA)),
+        ):
             started = time.monotonic()
             op = submitter.submit(kind=kind, site_id=site_id, principal="demo", params=params).operation
             done = _wait_terminal(deps, op.operation_id, timeout_s * 2)
             took = time.monotonic() - started
             commit = deps.commits.get(op.operation_id)
-            result[kind] = {"status": done.status.value if done else "missing", "seconds": round(took, 1),
-                            "summary": commit.summary if commit else None}
-            console.print(f"  {kind}: {result[kind]['status']} in {took:.1f}s"
-                          + (f" (attempt {done.attempt if done else '?'}); created {commit.summary.get('created')}, "
-                             f"found {commit.summary.get('existing')}" if commit and kind == "import" else ""))
+            result[kind] = {
+                "status": done.status.value if done else "missing",
+                "seconds": round(took, 1),
+                "summary": commit.summary if commit else None,
+            }
+            console.print(
+                f"  {kind}: {result[kind]['status']} in {took:.1f}s"
+                + (
+                    f" (attempt {done.attempt if done else '?'}); created {commit.summary.get('created')}, "
+                    f"found {commit.summary.get('existing')}"
+                    if commit and kind == "import"
+                    else ""
+                )
+            )
         head = deps.sites.get(site_id)
         version = head.head_version if head else 0
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and ((record := deps.sites.get(site_id)) is None
-                                               or record.live_seq < version):
+        while time.monotonic() < deadline and (
+            (record := deps.sites.get(site_id)) is None or record.live_seq < version
+        ):
             time.sleep(0.5)
         record = deps.sites.get(site_id)
         receipt = _receipt(deps, site_id, record.live_revision if record else None)
         result["published"] = bool(record and record.live_seq >= version and receipt)
         result["crawled_routes"] = receipt.get("route_count", 0)
-        console.print(f"  publication {record.live_seq if record else '?'} live: {result['crawled_routes']} routes "
-                      f"crawled from WordPress; read one: sitedispatch sites read {site_id} /sample-page/")
+        console.print(
+            f"  publication {record.live_seq if record else '?'} live: {result['crawled_routes']} routes "
+            f"crawled from WordPress; read one: sitedispatch sites read {site_id} /sample-page/"
+        )
     return result
 
 
@@ -286,8 +390,16 @@ def _report_imports(console: Console, imports: list[dict[str, Any]]) -> None:
     for column in ("site", "status", "posts", "routes live", "bytes", "live after (s)", "cron: one route/minute"):
         table.add_column(column)
     for i in imports:
-        table.add_row(i["site"], i["status"], str(i["posts"]), str(i["routes"]), str(i["bytes"]),
-                      str(i["live_after_s"]), f"{i['routes']} min", style="green" if i["published"] else "red")
+        table.add_row(
+            i["site"],
+            i["status"],
+            str(i["posts"]),
+            str(i["routes"]),
+            str(i["bytes"]),
+            str(i["live_after_s"]),
+            f"{i['routes']} min",
+            style="green" if i["published"] else "red",
+        )
     console.print(table)
 
 
@@ -295,8 +407,14 @@ def _follow(deps: Dependencies, ops: list[Operation], console: Console, timeout_
     latest = {op.operation_id: op for op in ops}
     deadline = time.monotonic() + timeout_s
     latency = max(deps.settings.reference_latency_s, 0.1)
-    with Progress(TextColumn("{task.description:<14}"), BarColumn(), TextColumn("{task.fields[status]:<10}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]:<10}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         tasks = {op.operation_id: progress.add_task(op.site_id, total=100, status=op.status.value) for op in ops}
         while time.monotonic() < deadline:
             for op_id in tasks:
@@ -318,9 +436,18 @@ def _report(console: Console, runs: list[SiteRun], ours: float, cron: list[float
     for column in ("site", "queued→started (s)", "duration (s)", "ready after (s)", "cron ready after (s)", "status"):
         table.add_column(column)
     for run, cron_done in zip(runs, cron, strict=True):
-        table.add_row(run.site_id, f"{run.start_delay_s:.2f}", f"{run.duration_s:.2f}", f"{run.finished_after_s:.2f}",
-                      f"{cron_done:.0f}", run.status, style="green" if run.status == "succeeded" else "red")
+        table.add_row(
+            run.site_id,
+            f"{run.start_delay_s:.2f}",
+            f"{run.duration_s:.2f}",
+            f"{run.finished_after_s:.2f}",
+            f"{cron_done:.0f}",
+            run.status,
+            style="green" if run.status == "succeeded" else "red",
+        )
     console.print(table)
-    console.print(f"starts spread over [bold]{spread:.2f}s[/]; whole fleet ready in [bold]{ours:.1f}s[/] "
-                  f"versus [bold]{max(cron):.0f}s[/] under the one-site-per-minute cron "
-                  f"([bold]{max(cron) / ours:.0f}x[/] sooner)")
+    console.print(
+        f"starts spread over [bold]{spread:.2f}s[/]; whole fleet ready in [bold]{ours:.1f}s[/] "
+        f"versus [bold]{max(cron):.0f}s[/] under the one-site-per-minute cron "
+        f"([bold]{max(cron) / ours:.0f}x[/] sooner)"
+    )

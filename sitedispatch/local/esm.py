@@ -58,19 +58,42 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
     """Lambda's SQS event from ReceiveMessage output (same field names and casing as the real event source)."""
     records = []
     for m in messages:
-        attributes = {k: m.get("Attributes", {}).get(k) for k in (
-            "ApproximateReceiveCount", "SentTimestamp", "SequenceNumber", "MessageGroupId", "SenderId",
-            "MessageDeduplicationId", "ApproximateFirstReceiveTimestamp") if k in m.get("Attributes", {})}
+        attributes = {
+            k: m.get("Attributes", {}).get(k)
+            for k in (
+                "ApproximateReceiveCount",
+                "SentTimestamp",
+                "SequenceNumber",
+                "MessageGroupId",
+                "SenderId",
+                "MessageDeduplicationId",
+                "ApproximateFirstReceiveTimestamp",
+            )
+            if k in m.get("Attributes", {})
+        }
         message_attributes = {
-            name: {"stringValue": value.get("StringValue"), "binaryValue": value.get("BinaryValue"),
-                   "stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+            name: {
+                "stringValue": value.get("StringValue"),
+                "binaryValue": value.get("BinaryValue"),
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": value["DataType"],
+            }
             for name, value in m.get("MessageAttributes", {}).items()
         }
-        records.append({
-            "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
-            "attributes": attributes, "messageAttributes": message_attributes, "md5OfBody": m["MD5OfBody"],
-            "eventSource": "aws:sqs", "eventSourceARN": queue_arn, "awsRegion": region,
-        })
+        records.append(
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": attributes,
+                "messageAttributes": message_attributes,
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+        )
     return {"Records": records}
 
 
@@ -102,16 +125,25 @@ def settle(sqs: Any, queue_url: str, messages: list[dict[str, Any]], response: A
     """Delete the records the invocation completed; the rest keep the visibility the handler set."""
     done = records_to_delete(messages, response)
     if done:
-        sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
-            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)])
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+        )
     return len(done)
 
 
 class Environment:
     """One execution environment: poll, invoke, delete; runs in its own forked process."""
 
-    def __init__(self, spec: FunctionSpec, queue_url: str, region: str, index: int,
-                 handler: Callable[[dict[str, Any], Any], Any], ready_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        spec: FunctionSpec,
+        queue_url: str,
+        region: str,
+        index: int,
+        handler: Callable[[dict[str, Any], Any], Any],
+        ready_fd: int | None = None,
+    ) -> None:
         self.spec = spec
         self.queue_url = queue_url
         self.region = region
@@ -136,8 +168,11 @@ class Environment:
             os.close(self.ready_fd)
         while not self.stopping:
             messages = sqs.receive_message(
-                QueueUrl=self.queue_url, MaxNumberOfMessages=self.spec.batch_size, WaitTimeSeconds=POLL_WAIT_S,
-                MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"],
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=self.spec.batch_size,
+                WaitTimeSeconds=POLL_WAIT_S,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
             ).get("Messages", [])
             if not messages:
                 continue
@@ -153,18 +188,25 @@ class Environment:
         from functions.runtime import dependencies
 
         deps = dependencies()
-        install_from_environment([deps.sqs, deps.s3, deps.models.Operation._get_connection().connection.client],
-                                 self.index)
+        install_from_environment(
+            [deps.sqs, deps.s3, deps.models.Operation._get_connection().connection.client], self.index
+        )
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        context = LambdaContext(self.spec.logical_id, self.spec.timeout_s, self.spec.memory_mb, self.region,
-                                time.time())
+        context = LambdaContext(
+            self.spec.logical_id, self.spec.timeout_s, self.spec.memory_mb, self.region, time.time()
+        )
         signal.setitimer(signal.ITIMER_REAL, self.spec.timeout_s)
         try:
             return self.handler(event, context)
         except Exception as exc:
-            print(json.dumps({"level": "ERROR", "message": "invocation failed", "error": repr(exc),
-                              "environment": self.index}), file=sys.stderr, flush=True)
+            print(
+                json.dumps(
+                    {"level": "ERROR", "message": "invocation failed", "error": repr(exc), "environment": self.index}
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
             return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -173,8 +215,17 @@ class Environment:
         self.stopping = True
 
     def _timed_out(self, *_: Any) -> None:
-        print(json.dumps({"level": "ERROR", "message": f"Task timed out after {self.spec.timeout_s} seconds",
-                          "environment": self.index}), file=sys.stderr, flush=True)
+        print(
+            json.dumps(
+                {
+                    "level": "ERROR",
+                    "message": f"Task timed out after {self.spec.timeout_s} seconds",
+                    "environment": self.index,
+                }
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(TIMEOUT_EXIT)
 
 
@@ -185,8 +236,13 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, batch_size: int | None = None,
-               handler: str | None = None) -> int:
+def run_worker(
+    queue_role: str,
+    concurrency: int,
+    timeout_s: int | None = None,
+    batch_size: int | None = None,
+    handler: str | None = None,
+) -> int:
     """Host loop: fork environments, replace any that die (timeout, crash), stop all on SIGTERM/SIGINT."""
     from sitedispatch.domain.settings import Settings
 
@@ -194,8 +250,13 @@ def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, 
     spec = FUNCTIONS[queue.function]
     local_timeout = os.environ.get(FUNCTION_TIMEOUT_ENV)
     default_timeout = int(local_timeout) if local_timeout else spec.timeout_s
-    spec = dataclasses.replace(spec, timeout_s=timeout_s or default_timeout, batch_size=batch_size or spec.batch_size,
-                               handler=handler or spec.handler, init=None if handler else spec.init)
+    spec = dataclasses.replace(
+        spec,
+        timeout_s=timeout_s or default_timeout,
+        batch_size=batch_size or spec.batch_size,
+        handler=handler or spec.handler,
+        init=None if handler else spec.init,
+    )
     settings = Settings()  # type: ignore[call-arg]
     queue_url = getattr(settings, queue.url_field)
     function = load_handler(spec.handler)  # imported once in the host: every environment starts warm
@@ -263,7 +324,10 @@ def run_worker(queue_role: str, concurrency: int, timeout_s: int | None = None, 
         index = children.pop(pid)
         if not stopping:
             code = os.waitstatus_to_exitcode(status)
-            print(json.dumps({"level": "WARNING", "message": "environment replaced", "environment": index,
-                              "exit": code}), file=sys.stderr, flush=True)
+            print(
+                json.dumps({"level": "WARNING", "message": "environment replaced", "environment": index, "exit": code}),
+                file=sys.stderr,
+                flush=True,
+            )
             spawn(index)
     return 0

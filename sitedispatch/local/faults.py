@@ -20,11 +20,15 @@ from botocore.exceptions import ClientError
 RATE_ENV = "SITEDISPATCH_LOCAL_FAULT_RATE"
 SEED_ENV = "SITEDISPATCH_LOCAL_FAULT_SEED"
 
-GENERIC = (("ThrottlingException", 400, "Rate exceeded (injected)"),
-           ("InternalFailure", 500, "We encountered an internal error (injected)"),
-           ("ServiceUnavailable", 503, "Service unavailable (injected)"))
-S3_FAULTS = (("SlowDown", 503, "Please reduce your request rate (injected)"),
-             ("InternalError", 500, "We encountered an internal error (injected)"))
+GENERIC = (
+    ("ThrottlingException", 400, "Rate exceeded (injected)"),
+    ("InternalFailure", 500, "We encountered an internal error (injected)"),
+    ("ServiceUnavailable", 503, "Service unavailable (injected)"),
+)
+S3_FAULTS = (
+    ("SlowDown", 503, "Please reduce your request rate (injected)"),
+    ("InternalError", 500, "We encountered an internal error (injected)"),
+)
 
 
 class FaultInjector:
@@ -43,8 +47,15 @@ class FaultInjector:
             reasons = [{"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}]
             reasons += [{"Code": "None"}] * max(0, items - 1)
             self._record(f"{service}:TransactionConflict")
-            raise ClientError(_response("TransactionCanceledException", "Transaction cancelled (injected conflict)",
-                                        400, CancellationReasons=reasons), operation)
+            raise ClientError(
+                _response(
+                    "TransactionCanceledException",
+                    "Transaction cancelled (injected conflict)",
+                    400,
+                    CancellationReasons=reasons,
+                ),
+                operation,
+            )
         code, status, message = self.rng.choice(S3_FAULTS if service == "s3" else GENERIC)
         self._record(f"{service}:{code}")
         raise ClientError(_response(code, message, status), operation)

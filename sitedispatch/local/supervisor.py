@@ -63,9 +63,14 @@ class LocalRuntime:
         log = self.workdir / f"{name}.log"
         handle = log.open("ab")
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen([self.python, "-m", "sitedispatch", *args], stdout=handle,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [self.python, "-m", "sitedispatch", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            start_new_session=True,
+        )
         handle.close()
         child = Child(name, process, log)
         self.children.append(child)
@@ -92,8 +97,9 @@ class LocalRuntime:
         log = self.workdir / f"{name}.log"
         return log.stat().st_size if log.exists() else 0
 
-    def start_cloud(self, port: int = 0, function_timeout_s: int | None = None,
-                    policy: dict[str, Any] | None = None) -> dict[str, str]:
+    def start_cloud(
+        self, port: int = 0, function_timeout_s: int | None = None, policy: dict[str, Any] | None = None
+    ) -> dict[str, str]:
         args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
         if function_timeout_s:
             args += ["--function-timeout", str(function_timeout_s)]
@@ -105,20 +111,30 @@ class LocalRuntime:
         self.env = dict(ready["env"])
         return self.env
 
-    def start_worker(self, queue: str = "operations", concurrency: int = 1, name: str | None = None,
-                     extra: list[str] | None = None, env: dict[str, str] | None = None) -> Child:
+    def start_worker(
+        self,
+        queue: str = "operations",
+        concurrency: int = 1,
+        name: str | None = None,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Child:
         [child] = self.start_workers([(queue, concurrency, name, extra, env)])
         return child
 
-    def start_workers(self, specs: list[tuple[str, int, str | None, list[str] | None, dict[str, str] | None]]
-                      ) -> list[Child]:
+    def start_workers(
+        self, specs: list[tuple[str, int, str | None, list[str] | None, dict[str, str] | None]]
+    ) -> list[Child]:
         """Start several workers at once and wait until all are ready (they warm up in parallel)."""
         started = []
         for queue, concurrency, name, extra, env in specs:
             name = name or f"worker-{queue}-{sum(c.name.startswith(f'worker-{queue}') for c in self.children)}"
             offset = self._log_offset(name)
-            child = self._spawn(name, ["local", "worker", "--queue", queue, "--concurrency", str(concurrency),
-                                       *(extra or [])], {**self.env, **(env or {})})
+            child = self._spawn(
+                name,
+                ["local", "worker", "--queue", queue, "--concurrency", str(concurrency), *(extra or [])],
+                {**self.env, **(env or {})},
+            )
             started.append((child, offset))
         for child, offset in started:
             self._await_ready(child, offset)

@@ -6,9 +6,11 @@ import random
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-_TEXT = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore "
-         "magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex ea commodo "
-         "consequat duis aute irure in reprehenderit voluptate velit esse cillum fugiat nulla pariatur")
+_TEXT = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore "
+    "magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex ea commodo "
+    "consequat duis aute irure in reprehenderit voluptate velit esse cillum fugiat nulla pariatur"
+)
 WORDS = tuple(_TEXT.split())
 
 HEADER = """<?xml version="1.0" encoding="UTF-8"?>
@@ -25,8 +27,16 @@ xmlns:wp="http://wordpress.org/export/1.2/">
 """
 
 
-def write_wxr(path: Path, *, posts: int | None = None, target_bytes: int | None = None, seed: int = 1,
-              paragraphs: int = 6, categories: int = 20, tags: int = 50) -> dict[str, int]:
+def write_wxr(
+    path: Path,
+    *,
+    posts: int | None = None,
+    target_bytes: int | None = None,
+    seed: int = 1,
+    paragraphs: int = 6,
+    categories: int = 20,
+    tags: int = 50,
+) -> dict[str, int]:
     """Write posts until `posts` are written or the file reaches `target_bytes`. Returns counts."""
     rng = random.Random(seed)
     written = 0
@@ -34,12 +44,15 @@ def write_wxr(path: Path, *, posts: int | None = None, target_bytes: int | None 
     with path.open("w", encoding="utf-8") as fh:
         fh.write(HEADER)
         for n in range(categories):
-            fh.write(f"<wp:category><wp:category_nicename>topic-{n}</wp:category_nicename>"
-                     f"<wp:cat_name><![CDATA[Topic {n}]]></wp:cat_name></wp:category>\n")
+            fh.write(
+                f"<wp:category><wp:category_nicename>topic-{n}</wp:category_nicename>"
+                f"<wp:cat_name><![CDATA[Topic {n}]]></wp:cat_name></wp:category>\n"
+            )
         while (posts is None or written < posts) and (target_bytes is None or size < target_bytes):
             written += 1
-            body = "\n".join(f"<p>{' '.join(rng.choice(WORDS) for _ in range(rng.randint(40, 90)))}</p>"
-                             for _ in range(paragraphs))
+            body = "\n".join(
+                f"<p>{' '.join(rng.choice(WORDS) for _ in range(rng.randint(40, 90)))}</p>" for _ in range(paragraphs)
+            )
             title = " ".join(rng.choice(WORDS) for _ in range(5)).capitalize()
             day = 1 + written % 28
             item = (

@@ -73,17 +73,18 @@ class LocalWordPress:
     def __enter__(self) -> LocalWordPress:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- processes -------------------------------------------------------------------------------------------------
 
-    def _spawn(self, argv: list[str], log_name: str, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, argv: list[str], log_name: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / log_name, "ab")  # noqa: SIM115 (the child owns it)
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                   start_new_session=True)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
         log.close()
         self._processes.append(process)
         return process
@@ -108,13 +109,35 @@ class LocalWordPress:
         fresh = not data.exists()
         data.mkdir(parents=True, exist_ok=True)
         if fresh:
-            subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                            "--auth-root-authentication-method=normal", "--skip-test-db"],
-                           check=True, capture_output=True, timeout=60)
+            subprocess.run(
+                [
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    f"--datadir={data}",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
         self.db_port = free_port()
-        self._spawn(["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={data}/mysql.sock",
-                     f"--port={self.db_port}", "--bind-address=127.0.0.1", "--user=root", "--skip-log-bin",
-                     "--skip-name-resolve", f"--pid-file={data}/mariadbd.pid"], "mariadb.log")
+        self._spawn(
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={data}",
+                f"--socket={data}/mysql.sock",
+                f"--port={self.db_port}",
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--skip-log-bin",
+                "--skip-name-resolve",
+                f"--pid-file={data}/mariadbd.pid",
+            ],
+            "mariadb.log",
+        )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while self._sql("SELECT 1", check=False) != 0:
             if time.monotonic() > deadline:
@@ -122,8 +145,18 @@ class LocalWordPress:
             time.sleep(0.1)
 
     def _sql(self, statement: str, check: bool = True) -> int:
-        result = subprocess.run(["mariadb", "--no-defaults", f"--socket={self.workdir / 'mariadb' / 'mysql.sock'}",
-                                 "-uroot", "-e", statement], capture_output=True, timeout=30)
+        result = subprocess.run(
+            [
+                "mariadb",
+                "--no-defaults",
+                f"--socket={self.workdir / 'mariadb' / 'mysql.sock'}",
+                "-uroot",
+                "-e",
+                statement,
+            ],
+            capture_output=True,
+            timeout=30,
+        )
         if check and result.returncode != 0:
             raise RuntimeError(f"SQL failed: {result.stderr.decode(errors='replace').strip()}")
         return result.returncode
@@ -144,16 +177,26 @@ class LocalWordPress:
         database = "wp_" + name.replace("-", "_")
         # A fresh site, also in a work directory kept from an earlier run (the demo's): its database goes with its
         # files, and the user gets this run's password (an earlier run's would make WordPress refuse to connect).
-        self._sql(f"DROP DATABASE IF EXISTS `{database}`; CREATE DATABASE `{database}` CHARACTER SET utf8mb4; "
-                  f"CREATE USER IF NOT EXISTS 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
-                  f"ALTER USER 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
-                  f"GRANT ALL ON `{database}`.* TO 'wordpress'@'127.0.0.1'")
+        self._sql(
+            f"DROP DATABASE IF EXISTS `{database}`; CREATE DATABASE `{database}` CHARACTER SET utf8mb4; "
+            f"CREATE USER IF NOT EXISTS 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
+            f"ALTER USER 'wordpress'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
+            f"GRANT ALL ON `{database}`.* TO 'wordpress'@'127.0.0.1'"
+        )
         (directory / "wp-config.php").write_text(self._config(database, url))
         env = {**os.environ, "PHP_CLI_SERVER_WORKERS": str(PHP_WORKERS), "SITEDISPATCH_WP_HOME": url}
-        self._spawn(["php", "-S", f"127.0.0.1:{port}", "-t", str(directory), str(ROUTER_SCRIPT)],
-                    f"php-{name}.log", env=env, cwd=directory)
-        installed = subprocess.run(["php", str(INSTALL_SCRIPT), str(directory), title or name,
-                                    f"admin@{name}.example"], capture_output=True, env=env, timeout=120)
+        self._spawn(
+            ["php", "-S", f"127.0.0.1:{port}", "-t", str(directory), str(ROUTER_SCRIPT)],
+            f"php-{name}.log",
+            env=env,
+            cwd=directory,
+        )
+        installed = subprocess.run(
+            ["php", str(INSTALL_SCRIPT), str(directory), title or name, f"admin@{name}.example"],
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
         if installed.returncode != 0:
             raise RuntimeError(f"installing {name} failed: {installed.stderr.decode(errors='replace')[-2000:]}")
         output = installed.stdout.decode(errors="replace").strip()
@@ -164,8 +207,9 @@ class LocalWordPress:
         credential = self.workdir / "credentials" / f"{name}.json"
         credential.parent.mkdir(parents=True, exist_ok=True)
         credential.touch(mode=0o600)
-        credential.write_text(json.dumps({"user": answer["user"],
-                                          "application_password": answer["application_password"]}))
+        credential.write_text(
+            json.dumps({"user": answer["user"], "application_password": answer["application_password"]})
+        )
         self._wait_http(url)
         site = WordPressSite(name, url, directory, credential)
         self.sites[name] = site
@@ -174,17 +218,29 @@ class LocalWordPress:
     def run_php(self, site: WordPressSite, code: str) -> str:
         """Run PHP inside a site (WordPress loaded): what an administrator's shell would do. Returns stdout."""
         script = self.workdir / f"run-{site.name}.php"
-        script.write_text(f"<?php\n$_SERVER['HTTP_HOST'] = '{site.url.split('://', 1)[1]}';\n"
-                          f"require '{site.directory}/wp-load.php';\n{code}\n")
+        script.write_text(
+            f"<?php\n$_SERVER['HTTP_HOST'] = '{site.url.split('://', 1)[1]}';\n"
+            f"require '{site.directory}/wp-load.php';\n{code}\n"
+        )
         result = subprocess.run(["php", str(script)], capture_output=True, timeout=60)
         if result.returncode != 0:
             raise RuntimeError(f"PHP in {site.name} failed: {(result.stdout + result.stderr).decode()[-2000:]}")
         return result.stdout.decode()
 
     def _config(self, database: str, url: str) -> str:
-        salts = "\n".join(f"define('{key}', '{secrets.token_hex(32)}');" for key in (
-            "AUTH_KEY", "SECURE_AUTH_KEY", "LOGGED_IN_KEY", "NONCE_KEY", "AUTH_SALT", "SECURE_AUTH_SALT",
-            "LOGGED_IN_SALT", "NONCE_SALT"))
+        salts = "\n".join(
+            f"define('{key}', '{secrets.token_hex(32)}');"
+            for key in (
+                "AUTH_KEY",
+                "SECURE_AUTH_KEY",
+                "LOGGED_IN_KEY",
+                "NONCE_KEY",
+                "AUTH_SALT",
+                "SECURE_AUTH_SALT",
+                "LOGGED_IN_SALT",
+                "NONCE_SALT",
+            )
+        )
         return f"""<?php
 // Written by `sitedispatch local wordpress up`.
 define('DB_NAME', '{database}');

@@ -63,8 +63,10 @@ def running_slot(settings: Settings, op: Operation) -> Slot:
 
 def quota_bounds(principal: str, quota: Quota | None) -> dict[str, int | None]:
     """The counters a principal's quota bounds, and the maximum it puts on each (None: the deployment's)."""
-    return {principal_counter(principal): quota.max_outstanding if quota else None,
-            **{running_counter(lane, principal): quota.max_running if quota else None for lane in operation_lanes()}}
+    return {
+        principal_counter(principal): quota.max_outstanding if quota else None,
+        **{running_counter(lane, principal): quota.max_running if quota else None for lane in operation_lanes()},
+    }
 
 
 def counters_for(op: Operation) -> tuple[str, ...]:
@@ -98,8 +100,12 @@ def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
     """The deployment's limits (a store applies an operator's quota kept on a counter instead, see QuotaStore)."""
     return (
         Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
-        Limit(principal_counter(op.principal), settings.max_outstanding_per_principal, "principal",
-              settings.max_running_per_principal),
+        Limit(
+            principal_counter(op.principal),
+            settings.max_outstanding_per_principal,
+            "principal",
+            settings.max_running_per_principal,
+        ),
         Limit(site_counter(op.site_id), settings.max_queued_per_site, "site", 1),
     )
 
@@ -122,6 +128,9 @@ def backpressure(limit: Limit, full: LimitReached, operation_seconds: float) -> 
     return Backpressure(
         f"{limit.name} limit reached: {value} of {full.maximum} outstanding operations; retry in about "
         f"{retry_after:g}s (work queued now would wait about {estimated:g}s)",
-        limit=limit.name, value=value, maximum=full.maximum, retry_after_s=retry_after,
+        limit=limit.name,
+        value=value,
+        maximum=full.maximum,
+        retry_after_s=retry_after,
         estimated_delay_s=estimated,
     )

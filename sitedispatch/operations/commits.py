@@ -14,20 +14,43 @@ def prepare_commit(op: Operation, site: Site, lease: Lease, mutation: Mutation, 
     """The commit record (version = head + 1, under our fence), the publication it asks for (its outbox row), the
     operation's result, the counters and running slot it releases, and the site's updated pace and due time."""
     commit = Commit(
-        operation_id=op.operation_id, site_id=op.site_id, kind=op.kind, version=site.head_version + 1,
-        revision_id=mutation.revision_id, parent_revision=site.head_revision, fence=lease.fence,
-        committed_at=now, summary=mutation.summary,
+        operation_id=op.operation_id,
+        site_id=op.site_id,
+        kind=op.kind,
+        version=site.head_version + 1,
+        revision_id=mutation.revision_id,
+        parent_revision=site.head_revision,
+        fence=lease.fence,
+        committed_at=now,
+        summary=mutation.summary,
     )
-    publication = Publication(
-        site_id=op.site_id, seq=commit.version, revision_id=mutation.publish_revision or mutation.revision_id,
-        operation_id=op.operation_id, status=PublicationStatus.PENDING, created_at=now,
-    ) if mutation.publish else None
+    publication = (
+        Publication(
+            site_id=op.site_id,
+            seq=commit.version,
+            revision_id=mutation.publish_revision or mutation.revision_id,
+            operation_id=op.operation_id,
+            status=PublicationStatus.PENDING,
+            created_at=now,
+        )
+        if mutation.publish
+        else None
+    )
     result: dict[str, object] = {"version": commit.version, "revision_id": mutation.revision_id}
     if publication:
         result["publication"] = {"seq": publication.seq, "revision_id": publication.revision_id}
     took = now - (op.started_at or now)
-    average = took if site.avg_operation_s is None else (
-        AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
-    return PreparedCommit(commit=commit, lease=lease, expected_version=site.head_version, result=result,
-                          publication=publication, counters=counters_for(op), avg_operation_s=round(average, 3),
-                          slot=op.running_slot, next_due_at=mutation.next_due_at)
+    average = (
+        took if site.avg_operation_s is None else (AVERAGE_WEIGHT * took + (1 - AVERAGE_WEIGHT) * site.avg_operation_s)
+    )
+    return PreparedCommit(
+        commit=commit,
+        lease=lease,
+        expected_version=site.head_version,
+        result=result,
+        publication=publication,
+        counters=counters_for(op),
+        avg_operation_s=round(average, 3),
+        slot=op.running_slot,
+        next_due_at=mutation.next_due_at,
+    )

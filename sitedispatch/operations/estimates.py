@@ -44,20 +44,27 @@ WAITING = (Status.ACCEPTED, Status.QUEUED)
 LISTED = 1000  # operations read per status for an estimate (an estimate, not an inventory)
 
 
-def estimated_delay_for(op: Operation, operations: OperationStore, sites: SiteStore, pace: Pace,
-                        settings: Settings, now: float) -> DelayEstimate:
+def estimated_delay_for(
+    op: Operation, operations: OperationStore, sites: SiteStore, pace: Pace, settings: Settings, now: float
+) -> DelayEstimate:
     """For a waiting operation: the larger of the site bound and the principal bound (see DelayEstimate)."""
     site_s = operation_seconds(sites, op.site_id, settings.default_operation_s)
     lane = lane_for(op.kind)
     _, principal_s = principal_operation_s(pace, lane, op.principal, now, site_s)
     if op.status.terminal or op.status == Status.RUNNING:
         return DelayEstimate(0.0, "site", 0, site_s, 0, principal_s)
-    site_ahead = sum(1 for other in operations.list(site_id=op.site_id, limit=LISTED)
-                     if other.created_at < op.created_at and not other.status.terminal)
+    site_ahead = sum(
+        1
+        for other in operations.list(site_id=op.site_id, limit=LISTED)
+        if other.created_at < op.created_at and not other.status.terminal
+    )
     running = operations.counter(running_counter(lane, op.principal))
-    waiting_ahead = sum(1 for status in WAITING for other in operations.list(status=status, limit=LISTED)
-                        if other.principal == op.principal and lane_for(other.kind) == lane
-                        and other.created_at < op.created_at)
+    waiting_ahead = sum(
+        1
+        for status in WAITING
+        for other in operations.list(status=status, limit=LISTED)
+        if other.principal == op.principal and lane_for(other.kind) == lane and other.created_at < op.created_at
+    )
     principal_ahead = running + waiting_ahead
     by_site = estimated_wait_s(site_ahead, site_s)
     by_principal = estimated_wait_s(principal_ahead, principal_s, settings.max_running_per_principal)

@@ -32,11 +32,15 @@ def recovery_for(op: Operation, error: ErrorInfo) -> tuple[str, str]:
     redrive = f"sitedispatch dlq redrive --operation {op.operation_id}"
     if error.code in INPUT_ERROR_CODES:
         what = "the WXR file" if op.kind == Kind.IMPORT else "the JSON input"
-        return (f"{redrive} --input-file FIXED_INPUT",
-                f"the input is invalid ({error.code}): fix {what}, then redrive with it (same operation, new epoch)")
+        return (
+            f"{redrive} --input-file FIXED_INPUT",
+            f"the input is invalid ({error.code}): fix {what}, then redrive with it (same operation, new epoch)",
+        )
     if error.code in NOT_READY_CODES:
-        return (f"sitedispatch submit provision --site {op.site_id} --as {op.principal} && {redrive}",
-                "the site is not provisioned: provision it, then redrive")
+        return (
+            f"sitedispatch submit provision --site {op.site_id} --as {op.principal} && {redrive}",
+            "the site is not provisioned: provision it, then redrive",
+        )
     if error.code == "already_provisioned":
         return ("none", "the site is already provisioned: nothing to recover")
     return (redrive, "retry in a new attempt epoch once the cause (see error) is fixed or has passed")
@@ -81,21 +85,52 @@ class Evidence:
         return data
 
 
-def build_evidence(op: Operation, error: ErrorInfo, *, fence: int | None, revision: str | None, now: float,
-                   request_id: str, lane: str, exc: BaseException | None = None) -> Evidence:
+def build_evidence(
+    op: Operation,
+    error: ErrorInfo,
+    *,
+    fence: int | None,
+    revision: str | None,
+    now: float,
+    request_id: str,
+    lane: str,
+    exc: BaseException | None = None,
+) -> Evidence:
     frames = traceback.format_exception(exc)[-TRACEBACK_FRAMES:] if exc is not None else []
     # The digest ignores line numbers' surroundings: the same failure at the same place gives the same digest.
-    where = [f"{f.filename.rsplit('/', 1)[-1]}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)] \
-        if exc is not None and exc.__traceback__ is not None else []
-    digest = hashlib.sha256(f"{type(exc).__name__}|{'|'.join(where)}".encode()).hexdigest()[:16] \
-        if exc is not None else None
+    where = (
+        [f"{f.filename.rsplit('/', 1)[-1]}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)]
+        if exc is not None and exc.__traceback__ is not None
+        else []
+    )
+    digest = (
+        hashlib.sha256(f"{type(exc).__name__}|{'|'.join(where)}".encode()).hexdigest()[:16] if exc is not None else None
+    )
     command, recovery = recovery_for(op, error)
     return Evidence(
-        operation_id=op.operation_id, site_id=op.site_id, kind=op.kind.value, principal=op.principal,
-        epoch=op.epoch, attempt=op.attempt, attempt_budget=op.attempt_budget, fence=fence,
-        input_key=op.input_key, input_digest=op.input_digest, revision=revision, error_class=error.error_class,
-        error_code=error.code, error_message=error.message, retryable=error.retryable,
-        traceback_digest=digest, traceback=[line.rstrip() for line in frames], created_at=op.created_at,
-        started_at=op.started_at, dead_at=now, request_id=request_id, lane=lane, recovery_command=command,
-        recovery=recovery, key=evidence_key(op),
+        operation_id=op.operation_id,
+        site_id=op.site_id,
+        kind=op.kind.value,
+        principal=op.principal,
+        epoch=op.epoch,
+        attempt=op.attempt,
+        attempt_budget=op.attempt_budget,
+        fence=fence,
+        input_key=op.input_key,
+        input_digest=op.input_digest,
+        revision=revision,
+        error_class=error.error_class,
+        error_code=error.code,
+        error_message=error.message,
+        retryable=error.retryable,
+        traceback_digest=digest,
+        traceback=[line.rstrip() for line in frames],
+        created_at=op.created_at,
+        started_at=op.started_at,
+        dead_at=now,
+        request_id=request_id,
+        lane=lane,
+        recovery_command=command,
+        recovery=recovery,
+        key=evidence_key(op),
     )

@@ -84,16 +84,26 @@ class Submitter:
             if not connection.endpoint or not ENDPOINT_PATTERN.match(connection.endpoint):
                 raise InvalidInput("a WordPress site needs --url http(s)://host[:port][/path]", field="url")
             if not connection.credential_ref:
-                raise InvalidInput("a WordPress site needs --credential (file:///path.json or a Secrets Manager "
-                                   "secret)", field="credential")
+                raise InvalidInput(
+                    "a WordPress site needs --credential (file:///path.json or a Secrets Manager secret)",
+                    field="credential",
+                )
             check_reference(connection.credential_ref)
             connection = replace(connection, endpoint=connection.endpoint.rstrip("/"))
         site = self.d.sites.register(site_id, principal, self.d.clock.now(), connection)
         obs.logger.info("site registered", extra={"site_id": site_id, "driver": connection.driver})
         return site
 
-    def submit(self, *, kind: str, site_id: str, principal: str, params: dict[str, Any],
-               idempotency_key: str | None = None, raw_size: int | None = None) -> Submitted:
+    def submit(
+        self,
+        *,
+        kind: str,
+        site_id: str,
+        principal: str,
+        params: dict[str, Any],
+        idempotency_key: str | None = None,
+        raw_size: int | None = None,
+    ) -> Submitted:
         """Accept one operation, or refuse it before anything is written."""
         d = self.d
         kind_enum = _parse_kind(kind)
@@ -114,9 +124,17 @@ class Submitter:
         d.sites.register(site_id, principal, now)
         d.blobs.put_if_absent(input_key(site_id, digest), body)
         op = Operation(
-            operation_id=operation_id, site_id=site_id, principal=principal, kind=kind_enum,
-            status=Status.ACCEPTED, input_key=input_key(site_id, digest), input_digest=digest,
-            idempotency_key=key, created_at=now, updated_at=now, attempt_budget=d.settings.attempt_budget,
+            operation_id=operation_id,
+            site_id=site_id,
+            principal=principal,
+            kind=kind_enum,
+            status=Status.ACCEPTED,
+            input_key=input_key(site_id, digest),
+            input_digest=digest,
+            idempotency_key=key,
+            created_at=now,
+            updated_at=now,
+            attempt_budget=d.settings.attempt_budget,
         )
         limits = limits_for(d.settings, op)
         try:
@@ -146,12 +164,14 @@ class Submitter:
         body = payload.canonical_bytes()
         size = max(len(body), raw_size or 0)
         if size > self.d.settings.max_input_bytes:
-            raise InvalidInput(f"input is {size} bytes, over the {self.d.settings.max_input_bytes}-byte limit",
-                               field="input")
+            raise InvalidInput(
+                f"input is {size} bytes, over the {self.d.settings.max_input_bytes}-byte limit", field="input"
+            )
         return body, sha256_hex(body)
 
-    def store_input(self, kind: Kind, site_id: str, params: dict[str, Any], raw_size: int | None = None
-                    ) -> tuple[str, str]:
+    def store_input(
+        self, kind: Kind, site_id: str, params: dict[str, Any], raw_size: int | None = None
+    ) -> tuple[str, str]:
         """Validate and store a replacement input (a redrive with a corrected input): (key, digest)."""
         body, digest = self._validated(kind, params, raw_size)
         self.d.blobs.put_if_absent(input_key(site_id, digest), body)
@@ -171,8 +191,9 @@ class Submitter:
         except OSError as exc:
             raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
         if size > self.d.settings.max_upload_bytes:
-            raise InvalidInput(f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit",
-                               field="input-file")
+            raise InvalidInput(
+                f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit", field="input-file"
+            )
         key = upload_key(site_id, digest.hexdigest())
         with path.open("rb") as fh:
             self.d.blobs.put_if_absent(key, fh, "application/xml")
@@ -183,7 +204,8 @@ class Submitter:
         if existing.input_digest != digest:
             raise IdempotencyConflict(
                 f"idempotency key already used by {existing.operation_id} with a different input "
-                f"(digest {existing.input_digest[:12]}…, this input {digest[:12]}…)")
+                f"(digest {existing.input_digest[:12]}…, this input {digest[:12]}…)"
+            )
         return Submitted(existing, created=False)
 
 

@@ -61,7 +61,6 @@ SUPERSEDABLE = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer one does every
 SUPERSESSION_SCAN = 50
 
 
-
 @dataclass
 class WorkerDeps:
     settings: Settings
@@ -109,8 +108,9 @@ class OperationsWorker:
         not_now = self._not_now(op, site, message, visibility, now)
         return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
 
-    def _not_now(self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
-                 ) -> Result | None:
+    def _not_now(
+        self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+    ) -> Result | None:
         """A delivery that must not run now: a paused site, a newer operation that supersedes it, a backoff."""
         if site.paused:
             # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
@@ -123,8 +123,9 @@ class OperationsWorker:
             return self._defer(visibility, op.not_before - now, "backoff_pending")
         return None
 
-    def _claim_and_run(self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
-                       ) -> Result:
+    def _claim_and_run(
+        self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+    ) -> Result:
         """Claim the site's lease (fence + 1), spend an attempt under it, and run the kind's handler."""
         d = self.d
         try:
@@ -143,8 +144,11 @@ class OperationsWorker:
             # The principal already runs its share of this lane: give the environment to someone else.
             d.sites.release_lease(lease)
             obs.count("PrincipalRunningCapDeferred")
-            return self._defer(visibility, min(site.avg_operation_s or d.settings.defer_max_s,
-                                               d.settings.defer_max_s), "principal_running_cap")
+            return self._defer(
+                visibility,
+                min(site.avg_operation_s or d.settings.defer_max_s, d.settings.defer_max_s),
+                "principal_running_cap",
+            )
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
         except Exception as exc:
@@ -162,8 +166,7 @@ class OperationsWorker:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
         return self._run(op, site, lease, message, visibility)
 
-    def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility
-             ) -> Result:
+    def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
         d = self.d
         handler = d.handlers.get(op.kind)
         try:
@@ -171,8 +174,18 @@ class OperationsWorker:
                 raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
             payload = load_input(op.kind, d.blobs.get(op.input_key))
             driver = driver_for(d.drivers, site)
-            ctx = HandlerContext(site=site, operation=op, lease=lease, payload=payload, settings=d.settings,
-                                 clock=d.clock, blobs=d.blobs, sites=d.sites, visibility=visibility, driver=driver)
+            ctx = HandlerContext(
+                site=site,
+                operation=op,
+                lease=lease,
+                payload=payload,
+                settings=d.settings,
+                clock=d.clock,
+                blobs=d.blobs,
+                sites=d.sites,
+                visibility=visibility,
+                driver=driver,
+            )
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
@@ -237,10 +250,16 @@ class OperationsWorker:
 
     def _supersede(self, op: Operation, newer: Operation, message: QueueMessage) -> Result:
         try:
-            self.d.operations.end(op.operation_id, Status.SUPERSEDED, self.d.clock.now(), counters_for(op),
-                                  from_statuses=(Status.ACCEPTED, Status.QUEUED),
-                                  reason=f"superseded by {newer.operation_id}", superseded_by=newer.operation_id,
-                                  slot=op.running_slot)
+            self.d.operations.end(
+                op.operation_id,
+                Status.SUPERSEDED,
+                self.d.clock.now(),
+                counters_for(op),
+                from_statuses=(Status.ACCEPTED, Status.QUEUED),
+                reason=f"superseded by {newer.operation_id}",
+                superseded_by=newer.operation_id,
+                slot=op.running_slot,
+            )
         except NotRunnable:
             return self._ack("supersede_race", message)
         obs.count("OperationSuperseded")
@@ -251,21 +270,43 @@ class OperationsWorker:
         """A cancel was recorded while the operation was running: it ends cancelled and commits nothing."""
         self.d.sites.release_lease(lease)
         try:
-            self.d.operations.end(op.operation_id, Status.CANCELLED, self.d.clock.now(), counters_for(op),
-                                  from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
-                                  reason=op.cancel_requested or "cancelled", slot=op.running_slot)
+            self.d.operations.end(
+                op.operation_id,
+                Status.CANCELLED,
+                self.d.clock.now(),
+                counters_for(op),
+                from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
+                reason=op.cancel_requested or "cancelled",
+                slot=op.running_slot,
+            )
         except NotRunnable:
             return self._ack("cancel_race", message)
         obs.count("OperationCancelled")
         return Result(Outcome.ACKED, "cancelled")
 
-    def _retry(self, op: Operation, fence: int, error: ErrorInfo, message: QueueMessage,
-               visibility: Visibility, exc: BaseException) -> Result:
+    def _retry(
+        self,
+        op: Operation,
+        fence: int,
+        error: ErrorInfo,
+        message: QueueMessage,
+        visibility: Visibility,
+        exc: BaseException,
+    ) -> Result:
         d = self.d
         if op.attempt >= op.attempt_budget:
-            return self._dead(op, fence, ErrorInfo(error.error_class, error.code,
-                                                   f"attempt budget {op.attempt_budget} spent; last error: "
-                                                   f"{error.message}", False), message, exc)
+            return self._dead(
+                op,
+                fence,
+                ErrorInfo(
+                    error.error_class,
+                    error.code,
+                    f"attempt budget {op.attempt_budget} spent; last error: {error.message}",
+                    False,
+                ),
+                message,
+                exc,
+            )
         self._count_failure(op, error)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         if d.retry_budget.exhausted(d.clock.now()):
@@ -284,14 +325,23 @@ class OperationsWorker:
 
     def _count_failure(self, op: Operation, error: ErrorInfo) -> None:
         """Site health: N failed attempts in a row pause the site, so one broken site stops consuming attempts."""
-        site = self.d.sites.record_failure(op.site_id, self.d.settings.auto_pause_failures,
-                                           f"{self.d.settings.auto_pause_failures} consecutive failures; last: "
-                                           f"{op.kind.value} {op.operation_id} {error.code}")
+        site = self.d.sites.record_failure(
+            op.site_id,
+            self.d.settings.auto_pause_failures,
+            f"{self.d.settings.auto_pause_failures} consecutive failures; last: "
+            f"{op.kind.value} {op.operation_id} {error.code}",
+        )
         if site.paused:
             obs.count("SiteAutoPaused")
 
-    def _dead(self, op: Operation, fence: int | None, error: ErrorInfo, message: QueueMessage,
-              exc: BaseException | None = None) -> Result:
+    def _dead(
+        self,
+        op: Operation,
+        fence: int | None,
+        error: ErrorInfo,
+        message: QueueMessage,
+        exc: BaseException | None = None,
+    ) -> Result:
         """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
         transition carrying its compact copy, then the DLQ message carrying its key."""
         d = self.d
@@ -299,23 +349,44 @@ class OperationsWorker:
             self._count_failure(op, error)
         site = d.sites.get(op.site_id)
         lane = lane_for(op.kind)
-        evidence = build_evidence(op, error, fence=fence, revision=site.head_revision if site else None,
-                                  now=d.clock.now(), request_id=self.request_id, lane=lane, exc=exc)
+        evidence = build_evidence(
+            op,
+            error,
+            fence=fence,
+            revision=site.head_revision if site else None,
+            now=d.clock.now(),
+            request_id=self.request_id,
+            lane=lane,
+            exc=exc,
+        )
         d.blobs.put_if_absent(evidence.key, evidence.document())
         try:
-            d.operations.mark_dead(op.operation_id, fence, error, d.clock.now(), counters_for(op),
-                                   slot=op.running_slot, evidence=evidence.row())
+            d.operations.mark_dead(
+                op.operation_id,
+                fence,
+                error,
+                d.clock.now(),
+                counters_for(op),
+                slot=op.running_slot,
+                evidence=evidence.row(),
+            )
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
         d.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
         obs.count("OperationDead")
-        obs.logger.error("operation dead", extra={"error_class": error.error_class, "error_code": error.code,
-                                                  "error": error.message, "evidence": evidence.key,
-                                                  "recovery": evidence.recovery_command})
+        obs.logger.error(
+            "operation dead",
+            extra={
+                "error_class": error.error_class,
+                "error_code": error.code,
+                "error": error.message,
+                "evidence": evidence.key,
+                "recovery": evidence.recovery_command,
+            },
+        )
         return Result(Outcome.DEAD, error.code)
 
-    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility
-                      ) -> Result:
+    def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
         """start_attempt refused: terminal meanwhile, a concurrent delivery started a newer attempt, or the budget is
         spent (crash loop)."""
         d = self.d
@@ -327,9 +398,13 @@ class OperationsWorker:
             return self._defer(visibility, d.settings.defer_max_s, "lease_lost:newer_attempt")
         if op.attempt < op.attempt_budget:
             return self._defer(visibility, 1.0, "attempt_race")
-        error = ErrorInfo("AttemptsExhausted", "attempts_exhausted",
-                          f"attempt budget {op.attempt_budget} spent without a commit (each attempt's process "
-                          "ended before it could record an outcome: a crash, a timeout or a kill)", False)
+        error = ErrorInfo(
+            "AttemptsExhausted",
+            "attempts_exhausted",
+            f"attempt budget {op.attempt_budget} spent without a commit (each attempt's process "
+            "ended before it could record an outcome: a crash, a timeout or a kill)",
+            False,
+        )
         return self._dead(op, None, error, message)
 
     def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
@@ -346,13 +421,20 @@ class OperationsWorker:
 
 def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:
     """What a DLQ message carries besides the operation id: enough to filter and to find the evidence."""
-    return {"operation_id": op.operation_id, "site_id": op.site_id, "kind": op.kind.value,
-            "principal": op.principal, "epoch": str(op.epoch), "attempt": str(op.attempt),
-            "input_digest": op.input_digest, "error_code": evidence.error_code, "evidence_key": evidence.key}
+    return {
+        "operation_id": op.operation_id,
+        "site_id": op.site_id,
+        "kind": op.kind.value,
+        "principal": op.principal,
+        "epoch": str(op.epoch),
+        "attempt": str(op.attempt),
+        "input_digest": op.input_digest,
+        "error_code": evidence.error_code,
+        "evidence_key": evidence.key,
+    }
 
 
 def _describe(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
-

@@ -77,11 +77,13 @@ class DeadLetterFilter:
         evidence = op.evidence or {}
         age = now - (op.finished_at or op.updated_at)
         code = evidence.get("error_code") or (op.error.code if op.error else None)
-        return ((self.site_id is None or op.site_id == self.site_id)
-                and (self.kind is None or op.kind.value == self.kind)
-                and (self.error_code is None or code == self.error_code)
-                and (self.older_than_s is None or age >= self.older_than_s)
-                and (self.newer_than_s is None or age <= self.newer_than_s))
+        return (
+            (self.site_id is None or op.site_id == self.site_id)
+            and (self.kind is None or op.kind.value == self.kind)
+            and (self.error_code is None or code == self.error_code)
+            and (self.older_than_s is None or age >= self.older_than_s)
+            and (self.newer_than_s is None or age <= self.newer_than_s)
+        )
 
 
 @dataclass
@@ -125,8 +127,9 @@ class Controls:
     def operation(self, caller: Caller, operation_id: str) -> Operation:
         return self._act(caller, None, operation_id, None)
 
-    def operations(self, caller: Caller, *, site_id: str | None = None, status: Status | None = None,
-                   limit: int = 100) -> list[Operation]:
+    def operations(
+        self, caller: Caller, *, site_id: str | None = None, status: Status | None = None, limit: int = 100
+    ) -> list[Operation]:
         if site_id is not None:
             self.site(caller, site_id)
         found = self.d.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
@@ -140,8 +143,9 @@ class Controls:
         self._authorize(caller, site.principal, f"site {site_id}", action=action, reason=reason, site_id=site_id)
         return site
 
-    def dead_letters(self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
-                     ) -> list[Operation]:
+    def dead_letters(
+        self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
+    ) -> list[Operation]:
         """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
         now = self.d.clock.now()
         dead = self.d.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
@@ -175,9 +179,17 @@ class Controls:
         self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
         return updated
 
-    def redrive(self, caller: Caller, *, operation_id: str | None = None, where: DeadLetterFilter | None = None,
-                dry_run: bool = False, new_input: tuple[str, str] | None = None, reason: str = "",
-                action: str = "redrive") -> RedriveReport:
+    def redrive(
+        self,
+        caller: Caller,
+        *,
+        operation_id: str | None = None,
+        where: DeadLetterFilter | None = None,
+        dry_run: bool = False,
+        new_input: tuple[str, str] | None = None,
+        reason: str = "",
+        action: str = "redrive",
+    ) -> RedriveReport:
         """Put dead operations back in their lane in a new attempt epoch and remove their DLQ messages.
 
         By operation, or every dead operation matching `where` (by site, by error code, or all). Idempotent: an
@@ -187,8 +199,9 @@ class Controls:
         if operation_id is not None:
             targets = [self._act(caller, action, operation_id, reason)]
         else:
-            targets = sorted(self.dead_letters(caller, where or DeadLetterFilter(), limit=DLQ_SCAN),
-                             key=lambda op: op.created_at)  # oldest first: a site's work keeps its order
+            targets = sorted(
+                self.dead_letters(caller, where or DeadLetterFilter(), limit=DLQ_SCAN), key=lambda op: op.created_at
+            )  # oldest first: a site's work keeps its order
         if new_input is not None and len(targets) != 1:
             raise Conflict("--input-file replaces the input of one operation: name it with --operation")
         revived: dict[str, int] = {}
@@ -196,8 +209,11 @@ class Controls:
             report.selected.append(op.operation_id)
             why_not = _not_redrivable(op)
             if why_not is not None:
-                (report.skipped if op.status in {Status.ACCEPTED, Status.QUEUED, Status.RUNNING, Status.SUCCEEDED}
-                 else report.refused)[op.operation_id] = why_not
+                (
+                    report.skipped
+                    if op.status in {Status.ACCEPTED, Status.QUEUED, Status.RUNNING, Status.SUCCEEDED}
+                    else report.refused
+                )[op.operation_id] = why_not
                 if not dry_run:
                     outcome = "skipped" if op.operation_id in report.skipped else "refused"
                     self._audit(caller, action, op, reason, outcome, why=why_not)
@@ -217,17 +233,27 @@ class Controls:
                 continue
             revived[op.operation_id] = op.epoch
             report.redriven.append(op.operation_id)
-            self._audit(caller, action, op, reason, "ok", epoch=op.epoch + 1,
-                        evidence=(op.evidence or {}).get("key"), input_replaced=new_input is not None)
+            self._audit(
+                caller,
+                action,
+                op,
+                reason,
+                "ok",
+                epoch=op.epoch + 1,
+                evidence=(op.evidence or {}).get("key"),
+                input_replaced=new_input is not None,
+            )
         if revived:
             report.dlq_messages_removed = self._remove_dead_letters(
                 {lane_for(op.kind) for op in targets if op.operation_id in revived},
-                lambda letter: revived.get(letter.attributes.get("operation_id", "")) == _epoch(letter))
+                lambda letter: revived.get(letter.attributes.get("operation_id", "")) == _epoch(letter),
+            )
         obs.count("OperationsRedriven", len(report.redriven))
         return report
 
-    def replay(self, caller: Caller, operation_id: str, new_input: tuple[str, str] | None = None,
-               reason: str = "") -> RedriveReport:
+    def replay(
+        self, caller: Caller, operation_id: str, new_input: tuple[str, str] | None = None, reason: str = ""
+    ) -> RedriveReport:
         """A dead operation whose DLQ message is gone (expired, purged, or never sent because the worker died
         between the dead transition and the send): the same requeue as a redrive, by operation."""
         return self.redrive(caller, operation_id=operation_id, new_input=new_input, reason=reason, action="replay")
@@ -241,8 +267,9 @@ class Controls:
         self._authorize(caller, principal, f"principal {principal}")
         return self._limits(principal)
 
-    def set_quota(self, caller: Caller, principal: str, *, max_outstanding: int | None, max_running: int | None,
-                  reason: str) -> PrincipalLimits:
+    def set_quota(
+        self, caller: Caller, principal: str, *, max_outstanding: int | None, max_running: int | None, reason: str
+    ) -> PrincipalLimits:
         """Override a principal's limits (operators only). Lowering one below what the principal already has
         outstanding or running refuses its new work until it drains; accepted work is never dropped."""
         self._operator_only(caller, "quota", principal, reason)
@@ -250,39 +277,57 @@ class Controls:
             raise InvalidInput("give --max-outstanding, --max-running or both", field="max_outstanding")
         for name, value in (("max_outstanding", max_outstanding), ("max_running", max_running)):
             if value is not None and not 1 <= value <= self.d.settings.max_outstanding_global:
-                raise InvalidInput(f"{name} must be between 1 and the global limit "
-                                   f"{self.d.settings.max_outstanding_global}, got {value}", field=name)
+                raise InvalidInput(
+                    f"{name} must be between 1 and the global limit "
+                    f"{self.d.settings.max_outstanding_global}, got {value}",
+                    field=name,
+                )
         before = self.d.quotas.get(principal)
         quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason)
         self.d.quotas.put(quota, quota_bounds(principal, quota))
-        self._record(caller, "quota", principal, None, reason, "ok",
-                     {"max_outstanding": max_outstanding, "max_running": max_running,
-                      "was": None if before is None else {"max_outstanding": before.max_outstanding,
-                                                          "max_running": before.max_running}})
+        self._record(
+            caller,
+            "quota",
+            principal,
+            None,
+            reason,
+            "ok",
+            {
+                "max_outstanding": max_outstanding,
+                "max_running": max_running,
+                "was": None
+                if before is None
+                else {"max_outstanding": before.max_outstanding, "max_running": before.max_running},
+            },
+        )
         return self._limits(principal)
 
     def clear_quota(self, caller: Caller, principal: str, reason: str) -> PrincipalLimits:
         """Back to the deployment's limits (operators only)."""
         self._operator_only(caller, "quota", principal, reason)
         existed = self.d.quotas.clear(principal, list(quota_bounds(principal, None)))
-        self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped",
-                     {"cleared": existed})
+        self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped", {"cleared": existed})
         return self._limits(principal)
 
     def _limits(self, principal: str) -> PrincipalLimits:
         settings, quota = self.d.settings, self.d.quotas.get(principal)
         return PrincipalLimits(
-            principal, quota, max_outstanding(settings, quota), max_running(settings, quota),
+            principal,
+            quota,
+            max_outstanding(settings, quota),
+            max_running(settings, quota),
             self.d.operations.counter(principal_counter(principal)),
-            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in operation_lanes()})
+            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in operation_lanes()},
+        )
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
         check_principal(target)
         if not reason.strip():
             raise InvalidInput("a reason is required (it goes into the audit trail)", field="reason")
         if not caller.operator:
-            self._deny(caller, f"{caller.identity} may not change quotas: only operators may", action, target, None,
-                       reason)
+            self._deny(
+                caller, f"{caller.identity} may not change quotas: only operators may", action, target, None, reason
+            )
 
     # -- internals -----------------------------------------------------------------------------------------------
 
@@ -306,9 +351,15 @@ class Controls:
         d = self.d
         if op.status in {Status.ACCEPTED, Status.QUEUED}:
             try:
-                d.operations.end(op.operation_id, Status.CANCELLED, d.clock.now(), counters_for(op),
-                                 from_statuses=(Status.ACCEPTED, Status.QUEUED), reason=reason or "cancelled",
-                                 slot=op.running_slot)
+                d.operations.end(
+                    op.operation_id,
+                    Status.CANCELLED,
+                    d.clock.now(),
+                    counters_for(op),
+                    from_statuses=(Status.ACCEPTED, Status.QUEUED),
+                    reason=reason or "cancelled",
+                    slot=op.running_slot,
+                )
             except NotRunnable:
                 pass  # it started meanwhile: fall through to the cooperative cancel
             else:
@@ -328,35 +379,76 @@ class Controls:
         op = self.d.operations.get(operation_id)
         if op is None:
             raise NotFound(f"operation {operation_id} not found")
-        self._authorize(caller, op.principal, f"operation {operation_id}", action=action, reason=reason,
-                        site_id=op.site_id)
+        self._authorize(
+            caller, op.principal, f"operation {operation_id}", action=action, reason=reason, site_id=op.site_id
+        )
         return op
 
-    def _authorize(self, caller: Caller, owner: str, what: str, *, action: str | None = None,
-                   reason: str | None = None, site_id: str | None = None) -> None:
+    def _authorize(
+        self,
+        caller: Caller,
+        owner: str,
+        what: str,
+        *,
+        action: str | None = None,
+        reason: str | None = None,
+        site_id: str | None = None,
+    ) -> None:
         if caller.may_act_for(owner):
             return
-        self._deny(caller, f"{caller.identity} may not act on {what}: it belongs to another principal", action,
-                   what.split()[-1], site_id, reason)
+        self._deny(
+            caller,
+            f"{caller.identity} may not act on {what}: it belongs to another principal",
+            action,
+            what.split()[-1],
+            site_id,
+            reason,
+        )
 
-    def _deny(self, caller: Caller, message: str, action: str | None, target: str, site_id: str | None,
-              reason: str | None) -> NoReturn:
+    def _deny(
+        self, caller: Caller, message: str, action: str | None, target: str, site_id: str | None, reason: str | None
+    ) -> NoReturn:
         """Refuse (exit 4); an action refused is audited as `denied`."""
         if action is not None:
             self._record(caller, action, target, site_id, reason, "denied", {"why": message})
         obs.count("AuthorizationRefused")
         raise Forbidden(message)
 
-    def _audit(self, caller: Caller, action: str, op: Operation, reason: str | None, outcome: str,
-               **detail: Any) -> None:
-        self._record(caller, action, op.operation_id, op.site_id, reason, outcome,
-                     {"kind": op.kind.value, "epoch": op.epoch, **{k: v for k, v in detail.items() if v is not None}})
+    def _audit(
+        self, caller: Caller, action: str, op: Operation, reason: str | None, outcome: str, **detail: Any
+    ) -> None:
+        self._record(
+            caller,
+            action,
+            op.operation_id,
+            op.site_id,
+            reason,
+            outcome,
+            {"kind": op.kind.value, "epoch": op.epoch, **{k: v for k, v in detail.items() if v is not None}},
+        )
 
-    def _record(self, caller: Caller, action: str, target: str, site_id: str | None, reason: str | None,
-                outcome: str, detail: dict[str, Any]) -> None:
-        self.d.audit.record(AuditEntry(at=self.d.clock.now(), actor=caller.identity, action=action, target=target,
-                                       outcome=outcome, reason=reason or None, site_id=site_id,
-                                       detail={"operator": caller.operator, **detail}))
+    def _record(
+        self,
+        caller: Caller,
+        action: str,
+        target: str,
+        site_id: str | None,
+        reason: str | None,
+        outcome: str,
+        detail: dict[str, Any],
+    ) -> None:
+        self.d.audit.record(
+            AuditEntry(
+                at=self.d.clock.now(),
+                actor=caller.identity,
+                action=action,
+                target=target,
+                outcome=outcome,
+                reason=reason or None,
+                site_id=site_id,
+                detail={"operator": caller.operator, **detail},
+            )
+        )
 
     def _reload(self, operation_id: str) -> Operation:
         op = self.d.operations.get(operation_id)
@@ -375,11 +467,12 @@ def _not_redrivable(op: Operation) -> str | None:
     if op.status == Status.DEAD:
         return None
     if op.status == Status.SUPERSEDED:
-        return (f"superseded by {op.superseded_by}: that operation does this one's work; a redrive would "
-                "redo what was meant not to happen")
+        return (
+            f"superseded by {op.superseded_by}: that operation does this one's work; a redrive would "
+            "redo what was meant not to happen"
+        )
     if op.status == Status.CANCELLED:
         return f"cancelled ({op.error.message if op.error else 'no reason'}): submit a new operation instead"
     if op.status == Status.SUCCEEDED:
         return "already succeeded" + (f" (after a redrive, epoch {op.epoch})" if op.epoch else "")
     return f"already redriven: {op.status.value} in epoch {op.epoch}"
-

@@ -67,35 +67,51 @@ def _count(attributes: dict[str, str], name: str) -> int:
     return int(attributes.get(name, "0"))
 
 
-def collect_status(sqs: Any, settings: Settings, operations: OperationStore, sites: SiteStore, pace: Pace, now: float
-                   ) -> StatusReport:
+def collect_status(
+    sqs: Any, settings: Settings, operations: OperationStore, sites: SiteStore, pace: Pace, now: float
+) -> StatusReport:
     """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
 
     SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
     age is its oldest waiting operation's queue time and each DLQ's is its oldest dead operation's, read from the
     operations table; the publications queue has no per-message record, so its age is left to CloudWatch.
     """
-    waiting = [op for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
-               for op in operations.list(status=status, limit=10_000)]
+    waiting = [
+        op
+        for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
+        for op in operations.list(status=status, limit=10_000)
+    ]
     dead = operations.list(status=Status.DEAD, limit=10_000)
-    backlog_by_status = {status.value: sum(op.status == status for op in waiting)
-                         for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)}
+    backlog_by_status = {
+        status.value: sum(op.status == status for op in waiting)
+        for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
+    }
     by_principal: dict[str, int] = {}
     for op in waiting:
         by_principal[op.principal] = by_principal.get(op.principal, 0) + 1
-    oldest_waiting = _oldest_by_lane((op.queued_at or op.created_at, op) for op in waiting
-                                     if op.status != Status.RUNNING)
+    oldest_waiting = _oldest_by_lane(
+        (op.queued_at or op.created_at, op) for op in waiting if op.status != Status.RUNNING
+    )
     oldest_dead = _oldest_by_lane((op.finished_at or op.updated_at, op) for op in dead)
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     queues = []
     for role, spec in QUEUES.items():
         attrs = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.url_field), AttributeNames=names)["Attributes"]
-        dlq = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.dlq_url_field),
-                                       AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+        dlq = sqs.get_queue_attributes(
+            QueueUrl=getattr(settings, spec.dlq_url_field), AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
         age = (now - oldest_waiting[role]) if role in oldest_waiting else None
         dlq_age = (now - oldest_dead[role]) if role in oldest_dead else None
-        queues.append(QueueStatus(role, _count(attrs, names[0]), _count(attrs, names[1]),
-                                  _count(dlq, "ApproximateNumberOfMessages"), age, dlq_age))
+        queues.append(
+            QueueStatus(
+                role,
+                _count(attrs, names[0]),
+                _count(attrs, names[1]),
+                _count(dlq, "ApproximateNumberOfMessages"),
+                age,
+                dlq_age,
+            )
+        )
     by_site: dict[str, int] = {}
     for op in waiting:
         by_site[op.site_id] = by_site.get(op.site_id, 0) + 1
@@ -109,9 +125,18 @@ def collect_status(sqs: Any, settings: Settings, operations: OperationStore, sit
         key = (op.principal, lane_for(op.kind))
         by_principal_lane[key] = by_principal_lane.get(key, 0) + 1
     principal_delays = []
-    for (principal, lane), backlog in sorted(by_principal_lane.items(), key=lambda item: (-item[1], item[0])
-                                             )[:SITES_SHOWN]:
+    for (principal, lane), backlog in sorted(by_principal_lane.items(), key=lambda item: (-item[1], item[0]))[
+        :SITES_SHOWN
+    ]:
         completed, pace_s = principal_operation_s(pace, lane, principal, now, settings.default_operation_s)
-        principal_delays.append(PrincipalDelay(principal, lane, backlog, completed, round(pace_s, 2), estimated_wait_s(
-            backlog, pace_s, settings.max_running_per_principal)))
+        principal_delays.append(
+            PrincipalDelay(
+                principal,
+                lane,
+                backlog,
+                completed,
+                round(pace_s, 2),
+                estimated_wait_s(backlog, pace_s, settings.max_running_per_principal),
+            )
+        )
     return StatusReport(queues, backlog_by_status, by_principal, delays, principal_delays)

@@ -47,9 +47,15 @@ def write_live_document(blobs: BlobStore, site: Site) -> bool:
     object's ETag). True when live.json is at least as new as `site` afterwards."""
     if site.live_revision is None:
         return False
-    document = canonical({"site_id": site.site_id, "revision_id": site.live_revision, "seq": site.live_seq,
-                          "receipt": receipt_key(site.site_id, site.live_revision),
-                          "prefix": revision_prefix(site.site_id, site.live_revision)})
+    document = canonical(
+        {
+            "site_id": site.site_id,
+            "revision_id": site.live_revision,
+            "seq": site.live_seq,
+            "receipt": receipt_key(site.site_id, site.live_revision),
+            "prefix": revision_prefix(site.site_id, site.live_revision),
+        }
+    )
     for _ in range(CAS_ATTEMPTS):
         current = blobs.read_versioned(live_key(site.site_id))
         if current is not None and json.loads(current[0]).get("seq", 0) >= site.live_seq:
@@ -70,5 +76,6 @@ def read_live_route(sites: SiteStore, blobs: BlobStore, site_id: str, route: str
     try:
         return blobs.get(object_key(site_id, site.live_revision, route)), site
     except NotFound:
-        raise NotFound(f"route {normalise_route(route)} is not in {site_id}'s live revision "
-                       f"{site.live_revision[:12]}") from None
+        raise NotFound(
+            f"route {normalise_route(route)} is not in {site_id}'s live revision {site.live_revision[:12]}"
+        ) from None

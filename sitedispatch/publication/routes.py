@@ -52,4 +52,4 @@ def normalise_route(route: str) -> str:
 
 
 def chunks(routes: list[Route], size: int) -> list[list[Route]]:
-    return [routes[i:i + size] for i in range(0, len(routes), size)] or [[]]
+    return [routes[i : i + size] for i in range(0, len(routes), size)] or [[]]

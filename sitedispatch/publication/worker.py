@@ -75,8 +75,9 @@ class PublicationWorker:
                 self._plans.popitem(last=False)
         return plan
 
-    def process(self, message: PublicationMessage, visibility: Visibility | None = None, receive_count: int = 1
-                ) -> Result:
+    def process(
+        self, message: PublicationMessage, visibility: Visibility | None = None, receive_count: int = 1
+    ) -> Result:
         """Handle one publications-queue message. Errors propagate: the message is delivered again; after a
         TransientError (a route the origin cannot serve now) it comes back after a backoff with full jitter, not
         after the queue's visibility timeout of minutes."""
@@ -88,8 +89,10 @@ class PublicationWorker:
                 delay = full_jitter(receive_count, s.backoff_base_s, s.backoff_cap_s, self._rng)
                 visibility.change(delay)
                 obs.count("PublicationStepRetried")
-                obs.logger.warning("publication step failed, retried", extra={"error": str(exc), "code": exc.code,
-                                                                              "retry_in_s": round(delay, 1)})
+                obs.logger.warning(
+                    "publication step failed, retried",
+                    extra={"error": str(exc), "code": exc.code, "retry_in_s": round(delay, 1)},
+                )
             raise
 
     def _process(self, message: PublicationMessage) -> Result:
@@ -151,14 +154,21 @@ class PublicationWorker:
                     # an earlier delivery stored it first: the receipt describes those bytes (a deterministic source
                     # rendered the very same bytes, so it is spared the read)
                     body = d.blobs.get(key)
-            return {"route": route.path, "key": route.key, "sha256": hashlib.sha256(body).hexdigest(),
-                    "size": len(body), "content_type": route.content_type}
+            return {
+                "route": route.path,
+                "key": route.key,
+                "sha256": hashlib.sha256(body).hexdigest(),
+                "size": len(body),
+                "content_type": route.content_type,
+            }
 
         with ThreadPoolExecutor(max_workers=PUT_CONCURRENCY) as pool:
             entries = list(pool.map(put, part))
         total = publication.total_chunks or 0
-        d.blobs.put_if_absent(chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
-                              canonical({"chunk": chunk, "routes": entries}))
+        d.blobs.put_if_absent(
+            chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
+            canonical({"chunk": chunk, "routes": entries}),
+        )
         obs.count("RoutesRendered", len(entries))
 
     def _finish(self, publication: Publication, routes: list[Route], total: int) -> Result:
@@ -174,8 +184,15 @@ class PublicationWorker:
             entries.extend(part["routes"])
         if [e["route"] for e in entries] != [r.path for r in routes]:
             raise RuntimeError("chunk receipts do not cover the planned routes")
-        receipt = canonical({"site_id": site_id, "revision_id": revision_id, "route_count": len(entries),
-                             "bytes": sum(int(str(e["size"])) for e in entries), "routes": entries})
+        receipt = canonical(
+            {
+                "site_id": site_id,
+                "revision_id": revision_id,
+                "route_count": len(entries),
+                "bytes": sum(int(str(e["size"])) for e in entries),
+                "routes": entries,
+            }
+        )
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
         now = d.clock.now()
         promoted = d.sites.promote(site_id, publication.seq, revision_id, now)

@@ -12,8 +12,12 @@ from sitedispatch.local.supervisor import LocalRuntime
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, interval_s: float = 0.1,
-             what: str = "condition") -> T:
+def wait_for(
+    check: Callable[[], T | Literal[False] | None],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.1,
+    what: str = "condition",
+) -> T:
     """Poll until `check()` is truthy; fail with `what` at the deadline (no bare sleeps in tests)."""
     deadline = time.monotonic() + timeout_s
     while True:

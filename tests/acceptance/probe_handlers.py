@@ -15,10 +15,16 @@ def _record(entry: dict[str, Any]) -> None:
 
 def record_and_fail_some(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Fails every record whose body says "fail"; records the event and the context it saw."""
-    _record({"pid": os.getpid(), "records": event["Records"], "remaining_ms": context.get_remaining_time_in_millis(),
-             "request_id": context.aws_request_id, "function": context.function_name})
-    return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]
-                                  if "fail" in r["body"]]}
+    _record(
+        {
+            "pid": os.getpid(),
+            "records": event["Records"],
+            "remaining_ms": context.get_remaining_time_in_millis(),
+            "request_id": context.aws_request_id,
+            "function": context.function_name,
+        }
+    )
+    return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"] if "fail" in r["body"]]}
 
 
 def sleep_past_timeout(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def bodies_written(deps: Dependencies, site: str) -> int:
 
 
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
-        runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a provisioned, published site and a long import (lease 3 s, kept alive by heartbeats while the worker
     # lives; the function timeout is long enough for the whole import)
     env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": 3})
@@ -67,21 +68,33 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
     submitter = deps.submitter()
     submitter.submit(kind="provision", site_id="crash-site", principal="p", params=PROVISION)
-    wait_for(lambda: (s := deps.sites.get("crash-site")) is not None and s.live_seq == 1, timeout_s=30,
-             what="first publication live")
+    wait_for(
+        lambda: (s := deps.sites.get("crash-site")) is not None and s.live_seq == 1,
+        timeout_s=30,
+        what="first publication live",
+    )
     wxr = tmp_path / "long.xml"
     write_wxr(wxr, posts=1500, seed=7)
     reader = Reader(deps, "crash-site")
     reader.start()
-    op_id = submitter.submit(kind="import", site_id="crash-site", principal="p",
-                             params=submitter.stage_upload("crash-site", wxr)).operation.operation_id
+    op_id = submitter.submit(
+        kind="import", site_id="crash-site", principal="p", params=submitter.stage_upload("crash-site", wxr)
+    ).operation.operation_id
 
     # When the worker is SIGKILLed while the import is running
-    wait_for(lambda: present(deps.operations.get(op_id)).status == Status.RUNNING, timeout_s=30, interval_s=0.05,
-             what="import running")
+    wait_for(
+        lambda: present(deps.operations.get(op_id)).status == Status.RUNNING,
+        timeout_s=30,
+        interval_s=0.05,
+        what="import running",
+    )
     # well inside the import: it has written a hundred of its post bodies (the provision wrote two)
-    wait_for(lambda: bodies_written(deps, "crash-site") >= 100, timeout_s=30, interval_s=0.02,
-             what="import writing post bodies")
+    wait_for(
+        lambda: bodies_written(deps, "crash-site") >= 100,
+        timeout_s=30,
+        interval_s=0.02,
+        what="import writing post bodies",
+    )
     runtime.kill(worker)
     killed_at = time.time()
     assert present(deps.operations.get(op_id)).status == Status.RUNNING
@@ -89,8 +102,11 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
 
     # Then a restarted worker completes it once the lease and visibility lapse
     runtime.start_worker("bulk", 1)
-    final = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
-                     timeout_s=90, what="import terminal after restart")
+    final = wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
+        timeout_s=90,
+        what="import terminal after restart",
+    )
     wait_for(lambda: present(deps.sites.get("crash-site")).live_seq == 2, timeout_s=60, what="import published")
     reader.stop.set()
     reader.join(30)

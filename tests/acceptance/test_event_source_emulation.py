@@ -23,48 +23,71 @@ def probe_entries(path: Path) -> list[dict[str, Any]]:
 
 
 def sqs_for(env: dict[str, str]) -> Any:
-    return boto3.session.Session(region_name=env["AWS_REGION"], aws_access_key_id="testing",
-                                 aws_secret_access_key="testing").client("sqs", endpoint_url=env["AWS_ENDPOINT_URL"])
+    return boto3.session.Session(
+        region_name=env["AWS_REGION"], aws_access_key_id="testing", aws_secret_access_key="testing"
+    ).client("sqs", endpoint_url=env["AWS_ENDPOINT_URL"])
 
 
 def queue_counts(sqs: Any, url: str) -> tuple[int, int]:
-    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
-                                                                   "ApproximateNumberOfMessagesNotVisible"])
-    return int(attrs["Attributes"]["ApproximateNumberOfMessages"]), \
-        int(attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )
+    return int(attrs["Attributes"]["ApproximateNumberOfMessages"]), int(
+        attrs["Attributes"]["ApproximateNumberOfMessagesNotVisible"]
+    )
 
 
-def test_batches_carry_the_lambda_event_shape_and_only_completed_records_are_deleted(runtime: LocalRuntime,
-                                                                                    tmp_path: Path) -> None:
+def test_batches_carry_the_lambda_event_shape_and_only_completed_records_are_deleted(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
     env = runtime.start_cloud(0, function_timeout_s=5)
     sqs, url = sqs_for(env), env["SITEDISPATCH_OPERATIONS_QUEUE_URL"]
     for i, body in enumerate(["ok-1", "fail-2", "ok-3"]):
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=f"group-{i}", MessageDeduplicationId=body)
     log = tmp_path / "probe.jsonl"
 
-    runtime.start_worker("operations", 1, extra=["--handler", f"{PROBES}.record_and_fail_some", "--batch-size", "10"],
-                         env={"PROBE_LOG": str(log)})
+    runtime.start_worker(
+        "operations",
+        1,
+        extra=["--handler", f"{PROBES}.record_and_fail_some", "--batch-size", "10"],
+        env={"PROBE_LOG": str(log)},
+    )
 
-    seen = wait_for(lambda: {r["body"] for e in probe_entries(log) for r in e["records"]} >= {"ok-1", "fail-2", "ok-3"}
-                    and probe_entries(log), what="all three records delivered")
+    seen = wait_for(
+        lambda: (
+            {r["body"] for e in probe_entries(log) for r in e["records"]} >= {"ok-1", "fail-2", "ok-3"}
+            and probe_entries(log)
+        ),
+        what="all three records delivered",
+    )
     wait_for(lambda: queue_counts(sqs, url) == (0, 1), what="completed records deleted, failed one in flight")
     record = seen[0]["records"][0]
     assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith("-operations.fifo")
-    assert set(record["attributes"]) >= {"ApproximateReceiveCount", "SentTimestamp", "MessageGroupId",
-                                         "MessageDeduplicationId", "SequenceNumber"}
+    assert set(record["attributes"]) >= {
+        "ApproximateReceiveCount",
+        "SentTimestamp",
+        "MessageGroupId",
+        "MessageDeduplicationId",
+        "SequenceNumber",
+    }
     assert record["receiptHandle"] and record["messageId"] and record["awsRegion"] == "us-east-1"
     assert 0 < seen[0]["remaining_ms"] <= 5000 and seen[0]["function"] == "OperationsWorker"
 
 
-def test_an_invocation_past_the_timeout_is_killed_and_its_environment_replaced(runtime: LocalRuntime,
-                                                                               tmp_path: Path) -> None:
+def test_an_invocation_past_the_timeout_is_killed_and_its_environment_replaced(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
     env = runtime.start_cloud(0, function_timeout_s=5)
     sqs, url = sqs_for(env), env["SITEDISPATCH_OPERATIONS_QUEUE_URL"]
     sqs.send_message(QueueUrl=url, MessageBody="slow", MessageGroupId="g", MessageDeduplicationId="slow")
     log = tmp_path / "probe.jsonl"
 
-    worker = runtime.start_worker("operations", 1, extra=["--handler", f"{PROBES}.sleep_past_timeout",
-                                                          "--timeout", "1"], env={"PROBE_LOG": str(log)})
+    worker = runtime.start_worker(
+        "operations",
+        1,
+        extra=["--handler", f"{PROBES}.sleep_past_timeout", "--timeout", "1"],
+        env={"PROBE_LOG": str(log)},
+    )
 
     wait_for(lambda: "environment replaced" in worker.log.read_text(), what="the timed-out environment replaced")
     text = worker.log.read_text()
@@ -83,8 +106,11 @@ def test_killing_the_host_takes_every_environment_down(runtime: LocalRuntime) ->
     os.kill(worker.pid, signal.SIGKILL)  # the host alone, not its process group
 
     worker.process.wait(timeout=10)
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in children),
-             timeout_s=10, what="environments gone with their host")
+    wait_for(
+        lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in children),
+        timeout_s=10,
+        what="environments gone with their host",
+    )
 
 
 def _state(pid: int) -> str:

@@ -15,8 +15,12 @@ PHP_TESTS = Path(__file__).resolve().parents[1] / "php" / "fence_test.php"
 
 def test_the_mu_plugin_php_tests_pass(wordpress: LocalWordPress) -> None:  # noqa: F811
     site = wordpress.add_site("wp-plugin")
-    result = subprocess.run(["php", str(PHP_TESTS), str(site.directory)], capture_output=True, timeout=120,
-                            env={**os.environ, "SITEDISPATCH_WP_HOME": site.url})
+    result = subprocess.run(
+        ["php", str(PHP_TESTS), str(site.directory)],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "SITEDISPATCH_WP_HOME": site.url},
+    )
     output = result.stdout.decode() + result.stderr.decode()
     print("\n" + output)
     assert result.returncode == 0, output

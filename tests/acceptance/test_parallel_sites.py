@@ -23,9 +23,9 @@ LATENCY_S = 2.0  # simulated provisioning work per site
 SITES = [f"fleet-site-{i:02d}" for i in range(10)]
 
 
-def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_time(runtime: LocalRuntime,
-                                                                                   monkeypatch: pytest.MonkeyPatch
-                                                                                   ) -> None:
+def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_time(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given the local runtime: the emulated cloud and 4 worker processes of 3 environments each
     env = runtime.start_cloud(0, policy={"reference_latency_s": LATENCY_S})
     workers = [runtime.start_worker("operations", 3) for _ in range(4)]
@@ -36,8 +36,17 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
 
     # When ten provisions for ten unrelated sites are submitted together
     with ThreadPoolExecutor(len(SITES)) as pool:
-        ops = list(pool.map(lambda site: submitter.submit(kind="provision", site_id=site, principal="fleet",
-                                                          params=PROVISION).operation.operation_id, SITES))
+        ops = list(
+            pool.map(
+                lambda site: (
+                    submitter.submit(
+                        kind="provision", site_id=site, principal="fleet", params=PROVISION
+                    ).operation.operation_id
+                ),
+                SITES,
+            )
+        )
+
     def all_terminal() -> list[Operation] | None:
         got = [deps.operations.get(op) for op in ops]
         done = [o for o in got if o is not None and o.status.terminal]
@@ -51,8 +60,10 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
     ends = [present(op.finished_at) for op in final]
     durations = [e - s for s, e in zip(starts, ends, strict=True)]
     spread = max(starts) - min(starts)
-    print(f"\nG1: start spread {spread:.3f}s, durations median {statistics.median(durations):.2f}s, "
-          f"fleet {max(ends) - min(starts):.2f}s")
+    print(
+        f"\nG1: start spread {spread:.3f}s, durations median {statistics.median(durations):.2f}s, "
+        f"fleet {max(ends) - min(starts):.2f}s"
+    )
     assert spread < 1.0
     assert max(starts) < min(ends), "some site only started after another had finished"
     assert max(ends) - min(starts) < 2 * statistics.median(durations)  # about the time of one, not ten
@@ -69,12 +80,33 @@ def test_the_cli_drives_the_running_local_runtime(runtime: LocalRuntime) -> None
     cli = [sys.executable, "-m", "sitedispatch", "--env-file", str(runtime.env_file)]
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
 
-    submitted = subprocess.run([*cli, "submit", "provision", "--site", "cli-site", "--param", "title=CLI",
-                                "--param", "admin_email=cli@example.org", "--json"],
-                               capture_output=True, text=True, env=clean_env, timeout=60, check=True)
+    submitted = subprocess.run(
+        [
+            *cli,
+            "submit",
+            "provision",
+            "--site",
+            "cli-site",
+            "--param",
+            "title=CLI",
+            "--param",
+            "admin_email=cli@example.org",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+        check=True,
+    )
     op_id = json.loads(submitted.stdout)["operation_id"]
-    waited = subprocess.run([*cli, "ops", "wait", op_id, "--timeout", "30", "--json"], capture_output=True,
-                            text=True, env=clean_env, timeout=60)
+    waited = subprocess.run(
+        [*cli, "ops", "wait", op_id, "--timeout", "30", "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
     assert waited.returncode == 0, waited.stderr
     assert json.loads(waited.stdout)["status"] == "succeeded"
     status = subprocess.run([*cli, "status", "--json"], capture_output=True, text=True, env=clean_env, timeout=60)

@@ -27,33 +27,49 @@ def connect(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dependencie
 
 
 def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
-        runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = runtime.start_cloud(0, function_timeout_s=120,
-                              policy={"lease_seconds": LEASE_S, "reference_latency_s": 6})
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": LEASE_S, "reference_latency_s": 6})
     stalled = runtime.start_worker("operations", 1)
     runtime.start_worker("publications", 1)
     deps = connect(env, monkeypatch)
-    op_id = deps.submitter().submit(kind="provision", site_id="stall-site", principal="p",
-                                    params=PROVISION).operation.operation_id
-    first = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status == Status.RUNNING and op,
-                     timeout_s=30, interval_s=0.05, what="provision running")
+    op_id = (
+        deps.submitter()
+        .submit(kind="provision", site_id="stall-site", principal="p", params=PROVISION)
+        .operation.operation_id
+    )
+    first = wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status == Status.RUNNING and op,
+        timeout_s=30,
+        interval_s=0.05,
+        what="provision running",
+    )
 
     # When its worker is stopped (SIGSTOP: a GC pause, a frozen VM) past the lease
     stalled.signal_group(signal.SIGSTOP)
-    wait_for(lambda: (s := deps.sites.get("stall-site")) is not None and (s.lease_expires_at or 0) < time.time() - 6,
-             timeout_s=30, what="lease expired past the reconciler's grace")
+    wait_for(
+        lambda: (s := deps.sites.get("stall-site")) is not None and (s.lease_expires_at or 0) < time.time() - 6,
+        timeout_s=30,
+        what="lease expired past the reconciler's grace",
+    )
     sweep = deps.reconciler().run("reconcile")
     assert sweep is not None and sweep.repaired["stale_leases_recovered"] == 1
     assert deps.operations.get(op_id).status == Status.QUEUED  # type: ignore[union-attr]
 
     # Then another worker takes the operation over and commits it
     runtime.start_worker("operations", 1)
-    done = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
-                    timeout_s=60, what="takeover committed")
+    done = wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
+        timeout_s=60,
+        what="takeover committed",
+    )
     # and the stalled worker, resumed, finds its fence stale and commits nothing
     stalled.signal_group(signal.SIGCONT)
-    wait_for(lambda: b"lease lost before commit" in stalled.log.read_bytes(), timeout_s=30,
-             what="the resumed worker to notice it lost the lease")
+    wait_for(
+        lambda: b"lease lost before commit" in stalled.log.read_bytes(),
+        timeout_s=30,
+        what="the resumed worker to notice it lost the lease",
+    )
 
     commits = deps.commits.history("stall-site")
     assert done.status == Status.SUCCEEDED and done.attempt == 2
@@ -63,17 +79,23 @@ def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
 
 
 def test_a_cold_restart_with_a_backlog_in_flight_ends_every_operation_once(
-        runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = runtime.start_cloud(0, function_timeout_s=120,
-                              policy={"lease_seconds": LEASE_S, "reference_latency_s": 2})
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": LEASE_S, "reference_latency_s": 2})
     workers = [runtime.start_worker("operations", 3), runtime.start_worker("publications", 2)]
     deps = connect(env, monkeypatch)
     submitter = deps.submitter()
     sites = [f"cold-{n:02d}" for n in range(12)]
-    accepted = [submitter.submit(kind="provision", site_id=site, principal="p", params=PROVISION)
-                .operation.operation_id for site in sites]
-    wait_for(lambda: len(deps.operations.list(status=Status.RUNNING)) >= 2, timeout_s=30, interval_s=0.05,
-             what="a backlog in flight")
+    accepted = [
+        submitter.submit(kind="provision", site_id=site, principal="p", params=PROVISION).operation.operation_id
+        for site in sites
+    ]
+    wait_for(
+        lambda: len(deps.operations.list(status=Status.RUNNING)) >= 2,
+        timeout_s=30,
+        interval_s=0.05,
+        what="a backlog in flight",
+    )
 
     # When every worker dies at once (the cloud, which holds the durable state, stays up)
     for worker in workers:
@@ -83,13 +105,21 @@ def test_a_cold_restart_with_a_backlog_in_flight_ends_every_operation_once(
     runtime.start_worker("publications", 2)
 
     # Then every accepted operation ends terminal, each with exactly one commit
-    finals = wait_for(lambda: all((op := deps.operations.get(o)) is not None and op.status.terminal
-                                  for o in accepted) and [deps.operations.get(o) for o in accepted],
-                      timeout_s=120, what="every accepted operation terminal")
+    finals = wait_for(
+        lambda: (
+            all((op := deps.operations.get(o)) is not None and op.status.terminal for o in accepted)
+            and [deps.operations.get(o) for o in accepted]
+        ),
+        timeout_s=120,
+        what="every accepted operation terminal",
+    )
     assert {op.status for op in finals if op is not None} == {Status.SUCCEEDED}
     for site, op_id in zip(sites, accepted, strict=True):
         assert [c.operation_id for c in deps.commits.history(site)] == [op_id]
     assert in_flight and all(deps.operations.get(o).attempt >= 2 for o in in_flight)  # type: ignore[union-attr]
-    wait_for(lambda: all((s := deps.sites.get(site)) is not None and s.live_seq == 1 for site in sites),
-             timeout_s=60, what="every site published")
+    wait_for(
+        lambda: all((s := deps.sites.get(site)) is not None and s.live_seq == 1 for site in sites),
+        timeout_s=60,
+        what="every site published",
+    )
     assert deps.operations.counter("global") == 0 and deps.operations.counter("running#operations#p") == 0

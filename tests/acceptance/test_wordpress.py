@@ -57,8 +57,9 @@ def wordpress(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWordPre
 def dispatcher(runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
     """The local runtime (cloud, workers in real processes) and in-process dependencies pointing at it."""
     env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": 3})
-    runtime.start_workers([("operations", 2, None, None, None), ("bulk", 1, "bulk", None, None),
-                           ("publications", 2, None, None, None)])
+    runtime.start_workers(
+        [("operations", 2, None, None, None), ("bulk", 1, "bulk", None, None), ("publications", 2, None, None, None)]
+    )
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return Dependencies(Settings()).warm()  # type: ignore[call-arg]
@@ -69,21 +70,32 @@ def origin(site: WordPressSite, fence: int | None = None) -> WordPressOrigin:
 
 
 def register(deps: Dependencies, site: WordPressSite) -> None:
-    deps.submitter().register_site(site.name, PRINCIPAL, SiteConnection(WORDPRESS_DRIVER, site.url,
-                                                                        site.credential_ref))
+    deps.submitter().register_site(
+        site.name, PRINCIPAL, SiteConnection(WORDPRESS_DRIVER, site.url, site.credential_ref)
+    )
 
 
-def run(deps: Dependencies, kind: str, site: str, params: dict[str, Any] | None = None,
-        timeout_s: float = 120) -> Operation:
-    op_id = deps.submitter().submit(kind=kind, site_id=site, principal=PRINCIPAL,
-                                    params=params if params is not None else {}).operation.operation_id
-    return wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
-                    timeout_s=timeout_s, what=f"{kind} on {site} terminal")
+def run(
+    deps: Dependencies, kind: str, site: str, params: dict[str, Any] | None = None, timeout_s: float = 120
+) -> Operation:
+    op_id = (
+        deps.submitter()
+        .submit(kind=kind, site_id=site, principal=PRINCIPAL, params=params if params is not None else {})
+        .operation.operation_id
+    )
+    return wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
+        timeout_s=timeout_s,
+        what=f"{kind} on {site} terminal",
+    )
 
 
 def live_after(deps: Dependencies, site: str, seq: int) -> Any:
-    return wait_for(lambda: (s := deps.sites.get(site)) is not None and s.live_seq >= seq and s, timeout_s=120,
-                    what=f"{site} publication {seq} live")
+    return wait_for(
+        lambda: (s := deps.sites.get(site)) is not None and s.live_seq >= seq and s,
+        timeout_s=120,
+        what=f"{site} publication {seq} live",
+    )
 
 
 def sources_in_wordpress(site: WordPressSite) -> list[str]:
@@ -104,8 +116,7 @@ def live_routes(deps: Dependencies, site: str) -> list[str]:
     return [entry["route"] for entry in json.loads(deps.blobs.get(receipt_key(site, record.live_revision)))["routes"]]
 
 
-def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPress, dispatcher: Dependencies
-                                                         ) -> None:
+def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPress, dispatcher: Dependencies) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-main")
     register(deps, site)
@@ -141,8 +152,13 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     # the import's publication is a new crawl that shows the imported posts
     crawled = live_after(deps, site.name, live.live_seq + 1)
     # promotion comes first, the publication's own record just after it: wait for that record
-    publication = wait_for(lambda: (p := deps.publications.get(site.name, crawled.live_seq)) is not None
-                           and p.finished_at is not None and p, timeout_s=30, what="publication recorded finished")
+    publication = wait_for(
+        lambda: (
+            (p := deps.publications.get(site.name, crawled.live_seq)) is not None and p.finished_at is not None and p
+        ),
+        timeout_s=30,
+        what="publication recorded finished",
+    )
     assert publication.status.value == "published"
     crawl_s = (crawled.live_at or 0) - publication.created_at  # from the commit to the promotion
     routes = live_routes(deps, site.name)
@@ -151,8 +167,10 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     body, _ = read_live_route(deps.sites, deps.blobs, site.name, post_routes[0])
     assert b"<html" in body
     total = sum(created.values())
-    print(f"\nimport: {total} items in {took:.1f}s ({total / took:.1f} items/s, {summary['requests']} requests); "
-          f"publication crawled {len(routes)} routes in {crawl_s:.1f}s ({len(routes) / crawl_s:.1f} routes/s)")
+    print(
+        f"\nimport: {total} items in {took:.1f}s ({total / took:.1f} items/s, {summary['requests']} requests); "
+        f"publication crawled {len(routes)} routes in {crawl_s:.1f}s ({len(routes) / crawl_s:.1f} routes/s)"
+    )
 
     # importing the same file again creates nothing
     again = run(deps, "import", site.name, deps.submitter().stage_upload(site.name, FIXTURE), timeout_s=300)
@@ -161,16 +179,25 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     assert sorted(sources_in_wordpress(site)) == sorted(sources)
 
 
-def test_a_worker_killed_mid_import_creates_no_duplicate(wordpress: LocalWordPress, runtime: LocalRuntime,
-                                                         dispatcher: Dependencies) -> None:
+def test_a_worker_killed_mid_import_creates_no_duplicate(
+    wordpress: LocalWordPress, runtime: LocalRuntime, dispatcher: Dependencies
+) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-crash")
     register(deps, site)
     assert run(deps, "provision", site.name, PROVISION).status == Status.SUCCEEDED
     [bulk] = [c for c in runtime.children if c.name == "bulk"]
 
-    op_id = deps.submitter().submit(kind="import", site_id=site.name, principal=PRINCIPAL,
-                                    params=deps.submitter().stage_upload(site.name, FIXTURE)).operation.operation_id
+    op_id = (
+        deps.submitter()
+        .submit(
+            kind="import",
+            site_id=site.name,
+            principal=PRINCIPAL,
+            params=deps.submitter().stage_upload(site.name, FIXTURE),
+        )
+        .operation.operation_id
+    )
     # killed once some items exist in WordPress, well before the import ends
     wait_for(lambda: len(sources_in_wordpress(site)) >= 10, timeout_s=120, interval_s=0.2, what="items created")
     runtime.kill(bulk)
@@ -178,8 +205,11 @@ def test_a_worker_killed_mid_import_creates_no_duplicate(wordpress: LocalWordPre
     assert deps.commits.get(op_id) is None
 
     runtime.start_worker("bulk", 1)
-    final = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
-                     timeout_s=300, what="import terminal after restart")
+    final = wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
+        timeout_s=300,
+        what="import terminal after restart",
+    )
     assert final.status == Status.SUCCEEDED and final.attempt == 2
     sources = sources_in_wordpress(site)
     assert len(sources) == len(set(sources))  # no item created twice
@@ -189,7 +219,8 @@ def test_a_worker_killed_mid_import_creates_no_duplicate(wordpress: LocalWordPre
 
 
 def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_nothing(
-        wordpress: LocalWordPress, runtime: LocalRuntime, dispatcher: Dependencies, tmp_path: Path) -> None:
+    wordpress: LocalWordPress, runtime: LocalRuntime, dispatcher: Dependencies, tmp_path: Path
+) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-fence")
     register(deps, site)
@@ -197,29 +228,43 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
     [stalled] = [c for c in runtime.children if c.name == "bulk"]
     wxr = tmp_path / "posts.xml"
     write_wxr(wxr, posts=150, seed=3)
-    op_id = deps.submitter().submit(kind="import", site_id=site.name, principal=PRINCIPAL,
-                                    params=deps.submitter().stage_upload(site.name, wxr)).operation.operation_id
+    op_id = (
+        deps.submitter()
+        .submit(
+            kind="import", site_id=site.name, principal=PRINCIPAL, params=deps.submitter().stage_upload(site.name, wxr)
+        )
+        .operation.operation_id
+    )
 
     # When the importing worker is stopped (a frozen VM) past its lease, mid-import
     wait_for(lambda: len(sources_in_wordpress(site)) >= 10, timeout_s=120, interval_s=0.2, what="items created")
     stalled.signal_group(signal.SIGSTOP)
     stalled_fence = deps.sites.get(site.name).fence  # type: ignore[union-attr]
-    wait_for(lambda: (s := deps.sites.get(site.name)) is not None and (s.lease_expires_at or 0) < time.time() - 6,
-             timeout_s=30, what="lease expired past the reconciler's grace")
+    wait_for(
+        lambda: (s := deps.sites.get(site.name)) is not None and (s.lease_expires_at or 0) < time.time() - 6,
+        timeout_s=30,
+        what="lease expired past the reconciler's grace",
+    )
     sweep = deps.reconciler().run("reconcile")
     assert sweep is not None and sweep.repaired["stale_leases_recovered"] == 1
 
     # Then another worker takes the import over (a higher fence reaches WordPress) and commits it once
     runtime.start_worker("bulk", 1, name="bulk-takeover")
-    done = wait_for(lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
-                    timeout_s=300, what="takeover committed")
+    done = wait_for(
+        lambda: (op := deps.operations.get(op_id)) is not None and op.status.terminal and op,
+        timeout_s=300,
+        what="takeover committed",
+    )
     assert done.status == Status.SUCCEEDED and done.attempt == 2
     assert origin(site).info()["fence"] > stalled_fence
 
     # and the stopped worker, resumed, has its next write refused by the mu-plugin (409): it commits nothing
     stalled.signal_group(signal.SIGCONT)
-    wait_for(lambda: b"lease lost before commit" in stalled.log.read_bytes(), timeout_s=60,
-             what="the resumed worker's write refused")
+    wait_for(
+        lambda: b"lease lost before commit" in stalled.log.read_bytes(),
+        timeout_s=60,
+        what="the resumed worker's write refused",
+    )
     assert b"stale_fence" in stalled.log.read_bytes()
     assert [c.operation_id for c in deps.commits.history(site.name)][:1] == [op_id]
     assert sum(c.operation_id == op_id for c in deps.commits.history(site.name)) == 1
@@ -235,9 +280,16 @@ def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, d
     live = live_after(deps, site.name, 1)
 
     # an editor schedules a post (WordPress wants it at least a minute ahead); the site is published meanwhile
-    post = origin(site).rest("POST", "/wp/v2/posts", {
-        "title": "Scheduled announcement", "status": "future", "slug": "scheduled-announcement",
-        "date_gmt": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 90))})
+    post = origin(site).rest(
+        "POST",
+        "/wp/v2/posts",
+        {
+            "title": "Scheduled announcement",
+            "status": "future",
+            "slug": "scheduled-announcement",
+            "date_gmt": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 90)),
+        },
+    )
     assert post["status"] == "future"
     assert run(deps, "publish", site.name).status == Status.SUCCEEDED
     live = live_after(deps, site.name, live.live_seq + 1)
@@ -246,13 +298,16 @@ def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, d
     # its minute passes (the test moves the post and its scheduled event two seconds ahead instead of waiting), and
     # WordPress alone does not publish it (DISABLE_WP_CRON: no visitor-triggered cron) ...
     due = time.time() + 2
-    wordpress.run_php(site, f"""
+    wordpress.run_php(
+        site,
+        f"""
         $when = {int(due)};
         $GLOBALS['wpdb']->update($GLOBALS['wpdb']->posts, ['post_date_gmt' => gmdate('Y-m-d H:i:s', $when),
-            'post_date' => gmdate('Y-m-d H:i:s', $when)], ['ID' => {post['id']}]);
-        clean_post_cache({post['id']});
-        wp_clear_scheduled_hook('publish_future_post', [{post['id']}]);
-        wp_schedule_single_event($when, 'publish_future_post', [{post['id']}]);""")
+            'post_date' => gmdate('Y-m-d H:i:s', $when)], ['ID' => {post["id"]}]);
+        clean_post_cache({post["id"]});
+        wp_clear_scheduled_hook('publish_future_post', [{post["id"]}]);
+        wp_schedule_single_event($when, 'publish_future_post', [{post["id"]}]);""",
+    )
     wait_for(lambda: time.time() > due + 1, timeout_s=10, what="the post's date")
     assert origin(site).fetch("/").status == 200  # visitors come and go: no cron runs
     assert origin(site).rest("GET", f"/wp/v2/posts/{post['id']}", query={"context": "edit"})["status"] == "future"
@@ -260,17 +315,27 @@ def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, d
     # ... the wp-events schedule finds the site due and submits wp_cron, which runs the event and publishes
     swept = deps.reconciler().run("wp-events")
     assert swept is not None and swept.repaired["wp_cron_submitted"] == 1, swept
-    cron = wait_for(lambda: next((op for op in deps.operations.list(site_id=site.name, limit=20)
-                                  if op.kind.value == "wp_cron" and op.status.terminal), None),
-                    timeout_s=120, what="wp_cron terminal")
+    cron = wait_for(
+        lambda: next(
+            (
+                op
+                for op in deps.operations.list(site_id=site.name, limit=20)
+                if op.kind.value == "wp_cron" and op.status.terminal
+            ),
+            None,
+        ),
+        timeout_s=120,
+        what="wp_cron terminal",
+    )
     assert cron.status == Status.SUCCEEDED, cron.error
     assert origin(site).rest("GET", f"/wp/v2/posts/{post['id']}", query={"context": "edit"})["status"] == "publish"
     live_after(deps, site.name, live.live_seq + 1)
     assert any("scheduled-announcement" in route for route in live_routes(deps, site.name))
 
 
-def test_a_failed_route_fetch_leaves_the_previous_publication_live(wordpress: LocalWordPress,
-                                                                   dispatcher: Dependencies) -> None:
+def test_a_failed_route_fetch_leaves_the_previous_publication_live(
+    wordpress: LocalWordPress, dispatcher: Dependencies
+) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-broken")
     register(deps, site)
@@ -282,16 +347,24 @@ def test_a_failed_route_fetch_leaves_the_previous_publication_live(wordpress: Lo
     origin(site).rest("POST", "/wp/v2/pages", {"title": "Broken", "slug": "broken", "status": "publish"})
     breaker = site.directory / "wp-content" / "mu-plugins" / "break-one-route.php"
     refusals = site.directory / "broken-refusals.log"
-    breaker.write_text("<?php\nif (str_starts_with($_SERVER['REQUEST_URI'] ?? '', '/broken/')) "
-                       f"{{ file_put_contents('{refusals}', 'x', FILE_APPEND); http_response_code(500); "
-                       "exit('boom'); }\n")
+    breaker.write_text(
+        "<?php\nif (str_starts_with($_SERVER['REQUEST_URI'] ?? '', '/broken/')) "
+        f"{{ file_put_contents('{refusals}', 'x', FILE_APPEND); http_response_code(500); "
+        "exit('boom'); }\n"
+    )
     publish = run(deps, "publish", site.name)
     assert publish.status == Status.SUCCEEDED  # the commit is recorded; its publication waits
     seq = deps.commits.get(publish.operation_id).version  # type: ignore[union-attr]
-    wait_for(lambda: (p := deps.publications.get(site.name, seq)) is not None and p.total_chunks is not None,
-             timeout_s=60, what="publication planned")
-    wait_for(lambda: refusals.exists() and refusals.stat().st_size >= 2, timeout_s=60,
-             what="the failing route fetched (and refused) at least twice")
+    wait_for(
+        lambda: (p := deps.publications.get(site.name, seq)) is not None and p.total_chunks is not None,
+        timeout_s=60,
+        what="publication planned",
+    )
+    wait_for(
+        lambda: refusals.exists() and refusals.stat().st_size >= 2,
+        timeout_s=60,
+        what="the failing route fetched (and refused) at least twice",
+    )
     record = deps.sites.get(site.name)
     assert record is not None and record.live_seq == live.live_seq  # the previous publication is still live
     for route in previous:

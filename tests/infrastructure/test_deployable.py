@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def by_description(template: dict[str, Any], kind: str, text: str) -> dict[str, Any]:
-    [found] = [r for r in resources(template, kind).values() if text in json.dumps(r["Properties"].get(
-        "Description", ""))]
+    [found] = [
+        r for r in resources(template, kind).values() if text in json.dumps(r["Properties"].get("Description", ""))
+    ]
     return found
 
 
@@ -31,9 +32,12 @@ def role_actions(template: dict[str, Any], function_logical_id: str) -> tuple[se
     functions = resources(template, "AWS::Lambda::Function")
     [function] = [f for k, f in functions.items() if k.startswith(f"Functions{function_logical_id}")]
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
-    statements = [statement for policy in resources(template, "AWS::IAM::Policy").values()
-                  if {"Ref": role} in policy["Properties"]["Roles"]
-                  for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     return actions, statements
 
@@ -57,15 +61,17 @@ def test_functions_are_arm64_current_python_traced_and_log_with_retention(synthe
 
 
 def test_event_source_mappings_report_batch_item_failures_with_a_concurrency_cap(
-        synthesized_stack: Synthesized) -> None:
+    synthesized_stack: Synthesized,
+) -> None:
     template = synthesized_stack.template
     mappings = list(resources(template, "AWS::Lambda::EventSourceMapping").values())
     assert len(mappings) == len(QUEUES)
     queues = resources(template, "AWS::SQS::Queue")
     for lane, spec in QUEUES.items():
         [queue_id] = [k for k in queues if k.startswith(f"Queues{spec.logical_id}")]
-        [mapping] = [m["Properties"] for m in mappings
-                     if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}]
+        [mapping] = [
+            m["Properties"] for m in mappings if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+        ]
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert mapping["BatchSize"] == FUNCTIONS[spec.function].batch_size == 1  # a batch never makes a site wait
         assert mapping["ScalingConfig"] == {"MaximumConcurrency": DEFAULT_MAX_CONCURRENCY[lane]}
@@ -88,8 +94,12 @@ def test_imports_run_in_their_own_function_with_lambdas_longest_timeout(synthesi
     _, interactive_statements = role_actions(template, "OperationsWorker")
 
     def consumed(statements: list[dict[str, Any]]) -> set[str]:
-        return {json.dumps(r) for s in statements if "sqs:ReceiveMessage" in s["Action"]
-                for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}
+        return {
+            json.dumps(r)
+            for s in statements
+            if "sqs:ReceiveMessage" in s["Action"]
+            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        }
 
     assert consumed(bulk_statements) and all("BulkOperationsQueue" in q for q in consumed(bulk_statements))
     assert consumed(interactive_statements)
@@ -98,10 +108,14 @@ def test_imports_run_in_their_own_function_with_lambdas_longest_timeout(synthesi
 
 
 def test_maximum_concurrency_comes_from_cdk_context(tmp_path: Path) -> None:
-    synthesized = synthesize(tmp_path / "out", context={"maxConcurrency.bulk": "7", "alarmTopicArn":
-                                                         "arn:aws:sns:us-east-1:123456789012:ops"})
-    caps = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-                  for m in resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values())
+    synthesized = synthesize(
+        tmp_path / "out",
+        context={"maxConcurrency.bulk": "7", "alarmTopicArn": "arn:aws:sns:us-east-1:123456789012:ops"},
+    )
+    caps = sorted(
+        m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+        for m in resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values()
+    )
     assert caps == sorted([7, DEFAULT_MAX_CONCURRENCY["operations"], DEFAULT_MAX_CONCURRENCY["publications"]])
     alarms = resources(synthesized.template, "AWS::CloudWatch::Alarm").values()
     assert all(a["Properties"]["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:ops"] for a in alarms)
@@ -118,8 +132,16 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
         assert not any(a.endswith(":*") or a == "*" for a in actions)
         assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject", "sqs:PurgeQueue"} & actions
     assert "dynamodb:Scan" not in worker | publisher and "dynamodb:Scan" in reconciler
-    assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "s3:GetObject",
-            "s3:PutObject", "sqs:ChangeMessageVisibility", "sqs:SendMessage"} <= worker
+    assert {
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:Query",
+        "s3:GetObject",
+        "s3:PutObject",
+        "sqs:ChangeMessageVisibility",
+        "sqs:SendMessage",
+    } <= worker
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= publisher
     # WordPress credentials: the operations worker reads sitedispatch/ secrets only; nobody else reads any
     secret_reads = [s for s in worker_statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
@@ -127,17 +149,25 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
     assert not any(a.startswith("secretsmanager:") for a in publisher | reconciler)  # only the operations workers
     # the publication worker touches only the sites and publications tables and the sites/ prefix
     tables = resources(template, "AWS::DynamoDB::Table")
-    touched = {ref for s in publisher_statements for r in (s["Resource"] if isinstance(s["Resource"], list)
-                                                              else [s["Resource"]])
-               for ref in [json.dumps(r)] if "dynamodb" in json.dumps(s["Action"])}
+    touched = {
+        ref
+        for s in publisher_statements
+        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        for ref in [json.dumps(r)]
+        if "dynamodb" in json.dumps(s["Action"])
+    }
     names = {k for k in tables if any(k in ref for ref in touched)}
-    assert {role for role, spec in table_specs().items() for n in names
-            if n.startswith(f"Tables{spec.logical_id}")} == {"sites", "publications"}
+    assert {
+        role for role, spec in table_specs().items() for n in names if n.startswith(f"Tables{spec.logical_id}")
+    } == {"sites", "publications"}
     assert any("/sites/*" in json.dumps(s["Resource"]) for s in publisher_statements if "s3:PutObject" in s["Action"])
     # GSIs are granted by name, never table/index/*
     assert "/index/*" not in json.dumps(worker_statements)
-    assert all(f"/index/{index.name}" in json.dumps(worker_statements)
-               for name in ("operations", "commits") for index in table_specs()[name].indexes)
+    assert all(
+        f"/index/{index.name}" in json.dumps(worker_statements)
+        for name in ("operations", "commits")
+        for index in table_specs()[name].indexes
+    )
 
 
 def test_schedules_invoke_the_reconciler_by_name_with_retries_and_a_dlq(synthesized_stack: Synthesized) -> None:
@@ -158,10 +188,22 @@ def test_dashboard_and_alarms_cover_the_failure_signals(synthesized_stack: Synth
     template = synthesized_stack.template
     [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible",
-                   "ApproximateNumberOfMessagesNotVisible", "Errors", "Throttles", "Duration",
-                   "ConcurrentExecutions", "OperationSucceeded", "OperationRetried", "OperationDead",
-                   "OperationSuperseded", "Backpressured", "QueueDelay", "p99"):
+    for metric in (
+        "ApproximateAgeOfOldestMessage",
+        "ApproximateNumberOfMessagesVisible",
+        "ApproximateNumberOfMessagesNotVisible",
+        "Errors",
+        "Throttles",
+        "Duration",
+        "ConcurrentExecutions",
+        "OperationSucceeded",
+        "OperationRetried",
+        "OperationDead",
+        "OperationSuperseded",
+        "Backpressured",
+        "QueueDelay",
+        "p99",
+    ):
         assert metric in body, metric
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     oldest = [a for a in alarms if a.get("MetricName") == "ApproximateAgeOfOldestMessage"]
@@ -191,14 +233,21 @@ def test_producer_and_operator_policies_are_exported_with_stable_ids(synthesized
     assert producer < operator | {"sqs:GetQueueAttributes"}
     # producers write the counters table only at admission-counter keys: never an operator's quota override
     counters_table = next(k for k in resources(template, "AWS::DynamoDB::Table") if k.startswith("TablesCountersTable"))
-    writes = [st for st in policies["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-              if "dynamodb:UpdateItem" in st["Action"] and counters_table in json.dumps(st["Resource"])]
-    assert writes and all(st["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [
-        "global", "principal#*", "site#*", "running#*#*"]}} for st in writes)
+    writes = [
+        st
+        for st in policies["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        if "dynamodb:UpdateItem" in st["Action"] and counters_table in json.dumps(st["Resource"])
+    ]
+    assert writes and all(
+        st["Condition"]
+        == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["global", "principal#*", "site#*", "running#*#*"]}}
+        for st in writes
+    )
 
 
 def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_a_reason(
-        synthesized_stack: Synthesized) -> None:
+    synthesized_stack: Synthesized,
+) -> None:
     report = json.loads((synthesized_stack.outdir / "validation-report.json").read_text())
     [nag] = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
     assert nag["conclusion"] == "success" and nag["violations"] == []
@@ -210,14 +259,19 @@ def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_
 
 def test_cfn_lint_finds_no_error(synthesized_stack: Synthesized) -> None:
     template = next(synthesized_stack.outdir.glob("SiteDispatchTest.template.json"))
-    done = subprocess.run([sys.executable, "-m", "cfnlint", "--format", "parseable", str(template)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "cfnlint", "--format", "parseable", str(template)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     errors = [line for line in done.stdout.splitlines() if ":E" in line]
     assert errors == [], done.stdout
 
 
 def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambda_runs(
-        synthesized_stack: Synthesized) -> None:
+    synthesized_stack: Synthesized,
+) -> None:
     [asset] = [p for p in synthesized_stack.outdir.glob("asset.*") if p.is_dir()]
     for spec in FUNCTIONS.values():
         module = spec.handler.rsplit(".", 1)[0].replace(".", "/")
@@ -228,21 +282,25 @@ def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambd
         assert not (asset / absent).exists(), absent
     # The project's code in the asset is exactly the functions' import closure: nothing they cannot import (the
     # demo's load generator, the CLI), nothing they import missing.
-    shipped = {p.relative_to(asset).as_posix() for top in ("sitedispatch", "functions")
-               for p in (asset / top).rglob("*.py")}
+    shipped = {
+        p.relative_to(asset).as_posix() for top in ("sitedispatch", "functions") for p in (asset / top).rglob("*.py")
+    }
     closure = {p.relative_to(ROOT).as_posix() for p in import_closure()}
     assert shipped == closure
     assert "sitedispatch/local/synthetic.py" not in shipped and "sitedispatch/operations/worker.py" in shipped
     size = sum(p.stat().st_size for p in asset.rglob("*") if p.is_file())
     assert size < 50 * 1024 * 1024  # Lambda's zipped limit is 50 MB; this is the unzipped size
-    print(f"\nasset: {size / 1e6:.1f} MB unzipped, one asset shared by {len(FUNCTIONS)} functions; "
-          f"synth {synthesized_stack.seconds:.1f}s")
+    print(
+        f"\nasset: {size / 1e6:.1f} MB unzipped, one asset shared by {len(FUNCTIONS)} functions; "
+        f"synth {synthesized_stack.seconds:.1f}s"
+    )
 
 
 def test_the_entrypoints_import_without_the_local_runtime_or_the_cli() -> None:
     """What the asset leaves out is never imported on Lambda's paths."""
     blocked = ["moto", "typer", "rich", "flask", "werkzeug", "sitedispatch.local", "sitedispatch.cli", "psutil"]
-    code = (f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
-            + "".join(f"import {spec.handler.rsplit('.', 1)[0]}\n" for spec in FUNCTIONS.values()))
+    code = f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\n" + "".join(
+        f"import {spec.handler.rsplit('.', 1)[0]}\n" for spec in FUNCTIONS.values()
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr

@@ -52,22 +52,30 @@ def test_bucket_is_private_tls_only_encrypted_versioned_and_retained(synthesized
     [bucket] = [b for b in buckets.values() if "VersioningConfiguration" in b["Properties"]]
     props = bucket["Properties"]
     assert bucket["DeletionPolicy"] == "Retain"
-    assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
-                                                       "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert props["VersioningConfiguration"]["Status"] == "Enabled"
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     rules = {r["Id"]: r for r in props["LifecycleConfiguration"]["Rules"]}
     assert set(rules) == {"expire-inputs", "expire-uploads", "evidence", "expire-noncurrent"}
     assert rules["evidence"]["Prefix"] == "evidence/" and rules["evidence"]["ExpirationInDays"] >= 365
     assert props["LoggingConfiguration"]["DestinationBucketName"]  # server access logs
-    [policy] = [p for p in resources(template, "AWS::S3::BucketPolicy").values()
-                if p["Properties"]["Bucket"] == {"Ref": next(k for k, b in buckets.items() if b is bucket)}]
+    [policy] = [
+        p
+        for p in resources(template, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": next(k for k, b in buckets.items() if b is bucket)}
+    ]
     deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert deny and deny[0]["Condition"]["Bool"]["aws:SecureTransport"] == "false"
 
 
 def test_function_environment_uses_the_settings_names_and_covers_every_resource(
-        synthesized: tuple[dict, object]) -> None:
+    synthesized: tuple[dict, object],
+) -> None:
     _, stack = synthesized
     environment = stack.function_environment()  # type: ignore[attr-defined]
     required = {Settings.env_name(name) for name, field in Settings.model_fields.items() if field.is_required()}

@@ -23,8 +23,22 @@ run = run_cli
 
 
 def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
-    code, out = run(cli, "submit", "provision", "--site", "acme-blog", "--param", "title=Acme",
-                    "--param", "admin_email=a@acme.example", "--idempotency-key", "k1", "--as", "tenant-a", "--json")
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "acme-blog",
+        "--param",
+        "title=Acme",
+        "--param",
+        "admin_email=a@acme.example",
+        "--idempotency-key",
+        "k1",
+        "--as",
+        "tenant-a",
+        "--json",
+    )
     assert code == 0, out
     submitted = json.loads(out)
     assert submitted["status"] == "queued" and submitted["created"] is True
@@ -60,11 +74,14 @@ def test_submit_from_an_input_file(cli: CliRunner, tmp_path: Path) -> None:
     assert code == 0, out
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--site", "Bad_Site", "--param", "title=x", "--param", "admin_email=a@b.co"], "site"),
-    (["--site", "acme-blog", "--param", "title=x"], "admin_email"),
-    (["--site", "acme-blog", "--param", "no-equals-sign"], "param"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--site", "Bad_Site", "--param", "title=x", "--param", "admin_email=a@b.co"], "site"),
+        (["--site", "acme-blog", "--param", "title=x"], "admin_email"),
+        (["--site", "acme-blog", "--param", "no-equals-sign"], "param"),
+    ],
+)
 def test_invalid_input_exits_2_and_names_the_field(cli: CliRunner, args: list[str], field: str) -> None:
     code, out = run(cli, "submit", "provision", *args, "--json")
     assert code == 2
@@ -90,8 +107,18 @@ def test_not_found_exits_3(cli: CliRunner) -> None:
 
 
 def test_wait_exits_1_when_the_operation_does_not_succeed_in_time(cli: CliRunner) -> None:
-    code, out = run(cli, "submit", "provision", "--site", "slow-site", "--param", "title=x",
-                    "--param", "admin_email=a@b.co", "--json")
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "slow-site",
+        "--param",
+        "title=x",
+        "--param",
+        "admin_email=a@b.co",
+        "--json",
+    )
     started = time.monotonic()
     code, out = run(cli, "ops", "wait", json.loads(out)["operation_id"], "--timeout", "0.5")
     assert code == 1 and "still queued" in out and time.monotonic() - started < 5
@@ -99,8 +126,19 @@ def test_wait_exits_1_when_the_operation_does_not_succeed_in_time(cli: CliRunner
 
 def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
     for site in ("site-one", "site-two"):
-        run(cli, "submit", "provision", "--site", site, "--param", "title=x", "--param", "admin_email=a@b.co",
-            "--as", "tenant-a")
+        run(
+            cli,
+            "submit",
+            "provision",
+            "--site",
+            site,
+            "--param",
+            "title=x",
+            "--param",
+            "admin_email=a@b.co",
+            "--as",
+            "tenant-a",
+        )
     code, out = run(cli, "status", "--json")
     assert code == 0, out
     report = json.loads(out)
@@ -110,10 +148,14 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
     assert report["backlog_by_status"]["queued"] == 2 and report["backlog_by_principal"] == {"tenant-a": 2}
     # no operation measured yet: each site's one waiting operation at the default pace
     assert {(d["site_id"], d["backlog"], d["estimated_delay_s"]) for d in report["delay_by_site"]} == {
-        ("site-one", 1, 30.0), ("site-two", 1, 30.0)}
+        ("site-one", 1, 30.0),
+        ("site-two", 1, 30.0),
+    }
     # per principal and lane: two waiting, run ten at a time, so new work would start at once
-    assert [(d["principal"], d["lane"], d["backlog"], d["completed_recently"], d["estimated_delay_s"])
-            for d in report["delay_by_principal"]] == [("tenant-a", "operations", 2, 0, 0.0)]
+    assert [
+        (d["principal"], d["lane"], d["backlog"], d["completed_recently"], d["estimated_delay_s"])
+        for d in report["delay_by_principal"]
+    ] == [("tenant-a", "operations", 2, 0, 0.0)]
     code, out = run(cli, "status")
     assert code == 0 and "operations" in out and "DLQ depth" in out and "estimated delay" in out
 
@@ -141,12 +183,22 @@ def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
     from sitedispatch.domain.model import Kind, Operation, Status
 
     old = time.time() - 120
-    orphan = Operation(operation_id="op_orphan", site_id="acme-blog", principal="p", kind=Kind.PROVISION,
-                       status=Status.ACCEPTED, input_key="inputs/x", input_digest="d" * 64, idempotency_key="k",
-                       created_at=old, updated_at=old)
+    orphan = Operation(
+        operation_id="op_orphan",
+        site_id="acme-blog",
+        principal="p",
+        kind=Kind.PROVISION,
+        status=Status.ACCEPTED,
+        input_key="inputs/x",
+        input_digest="d" * 64,
+        idempotency_key="k",
+        created_at=old,
+        updated_at=old,
+    )
     cloud.deps.operations.create(orphan)
-    cloud.deps.operations.create(replace(orphan, operation_id="op_fresh", created_at=time.time(),
-                                         updated_at=time.time()))
+    cloud.deps.operations.create(
+        replace(orphan, operation_id="op_fresh", created_at=time.time(), updated_at=time.time())
+    )
     code, out = run(cli, "reconcile", "--json")
     assert code == 0 and json.loads(out)["repaired"]["orphans_resent"] == 1
     assert cloud.deps.operations.get("op_orphan").status == Status.QUEUED  # type: ignore[union-attr]
@@ -160,8 +212,9 @@ def test_import_a_wxr_file_then_read_the_published_routes(cli: CliRunner, cloud:
 
     run(cli, "submit", "provision", "--site", "wxr-site", "--param", "title=WXR", "--param", "admin_email=a@b.co")
     pump(cloud)
-    code, out = run(cli, "submit", "import", "--site", "wxr-site", "--input-file",
-                    str(FIXTURES / "fixture-1.2.xml"), "--json")
+    code, out = run(
+        cli, "submit", "import", "--site", "wxr-site", "--input-file", str(FIXTURES / "fixture-1.2.xml"), "--json"
+    )
     assert code == 0, out
     submitted = json.loads(out)
     op = cloud.deps.operations.get(submitted["operation_id"])
@@ -184,8 +237,9 @@ def test_reading_a_site_before_its_first_publication_is_not_found(cli: CliRunner
     assert code == 3 and "no live publication" in out
 
 
-def test_the_cli_finds_a_deployed_stack_by_its_outputs(cli: CliRunner, cloud: Cloud, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_finds_a_deployed_stack_by_its_outputs(
+    cli: CliRunner, cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--stack NAME`: the resources come from the stack's outputs (each describes the variable it carries), so
     the same commands work on AWS and locally. The stack here is a CloudFormation stack in moto with the outputs
     the real stack exports for these resources."""
@@ -195,18 +249,34 @@ def test_the_cli_finds_a_deployed_stack_by_its_outputs(cli: CliRunner, cloud: Cl
 
     resource_fields = {"region", *(n for n, f in Settings.model_fields.items() if f.is_required())}
     environment = {Settings.env_name(n): str(getattr(cloud.settings, n)) for n in resource_fields}
-    template = {"Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
-                "Outputs": {name.replace("_", ""): {"Value": value, "Description": name}
-                            for name, value in environment.items()}}
+    template = {
+        "Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {
+            name.replace("_", ""): {"Value": value, "Description": name} for name, value in environment.items()
+        },
+    }
     boto3.client("cloudformation", region_name="us-east-1").create_stack(
-        StackName="DeployedDispatch", TemplateBody=json.dumps(template))
+        StackName="DeployedDispatch", TemplateBody=json.dumps(template)
+    )
     for name in environment:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no local env file to fall back on
     from sitedispatch.cli import context
 
-    code, out = run(cli, "--stack", "DeployedDispatch", "submit", "provision", "--site", "stack-site",
-                    "--param", "title=x", "--param", "admin_email=a@b.co", "--json")
+    code, out = run(
+        cli,
+        "--stack",
+        "DeployedDispatch",
+        "submit",
+        "provision",
+        "--site",
+        "stack-site",
+        "--param",
+        "title=x",
+        "--param",
+        "admin_email=a@b.co",
+        "--json",
+    )
     assert code == 0, out
     assert cloud.deps.operations.get(json.loads(out)["operation_id"]) is not None  # it went to these resources
     context.deps.cache_clear()  # a new process

@@ -20,9 +20,14 @@ from tests.factories import PROVISION, present
 
 @pytest.fixture
 def limited(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
-    settings = create_resources(moto_endpoint, prefix=f"flood-{random.Random().randrange(10**9)}",
-                                function_timeout_s=10, max_queued_per_site=3, max_outstanding_per_principal=12,
-                                max_outstanding_global=20)
+    settings = create_resources(
+        moto_endpoint,
+        prefix=f"flood-{random.Random().randrange(10**9)}",
+        function_timeout_s=10,
+        max_queued_per_site=3,
+        max_outstanding_per_principal=12,
+        max_outstanding_global=20,
+    )
     for key, value in local_environment(settings, moto_endpoint).items():
         monkeypatch.setenv(key, value)
     return Cloud(moto_endpoint, settings, Dependencies(settings))
@@ -62,6 +67,7 @@ def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Clou
 
     # Then every refusal is explicit, the counters are exact, and every accepted operation finishes
     import traceback
+
     assert surprises == [], "".join(traceback.format_exception(surprises[0]))[-3000:]
     assert len(accepted) + len(refusals) == 120 and refusals and accepted
     assert all(r.retry_after_s >= 1 and r.estimated_delay_s > 0 and r.value <= r.maximum for r in refusals)
@@ -101,8 +107,18 @@ def test_cli_backpressure_is_exit_75_with_retry_after(cli: CliRunner) -> None:
 
 
 def test_cli_cancel_pause_resume(cli: CliRunner, limited: Cloud) -> None:
-    code, out = run(cli, "submit", "provision", "--site", "ctl-site", "--param", "title=x", "--param",
-                    "admin_email=a@b.co", "--json")
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "ctl-site",
+        "--param",
+        "title=x",
+        "--param",
+        "admin_email=a@b.co",
+        "--json",
+    )
     op_id = json.loads(out)["operation_id"]
     code, out = run(cli, "ops", "cancel", op_id, "--reason", "wrong site", "--json")
     assert code == 0 and json.loads(out)["status"] == "cancelled"

@@ -13,14 +13,64 @@ from typer.testing import CliRunner
 from tests.conftest import Cloud, cli_runner, examples
 
 DOCUMENTED = {0, 1, 2, 3, 4, 75}  # 1: `ops wait` on a non-success; 2 also covers usage errors
-COMMANDS = [["submit"], ["ops", "get"], ["ops", "list"], ["ops", "cancel"], ["ops", "replay"], ["sites", "get"],
-            ["sites", "history"], ["sites", "read"], ["sites", "pause"], ["sites", "resume"], ["dlq", "list"],
-            ["dlq", "show"], ["dlq", "redrive"], ["audit", "list"], ["status"], ["reconcile"], ["quotas", "get"],
-            ["quotas", "set"], ["quotas", "clear"]]
-WORDS = ["--site", "--param", "--as", "--json", "--status", "--limit", "--reason", "--operation", "--error-code",
-         "--all", "--dry-run", "--since", "--kind", "--older-than", "--schedule", "--idempotency-key", "provision",
-         "import", "publish", "wp_cron", "recover", "acme-blog", "op_0123", "title=x", "admin_email=a@b.co",
-         "-1", "0", "1e9", "queued", "dead", "5m", "tenant-b", "--max-outstanding", "--max-running", ""]
+COMMANDS = [
+    ["submit"],
+    ["ops", "get"],
+    ["ops", "list"],
+    ["ops", "cancel"],
+    ["ops", "replay"],
+    ["sites", "get"],
+    ["sites", "history"],
+    ["sites", "read"],
+    ["sites", "pause"],
+    ["sites", "resume"],
+    ["dlq", "list"],
+    ["dlq", "show"],
+    ["dlq", "redrive"],
+    ["audit", "list"],
+    ["status"],
+    ["reconcile"],
+    ["quotas", "get"],
+    ["quotas", "set"],
+    ["quotas", "clear"],
+]
+WORDS = [
+    "--site",
+    "--param",
+    "--as",
+    "--json",
+    "--status",
+    "--limit",
+    "--reason",
+    "--operation",
+    "--error-code",
+    "--all",
+    "--dry-run",
+    "--since",
+    "--kind",
+    "--older-than",
+    "--schedule",
+    "--idempotency-key",
+    "provision",
+    "import",
+    "publish",
+    "wp_cron",
+    "recover",
+    "acme-blog",
+    "op_0123",
+    "title=x",
+    "admin_email=a@b.co",
+    "-1",
+    "0",
+    "1e9",
+    "queued",
+    "dead",
+    "5m",
+    "tenant-b",
+    "--max-outstanding",
+    "--max-running",
+    "",
+]
 
 
 @pytest.fixture
@@ -29,10 +79,15 @@ def cli(cloud: Cloud) -> Iterator[CliRunner]:
         yield runner
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(command=st.sampled_from(COMMANDS),
-       tail=st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=20)), max_size=6))
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    command=st.sampled_from(COMMANDS),
+    tail=st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=20)), max_size=6),
+)
 @example(command=["ops", "get"], tail=[""])  # found by CI: an empty key reached DynamoDB (ValidationException)
 @example(command=["sites", "read"], tail=[""])
 @example(command=["dlq", "show"], tail=[""])

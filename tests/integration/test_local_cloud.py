@@ -17,24 +17,40 @@ def test_a_cancelled_transaction_puts_back_every_item_it_named(cloud: Cloud) -> 
     client.put_item(TableName=table, Item={"counter_id": {"S": "guard"}, "value": {"N": "0"}})
 
     with pytest.raises(ClientError) as cancelled:
-        client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": table, "Item": {"counter_id": {"S": "new"}, "value": {"N": "5"}}}},
-            {"Update": {"TableName": table, "Key": {"counter_id": {"S": "kept"}},
-                        "UpdateExpression": "SET #v = :two", "ExpressionAttributeNames": {"#v": "value"},
-                        "ExpressionAttributeValues": {":two": {"N": "2"}}}},
-            {"Delete": {"TableName": table, "Key": {"counter_id": {"S": "deleted"}}}},
-            {"ConditionCheck": {"TableName": table, "Key": {"counter_id": {"S": "guard"}},
-                                "ConditionExpression": "#v > :zero", "ExpressionAttributeNames": {"#v": "value"},
-                                "ExpressionAttributeValues": {":zero": {"N": "0"}}}},
-        ])
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"counter_id": {"S": "new"}, "value": {"N": "5"}}}},
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"counter_id": {"S": "kept"}},
+                        "UpdateExpression": "SET #v = :two",
+                        "ExpressionAttributeNames": {"#v": "value"},
+                        "ExpressionAttributeValues": {":two": {"N": "2"}},
+                    }
+                },
+                {"Delete": {"TableName": table, "Key": {"counter_id": {"S": "deleted"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": table,
+                        "Key": {"counter_id": {"S": "guard"}},
+                        "ConditionExpression": "#v > :zero",
+                        "ExpressionAttributeNames": {"#v": "value"},
+                        "ExpressionAttributeValues": {":zero": {"N": "0"}},
+                    }
+                },
+            ]
+        )
 
     assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
     items = {item["counter_id"]["S"]: item["value"]["N"] for item in client.scan(TableName=table)["Items"]}
     assert items == {"kept": "1", "deleted": "7", "guard": "0"}  # nothing of the transaction stayed
 
-    client.transact_write_items(TransactItems=[  # and one that succeeds applies every item
-        {"Put": {"TableName": table, "Item": {"counter_id": {"S": "new"}, "value": {"N": "5"}}}},
-        {"Delete": {"TableName": table, "Key": {"counter_id": {"S": "deleted"}}}},
-    ])
+    client.transact_write_items(
+        TransactItems=[  # and one that succeeds applies every item
+            {"Put": {"TableName": table, "Item": {"counter_id": {"S": "new"}, "value": {"N": "5"}}}},
+            {"Delete": {"TableName": table, "Key": {"counter_id": {"S": "deleted"}}}},
+        ]
+    )
     items = {item["counter_id"]["S"]: item["value"]["N"] for item in client.scan(TableName=table)["Items"]}
     assert items == {"kept": "1", "guard": "0", "new": "5"}

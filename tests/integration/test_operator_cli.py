@@ -22,14 +22,26 @@ def cli(cloud: Cloud) -> Iterator[CliRunner]:
 
 def dlq_messages(cloud: Cloud, lane: str) -> list[dict[str, str]]:
     url = getattr(cloud.settings, f"{lane}_dlq_url")
-    messages = cloud.deps.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
-                                              VisibilityTimeout=0).get("Messages", [])
+    messages = cloud.deps.sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=0
+    ).get("Messages", [])
     return [{k: v["StringValue"] for k, v in m.get("MessageAttributes", {}).items()} for m in messages]
 
 
 def provision(cli: CliRunner, site: str, principal: str = "tenant-a") -> None:
-    code, out = run(cli, "submit", "provision", "--site", site, "--param", "title=T", "--param",
-                    "admin_email=a@b.co", "--as", principal)
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        site,
+        "--param",
+        "title=T",
+        "--param",
+        "admin_email=a@b.co",
+        "--as",
+        principal,
+    )
     assert code == 0, out
 
 
@@ -39,8 +51,9 @@ def import_file(cli: CliRunner, site: str, path: object, principal: str = "tenan
     return str(json.loads(out)["operation_id"])
 
 
-def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(cli: CliRunner, cloud: Cloud,
-                                                                         tmp_path: object) -> None:
+def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(
+    cli: CliRunner, cloud: Cloud, tmp_path: object
+) -> None:
     provision(cli, "acme-blog")
     pump(cloud)
     op_id = import_file(cli, "acme-blog", FIXTURES / "malformed.xml")
@@ -83,7 +96,9 @@ def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(cli: Cli
     code, out = run(cli, "audit", "list", "--action", "redrive", "--json")
     entries = json.loads(out)
     assert [(e["actor"], e["target"], e["outcome"], e["reason"]) for e in entries] == [
-        ("operator", op_id, "skipped", None), ("operator", op_id, "ok", "fixed the export")]
+        ("operator", op_id, "skipped", None),
+        ("operator", op_id, "ok", "fixed the export"),
+    ]
     code, out = run(cli, "audit", "list")
     assert code == 0 and "redrive" in out
 
@@ -118,9 +133,15 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
     op_id = import_file(cli, "a-site", FIXTURES / "malformed.xml")
     pump(cloud)
 
-    for args in (["ops", "get", op_id], ["ops", "cancel", op_id], ["dlq", "show", op_id],
-                 ["dlq", "redrive", "--operation", op_id], ["ops", "replay", op_id], ["sites", "get", "a-site"],
-                 ["sites", "pause", "a-site"]):
+    for args in (
+        ["ops", "get", op_id],
+        ["ops", "cancel", op_id],
+        ["dlq", "show", op_id],
+        ["dlq", "redrive", "--operation", op_id],
+        ["ops", "replay", op_id],
+        ["sites", "get", "a-site"],
+        ["sites", "pause", "a-site"],
+    ):
         code, out = run(cli, *args, "--as", "tenant-b")
         assert code == 4 and "tenant-b may not act on" in out, (args, out)
     assert json.loads(run(cli, "dlq", "list", "--as", "tenant-b", "--json")[1]) == []
@@ -139,17 +160,28 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
 
 
 def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audited(cli: CliRunner) -> None:
-    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account",
-                    "--as", "tenant-a")
+    code, out = run(
+        cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account", "--as", "tenant-a"
+    )
     assert code == 4 and "only operators" in out  # a principal cannot raise (or set) its own
-    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account",
-                    "--json")
+    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account", "--json")
     assert code == 0, out
     assert json.loads(out)["max_outstanding"] == 1 and json.loads(out)["quota"]["updated_by"] == "operator"
 
     provision(cli, "trial-one")
-    code, out = run(cli, "submit", "provision", "--site", "trial-two", "--param", "title=T", "--param",
-                    "admin_email=a@b.co", "--as", "tenant-a")
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "trial-two",
+        "--param",
+        "title=T",
+        "--param",
+        "admin_email=a@b.co",
+        "--as",
+        "tenant-a",
+    )
     assert code == 75 and "principal limit reached: 1 of 1" in out
 
     code, out = run(cli, "quotas", "get", "tenant-a", "--as", "tenant-a", "--json")
@@ -165,5 +197,8 @@ def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audi
 
     code, out = run(cli, "audit", "list", "--action", "quota", "--json")
     entries = sorted((e["actor"], e["outcome"], e["reason"]) for e in json.loads(out))
-    assert entries == [("operator", "ok", "converted to paid"), ("operator", "ok", "trial account"),
-                       ("tenant-a", "denied", "trial account")]
+    assert entries == [
+        ("operator", "ok", "converted to paid"),
+        ("operator", "ok", "trial account"),
+        ("tenant-a", "denied", "trial account"),
+    ]

@@ -32,8 +32,12 @@ def entrypoint(cloud: Cloud) -> Iterator[Any]:
 
 def receive(cloud: Cloud, n: int = 10) -> list[dict[str, Any]]:
     return cloud.deps.sqs.receive_message(
-        QueueUrl=cloud.settings.operations_queue_url, MaxNumberOfMessages=n, WaitTimeSeconds=1,
-        MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"]).get("Messages", [])
+        QueueUrl=cloud.settings.operations_queue_url,
+        MaxNumberOfMessages=n,
+        WaitTimeSeconds=1,
+        MessageSystemAttributeNames=["All"],
+        MessageAttributeNames=["All"],
+    ).get("Messages", [])
 
 
 def invoke(module: Any, cloud: Cloud, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -45,8 +49,13 @@ def invoke(module: Any, cloud: Cloud, messages: list[dict[str, Any]]) -> dict[st
 
 
 def submit(cloud: Cloud, site: str, key: str | None = None, **params: str) -> str:
-    return cloud.deps.submitter().submit(kind="provision", site_id=site, principal="tenant-a",
-                                         params={**PROVISION, **params}, idempotency_key=key).operation.operation_id
+    return (
+        cloud.deps.submitter()
+        .submit(
+            kind="provision", site_id=site, principal="tenant-a", params={**PROVISION, **params}, idempotency_key=key
+        )
+        .operation.operation_id
+    )
 
 
 def test_submit_stores_input_row_and_a_site_grouped_message(cloud: Cloud) -> None:
@@ -77,8 +86,7 @@ def test_a_failing_site_in_a_batch_does_not_fail_another_sites_messages(cloud: C
     broken = cloud.deps.operations.get(a1)
     assert broken is not None
     cloud.deps.s3.delete_object(Bucket=cloud.settings.bucket, Key=broken.input_key)
-    cloud.deps.s3.delete_object(Bucket=cloud.settings.bucket,
-                                Key=cloud.deps.operations.get(a2).input_key)  # type: ignore[union-attr]
+    cloud.deps.s3.delete_object(Bucket=cloud.settings.bucket, Key=cloud.deps.operations.get(a2).input_key)  # type: ignore[union-attr]
     messages = receive(cloud)
     assert sorted(json.loads(m["Body"])["operation_id"] for m in messages) == sorted([a1, a2, b1])
     ids = {json.loads(m["Body"])["operation_id"]: m["MessageId"] for m in messages}
@@ -127,8 +135,12 @@ def test_entrypoint_commits_once_across_duplicate_messages(cloud: Cloud, entrypo
 
 
 def test_malformed_message_is_acknowledged_not_retried_forever(cloud: Cloud, entrypoint: Any) -> None:
-    cloud.deps.sqs.send_message(QueueUrl=cloud.settings.operations_queue_url, MessageBody="not json",
-                                MessageGroupId="acme-blog", MessageDeduplicationId="junk")
+    cloud.deps.sqs.send_message(
+        QueueUrl=cloud.settings.operations_queue_url,
+        MessageBody="not json",
+        MessageGroupId="acme-blog",
+        MessageDeduplicationId="junk",
+    )
     messages = receive(cloud)
     assert invoke(entrypoint, cloud, messages) == {"batchItemFailures": []}
 

@@ -44,10 +44,18 @@ NOW = 1_800_000_000.0
 ERR = ErrorInfo("TransientError", "transient", "boom", True)
 
 
-PORTS: dict[str, type] = {"operations": OperationStore, "sites": SiteStore, "commits": CommitStore,
-                          "publications": PublicationStore, "buckets": MinuteBuckets, "quotas": QuotaStore,
-                          "audit": AuditLog, "blobs": BlobStore, "queue": OperationQueue,
-                          "publication_queue": PublicationQueue}
+PORTS: dict[str, type] = {
+    "operations": OperationStore,
+    "sites": SiteStore,
+    "commits": CommitStore,
+    "publications": PublicationStore,
+    "buckets": MinuteBuckets,
+    "quotas": QuotaStore,
+    "audit": AuditLog,
+    "blobs": BlobStore,
+    "queue": OperationQueue,
+    "publication_queue": PublicationQueue,
+}
 CALLED: dict[str, set[tuple[str, str]]] = {"memory": set(), "dynamodb": set()}  # impl -> (port, method)
 
 
@@ -98,33 +106,70 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             world.queue.sent = [m for m in world.queue.sent if m.lane != queue]
             return bodies
 
-        return Stores("memory", sent=sent_in_memory, **_recorded(
-            "memory", operations=world.operations, sites=world.sites, commits=world.commits,
-            publications=world.publications, buckets=MemoryMinuteBuckets(world.db), quotas=world.quotas,
-            audit=world.audit, blobs=world.blobs, queue=world.queue, publication_queue=world.publication_queue))
+        return Stores(
+            "memory",
+            sent=sent_in_memory,
+            **_recorded(
+                "memory",
+                operations=world.operations,
+                sites=world.sites,
+                commits=world.commits,
+                publications=world.publications,
+                buckets=MemoryMinuteBuckets(world.db),
+                quotas=world.quotas,
+                audit=world.audit,
+                blobs=world.blobs,
+                queue=world.queue,
+                publication_queue=world.publication_queue,
+            ),
+        )
     cloud: Cloud = request.getfixturevalue("cloud")
     d = cloud.deps
 
     def sent_on_sqs(queue: str) -> list[str]:
         url = getattr(d.settings, QUEUES[queue].url_field)
         bodies: list[str] = []
-        while messages := d.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
-                                                 VisibilityTimeout=60).get("Messages", []):
+        while messages := d.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=60
+        ).get("Messages", []):
             for message in messages:
                 bodies.append(message["Body"])
                 d.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         return bodies
 
-    return Stores("dynamodb", sent=sent_on_sqs, **_recorded(
-        "dynamodb", operations=d.operations, sites=d.sites, commits=d.commits, publications=d.publications,
-        buckets=DynamoMinuteBuckets(d.models), quotas=d.quotas, audit=d.audit, blobs=d.blobs, queue=d.queue,
-        publication_queue=d.publication_queue))
+    return Stores(
+        "dynamodb",
+        sent=sent_on_sqs,
+        **_recorded(
+            "dynamodb",
+            operations=d.operations,
+            sites=d.sites,
+            commits=d.commits,
+            publications=d.publications,
+            buckets=DynamoMinuteBuckets(d.models),
+            quotas=d.quotas,
+            audit=d.audit,
+            blobs=d.blobs,
+            queue=d.queue,
+            publication_queue=d.publication_queue,
+        ),
+    )
 
 
 def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Operation:
-    return Operation(operation_id=op_id, site_id=site, principal="p", kind=Kind.PROVISION, status=Status.QUEUED,
-                     input_key="inputs/x", input_digest="d" * 64, idempotency_key="k", created_at=NOW,
-                     updated_at=NOW, attempt_budget=budget)
+    return Operation(
+        operation_id=op_id,
+        site_id=site,
+        principal="p",
+        kind=Kind.PROVISION,
+        status=Status.QUEUED,
+        input_key="inputs/x",
+        input_digest="d" * 64,
+        idempotency_key="k",
+        created_at=NOW,
+        updated_at=NOW,
+        attempt_budget=budget,
+    )
 
 
 def prepared(lease: Any, op_id: str = "op_1", version: int = 1) -> PreparedCommit:
@@ -281,8 +326,6 @@ def test_listing_by_site_and_status(stores: Stores) -> None:
     assert [o.operation_id for o in stores.operations.list(status=Status.DEAD)] == ["op_1"]
     assert [o.operation_id for o in stores.operations.list(site_id="site-a", status=Status.QUEUED)] == ["op_0"]
     assert len(stores.operations.list(limit=2)) == 2
-
-
 
 
 def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Stores) -> None:
@@ -462,8 +505,15 @@ def test_end_cancels_or_supersedes_from_the_given_statuses_and_releases_what_it_
     ops = stores.operations
     ops.create(new_op("op_1"), [("site#acme-blog", 10), ("principal#p", 10)])
     ops.create(new_op("op_2"), [("site#acme-blog", 10), ("principal#p", 10)])
-    ops.end("op_1", Status.SUPERSEDED, NOW + 1, ["site#acme-blog", "principal#p"],
-            from_statuses=(Status.ACCEPTED, Status.QUEUED), reason="superseded by op_2", superseded_by="op_2")
+    ops.end(
+        "op_1",
+        Status.SUPERSEDED,
+        NOW + 1,
+        ["site#acme-blog", "principal#p"],
+        from_statuses=(Status.ACCEPTED, Status.QUEUED),
+        reason="superseded by op_2",
+        superseded_by="op_2",
+    )
     ended = present(ops.get("op_1"))
     assert (ended.status, ended.superseded_by, ended.finished_at) == (Status.SUPERSEDED, "op_2", NOW + 1)
     assert present(ended.error).message == "superseded by op_2"
@@ -473,8 +523,14 @@ def test_end_cancels_or_supersedes_from_the_given_statuses_and_releases_what_it_
     assert ops.counter("site#acme-blog") == 1  # the refusal released nothing
     with pytest.raises(NotRunnable):  # a slot the row does not hold
         ops.end("op_2", Status.CANCELLED, NOW + 2, [], from_statuses=(Status.QUEUED,), slot="running#operations#p")
-    ops.end("op_2", Status.CANCELLED, NOW + 2, ["site#acme-blog", "principal#p"], from_statuses=(Status.QUEUED,),
-            reason="asked")
+    ops.end(
+        "op_2",
+        Status.CANCELLED,
+        NOW + 2,
+        ["site#acme-blog", "principal#p"],
+        from_statuses=(Status.QUEUED,),
+        reason="asked",
+    )
     assert present(ops.get("op_2")).status == Status.CANCELLED
     assert ops.counters("site#") == {"site#acme-blog": 0}
     assert ops.counters() == {"site#acme-blog": 0, "principal#p": 0}
@@ -492,7 +548,11 @@ def test_revive_takes_a_dead_operation_at_its_epoch_into_a_new_one_once(stores: 
     revived = ops.revive("op_1", 0, NOW + 3, [("site#acme-blog", 2)], new_input=("inputs/y", "e" * 64))
     assert (revived.status, revived.epoch, revived.attempt) == (Status.ACCEPTED, 1, 0)
     assert (revived.input_key, revived.input_digest, revived.error, revived.evidence) == (
-        "inputs/y", "e" * 64, None, None)
+        "inputs/y",
+        "e" * 64,
+        None,
+        None,
+    )
     assert ops.counter("site#acme-blog") == 2
     with pytest.raises(NotRunnable):  # a second redrive of the same dead epoch
         ops.revive("op_1", 0, NOW + 4, [("site#acme-blog", 5)])
@@ -571,10 +631,12 @@ def test_the_audit_log_lists_newest_first_within_its_window_and_filters(stores: 
     from sitedispatch.domain.model import AuditEntry
 
     day = 86_400
-    entries = [AuditEntry(NOW - 2 * day, "ops", "pause", "site-a", "ok", "old", "site-a"),
-               AuditEntry(NOW - 10, "ops", "cancel", "op_1", "ok", "why", "site-a", {"from": "queued"}),
-               AuditEntry(NOW - 5, "tenant", "cancel", "op_2", "denied", None, "site-b"),
-               AuditEntry(NOW, "ops", "redrive", "op_3", "ok", "fixed", "site-a")]
+    entries = [
+        AuditEntry(NOW - 2 * day, "ops", "pause", "site-a", "ok", "old", "site-a"),
+        AuditEntry(NOW - 10, "ops", "cancel", "op_1", "ok", "why", "site-a", {"from": "queued"}),
+        AuditEntry(NOW - 5, "tenant", "cancel", "op_2", "denied", None, "site-b"),
+        AuditEntry(NOW, "ops", "redrive", "op_3", "ok", "fixed", "site-a"),
+    ]
     for entry in entries:
         stores.audit.record(entry)
     assert stores.audit.list(NOW - 60, NOW + 1) == [entries[3], entries[2], entries[1]]
@@ -597,10 +659,15 @@ def test_queues_carry_only_identities_and_the_dead_letter_sweep_removes_what_it_
     assert stores.sent("publications") == [PublicationMessage("site-a", "r" * 64, 1).to_body()]
 
     for n in range(3):
-        stores.queue.dead_letter(QueueMessage(f"op_{n}", f"site-{n}"), f"op_{n}-e0",
-                                 {"operation_id": f"op_{n}", "epoch": "0", "attempt": "3"}, lane="operations")
-    removed, kept = stores.queue.sweep_dead_letters("operations", lambda letter: letter.attributes["operation_id"]
-                                                    != "op_1")
+        stores.queue.dead_letter(
+            QueueMessage(f"op_{n}", f"site-{n}"),
+            f"op_{n}-e0",
+            {"operation_id": f"op_{n}", "epoch": "0", "attempt": "3"},
+            lane="operations",
+        )
+    removed, kept = stores.queue.sweep_dead_letters(
+        "operations", lambda letter: letter.attributes["operation_id"] != "op_1"
+    )
     assert sorted(letter.attributes["operation_id"] for letter in removed) == ["op_0", "op_2"]
     assert [letter.attributes["operation_id"] for letter in kept] == ["op_1"]
     assert kept[0].attributes == {"operation_id": "op_1", "epoch": "0", "attempt": "3"}
@@ -615,7 +682,11 @@ def test_every_port_method_ran_against_both_implementations(request: pytest.Fixt
     module_tests = [item for item in request.session.items if getattr(item, "module", None) is request.module]
     if len(module_tests) < len([name for name in dir(request.module) if name.startswith("test_")]):
         pytest.skip("only part of the contract suite ran")
-    wanted = {(port, name) for port, protocol in PORTS.items() for name in vars(protocol)
-              if not name.startswith("_") and callable(getattr(protocol, name))}
+    wanted = {
+        (port, name)
+        for port, protocol in PORTS.items()
+        for name in vars(protocol)
+        if not name.startswith("_") and callable(getattr(protocol, name))
+    }
     for impl, called in CALLED.items():
         assert wanted - called == set(), f"never called on {impl}"

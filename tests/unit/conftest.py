@@ -33,31 +33,52 @@ class Harness:
         self.settings = settings(**policy)
         self.handlers = dict(handler_map())
         w = self.world
-        self.submitter = Submitter(SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock,
-                                              self.pace()))
+        self.submitter = Submitter(
+            SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock, self.pace())
+        )
 
     def worker(self, seed: int = 7) -> OperationsWorker:
         w = self.world
-        return OperationsWorker(WorkerDeps(self.settings, w.operations, w.sites, w.commits, w.blobs, w.queue,
-                                           w.clock, self.handlers, random.Random(seed), w.publications,
-                                           w.publication_queue, self.retry_budget(), self.pace(), reference_only()))
+        return OperationsWorker(
+            WorkerDeps(
+                self.settings,
+                w.operations,
+                w.sites,
+                w.commits,
+                w.blobs,
+                w.queue,
+                w.clock,
+                self.handlers,
+                random.Random(seed),
+                w.publications,
+                w.publication_queue,
+                self.retry_budget(),
+                self.pace(),
+                reference_only(),
+            )
+        )
 
     def pace(self) -> Pace:
         return Pace(MinuteCounts(MemoryMinuteBuckets(self.world.db)))
 
     def retry_budget(self) -> RetryBudget:
-        return RetryBudget(MinuteCounts(MemoryMinuteBuckets(self.world.db)), self.settings.retry_budget_ratio,
-                           self.settings.retry_budget_min_retries)
+        return RetryBudget(
+            MinuteCounts(MemoryMinuteBuckets(self.world.db)),
+            self.settings.retry_budget_ratio,
+            self.settings.retry_budget_min_retries,
+        )
 
     def controls(self) -> Controls:
         w = self.world
-        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock,
-                                    w.quotas))
+        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock, w.quotas))
 
     def publisher(self) -> PublicationWorker:
         w = self.world
-        return PublicationWorker(PublicationDeps(self.settings, w.sites, w.publications, w.blobs,
-                                                 w.publication_queue, w.clock, reference_only()))
+        return PublicationWorker(
+            PublicationDeps(
+                self.settings, w.sites, w.publications, w.blobs, w.publication_queue, w.clock, reference_only()
+            )
+        )
 
     def drain_publications(self, order: Callable[[list[Any]], list[Any]] | None = None) -> int:
         """Deliver every queued publication message (in `order`, default FIFO) until none is left."""
@@ -66,19 +87,30 @@ class Harness:
         while self.world.publication_queue.sent:
             batch = list(self.world.publication_queue.sent)
             self.world.publication_queue.sent.clear()
-            for message in (order(batch) if order else batch):
+            for message in order(batch) if order else batch:
                 publisher.process(message)
                 delivered += 1
         return delivered
 
-    def submit(self, site: str = "acme-blog", kind: str = "provision", key: str | None = None,
-               params: dict[str, Any] | None = None, principal: str = "tenant-a") -> str:
-        return self.submitter.submit(kind=kind, site_id=site, principal=principal,
-                                     params=PROVISION if params is None else params,
-                                     idempotency_key=key).operation.operation_id
+    def submit(
+        self,
+        site: str = "acme-blog",
+        kind: str = "provision",
+        key: str | None = None,
+        params: dict[str, Any] | None = None,
+        principal: str = "tenant-a",
+    ) -> str:
+        return self.submitter.submit(
+            kind=kind,
+            site_id=site,
+            principal=principal,
+            params=PROVISION if params is None else params,
+            idempotency_key=key,
+        ).operation.operation_id
 
-    def deliver(self, operation_id: str, worker: OperationsWorker | None = None, request_id: str = ""
-                ) -> tuple[Result, RecordingVisibility]:
+    def deliver(
+        self, operation_id: str, worker: OperationsWorker | None = None, request_id: str = ""
+    ) -> tuple[Result, RecordingVisibility]:
         op = self.world.operations.get(operation_id)
         assert op is not None
         visibility = RecordingVisibility()

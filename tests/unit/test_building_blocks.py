@@ -38,8 +38,16 @@ def test_full_jitter_spreads_retries_over_the_whole_window() -> None:
 
 
 def _site(created_at: float = 1_700_000_000.0) -> Manifest:
-    return default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
-                        locale="en_US", timezone="UTC", admin_login="admin", created_at=created_at)[0]
+    return default_site(
+        "acme-blog",
+        title="Acme",
+        url="https://acme.example",
+        admin_email="a@acme.example",
+        locale="en_US",
+        timezone="UTC",
+        admin_login="admin",
+        created_at=created_at,
+    )[0]
 
 
 def test_default_site_is_what_wp_install_leaves_behind() -> None:
@@ -72,14 +80,24 @@ def test_settings_names_and_environment_round_trip(monkeypatch: pytest.MonkeyPat
 
 
 def test_sqs_event_has_the_lambda_record_shape() -> None:
-    received = [{
-        "MessageId": "m1", "ReceiptHandle": "rh1", "Body": '{"operation_id":"op_1","site_id":"acme-blog"}',
-        "MD5OfBody": "abc",
-        "Attributes": {"ApproximateReceiveCount": "2", "SentTimestamp": "1", "MessageGroupId": "acme-blog",
-                       "MessageDeduplicationId": "op_1-e0", "SequenceNumber": "7", "SenderId": "S",
-                       "ApproximateFirstReceiveTimestamp": "2"},
-        "MessageAttributes": {"error_code": {"DataType": "String", "StringValue": "boom"}},
-    }]
+    received = [
+        {
+            "MessageId": "m1",
+            "ReceiptHandle": "rh1",
+            "Body": '{"operation_id":"op_1","site_id":"acme-blog"}',
+            "MD5OfBody": "abc",
+            "Attributes": {
+                "ApproximateReceiveCount": "2",
+                "SentTimestamp": "1",
+                "MessageGroupId": "acme-blog",
+                "MessageDeduplicationId": "op_1-e0",
+                "SequenceNumber": "7",
+                "SenderId": "S",
+                "ApproximateFirstReceiveTimestamp": "2",
+            },
+            "MessageAttributes": {"error_code": {"DataType": "String", "StringValue": "boom"}},
+        }
+    ]
     [record] = sqs_event(received, "arn:aws:sqs:us-east-1:123456789012:q.fifo", "us-east-1")["Records"]
     assert record["messageId"] == "m1" and record["receiptHandle"] == "rh1" and record["eventSource"] == "aws:sqs"
     assert record["attributes"]["MessageGroupId"] == "acme-blog"
@@ -89,13 +107,16 @@ def test_sqs_event_has_the_lambda_record_shape() -> None:
     assert record["messageAttributes"]["error_code"]["dataType"] == "String"
 
 
-@pytest.mark.parametrize(("response", "deleted"), [
-    ({"batchItemFailures": []}, ["a", "b", "c"]),
-    ({"batchItemFailures": [{"itemIdentifier": "b"}, {"itemIdentifier": "c"}]}, ["a"]),
-    (None, ["a", "b", "c"]),  # a handler returning nothing succeeded for the whole batch
-    ({"batchItemFailures": [{"itemIdentifier": ""}]}, []),  # malformed: the whole batch failed
-    ("not a dict", []),
-])
+@pytest.mark.parametrize(
+    ("response", "deleted"),
+    [
+        ({"batchItemFailures": []}, ["a", "b", "c"]),
+        ({"batchItemFailures": [{"itemIdentifier": "b"}, {"itemIdentifier": "c"}]}, ["a"]),
+        (None, ["a", "b", "c"]),  # a handler returning nothing succeeded for the whole batch
+        ({"batchItemFailures": [{"itemIdentifier": ""}]}, []),  # malformed: the whole batch failed
+        ("not a dict", []),
+    ],
+)
 def test_partial_batch_response_rules(response: object, deleted: list[str]) -> None:
     messages = [{"MessageId": m} for m in ("a", "b", "c")]
     assert [m["MessageId"] for m in records_to_delete(messages, response)] == deleted

@@ -15,24 +15,32 @@ from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.operations.admission import is_admission_counter, running_slot
 from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.operator.controls import Caller
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
 
 
 def refused(harness: Harness, **kwargs: object) -> Backpressure:
     with pytest.raises(Backpressure) as caught:
-        harness.submitter.submit(**{"kind": "provision", "principal": "tenant-a", "params": PROVISION,
-                                    **kwargs})  # type: ignore[arg-type]
+        harness.submitter.submit(**{"kind": "provision", "principal": "tenant-a", "params": PROVISION, **kwargs})  # type: ignore[arg-type]
     return caught.value
 
 
-@pytest.mark.parametrize(("limit", "policy", "submits"), [
-    ("site", {"max_queued_per_site": 2}, [("acme-blog", "tenant-a")] * 3),
-    ("principal", {"max_outstanding_per_principal": 2}, [("site-one", "tenant-a"), ("site-two", "tenant-a"),
-                                                          ("site-three", "tenant-a")]),
-    ("global", {"max_outstanding_global": 2}, [("site-one", "tenant-a"), ("site-two", "tenant-b"),
-                                               ("site-three", "tenant-c")]),
-])
+@pytest.mark.parametrize(
+    ("limit", "policy", "submits"),
+    [
+        ("site", {"max_queued_per_site": 2}, [("acme-blog", "tenant-a")] * 3),
+        (
+            "principal",
+            {"max_outstanding_per_principal": 2},
+            [("site-one", "tenant-a"), ("site-two", "tenant-a"), ("site-three", "tenant-a")],
+        ),
+        (
+            "global",
+            {"max_outstanding_global": 2},
+            [("site-one", "tenant-a"), ("site-two", "tenant-b"), ("site-three", "tenant-c")],
+        ),
+    ],
+)
 def test_a_full_limit_refuses_with_backpressure_and_writes_nothing(limit: str, policy: dict, submits: list) -> None:
     harness = Harness(**policy)
     for site, principal in submits[:-1]:
@@ -55,8 +63,7 @@ def test_terminal_operations_release_their_counters() -> None:
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
     admission = {k: v for k, v in harness.world.db.counters.items() if is_admission_counter(k)}
-    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0,
-                         "running#operations#tenant-a": 0}
+    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0, "running#operations#tenant-a": 0}
     harness.submit(kind="publish", params={})  # accepted again
 
 
@@ -111,8 +118,17 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
 
     def estimates() -> list[DelayEstimate]:
         w = harness.world
-        return [estimated_delay_for(w.operations.get(op), w.operations, w.sites, pace,  # type: ignore[arg-type]
-                                    harness.settings, clock.now()) for op in ops]
+        return [
+            estimated_delay_for(
+                present(w.operations.get(op)),
+                w.operations,
+                w.sites,
+                pace,
+                harness.settings,
+                clock.now(),
+            )
+            for op in ops
+        ]
 
     assert [e.delay_s for e in estimates()] == [0.0, 0.0, 10.0, 10.0, 20.0]
     assert [e.bound for e in estimates()][2:] == ["principal"] * 3
@@ -123,8 +139,17 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
     # another principal's work is not behind tenant-a's
     other = harness.submit(site="site-9", principal="tenant-b")
     w = harness.world
-    assert estimated_delay_for(w.operations.get(other), w.operations, w.sites, pace,  # type: ignore[arg-type]
-                               harness.settings, clock.now()).delay_s == 0.0
+    assert (
+        estimated_delay_for(
+            present(w.operations.get(other)),
+            w.operations,
+            w.sites,
+            pace,
+            harness.settings,
+            clock.now(),
+        ).delay_s
+        == 0.0
+    )
 
 
 def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
@@ -135,8 +160,14 @@ def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
         ops.append(harness.submit(kind="publish", params={}, key=f"p{n}"))
         harness.world.clock.advance(1.0)
     w = harness.world
-    last = estimated_delay_for(w.operations.get(ops[2]), w.operations, w.sites, pace,  # type: ignore[arg-type]
-                               harness.settings, w.clock.now())
+    last = estimated_delay_for(
+        present(w.operations.get(ops[2])),
+        w.operations,
+        w.sites,
+        pace,
+        harness.settings,
+        w.clock.now(),
+    )
     assert last.bound == "site" and last.site_ahead == 2 and last.delay_s == 2 * harness.settings.default_operation_s
 
 
@@ -260,8 +291,9 @@ def test_provisions_and_imports_are_never_superseded(harness: Harness) -> None:
 def test_a_retry_storm_spends_the_global_budget_and_later_retries_wait_longer() -> None:
     """Retries may be ~10% of recent executions: once a failing dependency makes them more, retries are deferred
     for a longer window instead of piling onto it."""
-    harness = Harness(retry_budget_ratio=0.1, retry_budget_min_retries=3, retry_budget_defer_s=60.0,
-                      auto_pause_failures=100)
+    harness = Harness(
+        retry_budget_ratio=0.1, retry_budget_min_retries=3, retry_budget_defer_s=60.0, auto_pause_failures=100
+    )
 
     def down(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise TransientError("dependency down")
@@ -396,8 +428,9 @@ def test_an_operator_raises_a_principals_outstanding_limit_and_the_next_submit_s
         harness.submit(site=f"site-{n}")
     assert refused(harness, site_id="site-2").maximum == 2
 
-    limits = harness.controls().set_quota(OPERATOR, "tenant-a", max_outstanding=4, max_running=None,
-                                          reason="migration week")
+    limits = harness.controls().set_quota(
+        OPERATOR, "tenant-a", max_outstanding=4, max_running=None, reason="migration week"
+    )
 
     assert (limits.max_outstanding, limits.outstanding, limits.max_running) == (4, 2, 10)
     harness.submit(site="site-2")
@@ -406,8 +439,7 @@ def test_an_operator_raises_a_principals_outstanding_limit_and_the_next_submit_s
     assert (error.limit, error.value, error.maximum) == ("principal", 4, 4)
     harness.submit(site="b-site", principal="tenant-b")  # other principals keep the deployment's limit
     [entry] = harness.world.audit.list(0, 1e12, action="quota")
-    assert (entry.actor, entry.target, entry.outcome, entry.reason) == ("ops-alice", "tenant-a", "ok",
-                                                                        "migration week")
+    assert (entry.actor, entry.target, entry.outcome, entry.reason) == ("ops-alice", "tenant-a", "ok", "migration week")
     assert entry.detail["max_outstanding"] == 4 and entry.detail["was"] is None
 
 
@@ -434,8 +466,9 @@ def test_a_running_cap_override_applies_to_the_next_attempt_and_clearing_it_rest
 
     held = harness.deliver(third, worker)[0]
     assert (held.outcome, held.reason) == (Outcome.DEFERRED, "principal_running_cap")
-    assert harness.deliver(harness.submit(site="b-site", principal="tenant-b"), worker)[0].outcome == \
-        Outcome.SUCCEEDED  # other principals keep the deployment's cap
+    assert (
+        harness.deliver(harness.submit(site="b-site", principal="tenant-b"), worker)[0].outcome == Outcome.SUCCEEDED
+    )  # other principals keep the deployment's cap
     harness.controls().clear_quota(OPERATOR, "tenant-a", "quiet again")
     assert harness.deliver(third, worker)[0].outcome == Outcome.SUCCEEDED
 

@@ -34,7 +34,7 @@ def test_wordpress_theme_unit_test_data_imports_whole_and_reimports_as_no_change
     assert manifest.counts()["posts"] == 59 and manifest.counts()["pages"] == 23  # with provision's defaults
     assert len({p.id for p in manifest.posts}) == len(manifest.posts)
     titles = {p.title for p in manifest.posts}
-    assert {"Template: Sticky", "Template: Password Protected (the password is \"enter\")"} <= titles
+    assert {"Template: Sticky", 'Template: Password Protected (the password is "enter")'} <= titles
     assert any(p.protected for p in manifest.posts) and any(p.sticky for p in manifest.posts)
 
     again = harness.import_file(THEME_TEST_DATA, key="again")
@@ -47,7 +47,8 @@ def test_wordpress_theme_unit_test_data_imports_whole_and_reimports_as_no_change
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 def test_every_wxr_version_imports_posts_pages_drafts_future_attachments_and_unicode(
-        harness: Harness, version: str) -> None:
+    harness: Harness, version: str
+) -> None:
     harness.provisioned()
 
     result = harness.import_file(FIXTURES / f"fixture-{version}.xml")
@@ -74,16 +75,20 @@ def test_every_wxr_version_imports_posts_pages_drafts_future_attachments_and_uni
     assert "editor" in authors
 
 
-@pytest.mark.parametrize(("fixture", "code", "says"), [
-    ("malformed.xml", "wxr_malformed", "line 59"),
-    ("truncated.xml", "wxr_malformed", "line"),
-    ("latin1.xml", "wxr_malformed", "line 13, column 24"),  # the byte 0xff in the first title
-    ("billion-laughs.xml", "wxr_unsafe", "unsafe"),
-    ("external-entity.xml", "wxr_unsafe", "unsafe"),
-    ("wrong-version.xml", "wxr_version", "2.0"),
-])
-def test_bad_files_are_permanent_failures_that_say_where_and_what(harness: Harness, fixture: str, code: str,
-                                                                  says: str) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "code", "says"),
+    [
+        ("malformed.xml", "wxr_malformed", "line 59"),
+        ("truncated.xml", "wxr_malformed", "line"),
+        ("latin1.xml", "wxr_malformed", "line 13, column 24"),  # the byte 0xff in the first title
+        ("billion-laughs.xml", "wxr_unsafe", "unsafe"),
+        ("external-entity.xml", "wxr_unsafe", "unsafe"),
+        ("wrong-version.xml", "wxr_version", "2.0"),
+    ],
+)
+def test_bad_files_are_permanent_failures_that_say_where_and_what(
+    harness: Harness, fixture: str, code: str, says: str
+) -> None:
     harness.provisioned()
     before = harness.world.sites.get("acme-blog").head_revision  # type: ignore[union-attr]
 
@@ -118,18 +123,28 @@ def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest
     from sitedispatch.drivers.reference.store import ContentStore
     from sitedispatch.wxr import parse_wxr
 
-    head, _ = default_site("acme-blog", title="Acme", url="https://acme.example", admin_email="a@acme.example",
-                           locale="en_US", timezone="UTC", admin_login="admin", created_at=1_700_000_000.0)
+    head, _ = default_site(
+        "acme-blog",
+        title="Acme",
+        url="https://acme.example",
+        admin_email="a@acme.example",
+        locale="en_US",
+        timezone="UTC",
+        admin_login="admin",
+        created_at=1_700_000_000.0,
+    )
     merger = ManifestMerger(head, lambda body: body.digest)
     with THEME_TEST_DATA.open("rb") as fh:
         for event in parse_wxr(fh):
             merger.add(event)
     merged = merger.result()
-    whole = merged.frame.model_copy(update={"posts": tuple(PostRef.model_validate_json(p)
-                                                          for p in merged.canonical_posts())})
+    whole = merged.frame.model_copy(
+        update={"posts": tuple(PostRef.model_validate_json(p) for p in merged.canonical_posts())}
+    )
 
-    revision_id = ContentStore(harness.world.blobs, "acme-blog").put_manifest_stream(merged.frame,
-                                                                                     merged.canonical_posts())
+    revision_id = ContentStore(harness.world.blobs, "acme-blog").put_manifest_stream(
+        merged.frame, merged.canonical_posts()
+    )
 
     assert revision_id == whole.revision_id
     stored = harness.world.blobs.get(f"sites/acme-blog/snapshots/{revision_id}.json")

@@ -41,17 +41,20 @@ def test_a_healthy_world_has_no_violation() -> None:
     assert violations_of(harness, ledger) == []
 
 
-@pytest.mark.parametrize(("breakage", "invariant"), [
-    ("queued", "every accepted operation ends terminal"),
-    ("vanished", "accepted operations are kept"),
-    ("version_gap", "versions form a chain"),
-    ("fence_back", "fences strictly increase per site"),
-    ("cancelled_committed", "only succeeded operations commit"),
-    ("no_evidence", "every dead operation has evidence"),
-    ("counter", "counters equal the recount"),
-    ("open_publication", "every publication finishes"),
-    ("unaudited", "every operator action is audited"),
-])
+@pytest.mark.parametrize(
+    ("breakage", "invariant"),
+    [
+        ("queued", "every accepted operation ends terminal"),
+        ("vanished", "accepted operations are kept"),
+        ("version_gap", "versions form a chain"),
+        ("fence_back", "fences strictly increase per site"),
+        ("cancelled_committed", "only succeeded operations commit"),
+        ("no_evidence", "every dead operation has evidence"),
+        ("counter", "counters equal the recount"),
+        ("open_publication", "every publication finishes"),
+        ("unaudited", "every operator action is audited"),
+    ],
+)
 def test_each_broken_invariant_is_reported(breakage: str, invariant: str) -> None:
     harness, ledger = healthy()
     db = harness.world.db

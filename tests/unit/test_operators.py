@@ -14,17 +14,44 @@ from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
 
 TENANT_A = Caller("tenant-a", operator=False)
 TENANT_B = Caller("tenant-b", operator=False)
-EVIDENCE_FIELDS = {"operation_id", "site_id", "kind", "principal", "epoch", "attempt", "attempt_budget", "fence",
-                   "input_key", "input_digest", "revision", "error_class", "error_code", "error_message",
-                   "retryable", "traceback_digest", "traceback", "created_at", "started_at", "dead_at",
-                   "request_id", "lane", "recovery_command", "recovery", "key"}
+EVIDENCE_FIELDS = {
+    "operation_id",
+    "site_id",
+    "kind",
+    "principal",
+    "epoch",
+    "attempt",
+    "attempt_budget",
+    "fence",
+    "input_key",
+    "input_digest",
+    "revision",
+    "error_class",
+    "error_code",
+    "error_message",
+    "retryable",
+    "traceback_digest",
+    "traceback",
+    "created_at",
+    "started_at",
+    "dead_at",
+    "request_id",
+    "lane",
+    "recovery_command",
+    "recovery",
+    "key",
+}
 
 
 def poisoned_import(harness: Harness, site: str = "acme-blog") -> str:
     """A provisioned site and an import of a malformed WXR file, delivered once: dead."""
     harness.provisioned(site)
-    op_id = harness.submit(site=site, kind="import", key=f"import-{site}",
-                           params=harness.submitter.stage_upload(site, FIXTURES / "malformed.xml"))
+    op_id = harness.submit(
+        site=site,
+        kind="import",
+        key=f"import-{site}",
+        params=harness.submitter.stage_upload(site, FIXTURES / "malformed.xml"),
+    )
     result, _ = harness.deliver(op_id, request_id="req-123")
     assert (result.outcome, result.reason) == (Outcome.DEAD, "wxr_malformed")
     return op_id
@@ -57,8 +84,9 @@ def test_a_poisoned_input_goes_dead_with_complete_evidence(harness: Harness) -> 
 
 def test_the_recovery_command_with_a_fixed_input_completes_the_same_operation(harness: Harness) -> None:
     op_id = poisoned_import(harness)
-    fixed = harness.submitter.store_input(Kind.IMPORT, "acme-blog",
-                                          harness.submitter.stage_upload("acme-blog", THEME_TEST_DATA))
+    fixed = harness.submitter.store_input(
+        Kind.IMPORT, "acme-blog", harness.submitter.stage_upload("acme-blog", THEME_TEST_DATA)
+    )
 
     report = harness.controls().redrive(OPERATOR, operation_id=op_id, new_input=fixed, reason="fixed the file")
     result, _ = harness.deliver(op_id)
@@ -72,7 +100,12 @@ def test_the_recovery_command_with_a_fixed_input_completes_the_same_operation(ha
     assert sent.lane == "bulk"
     [entry] = harness.world.audit.entries
     assert (entry.actor, entry.action, entry.target, entry.outcome, entry.reason) == (
-        "ops-alice", "redrive", op_id, "ok", "fixed the file")
+        "ops-alice",
+        "redrive",
+        op_id,
+        "ok",
+        "fixed the file",
+    )
     assert entry.detail["input_replaced"] is True and entry.detail["evidence"].startswith("evidence/acme-blog/")
 
 
@@ -91,8 +124,9 @@ def test_redrive_twice_redrives_once() -> None:
     assert first.redriven == [op_id] and second.redriven == [] and op_id in second.skipped
     assert len([m for m in harness.world.queue.sent if m.message.operation_id == op_id]) == 2  # submit + 1 redrive
     assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
-    assert controls.redrive(OPERATOR, operation_id=op_id).skipped[op_id] == "already succeeded (after a redrive, " \
-                                                                            "epoch 1)"
+    assert (
+        controls.redrive(OPERATOR, operation_id=op_id).skipped[op_id] == "already succeeded (after a redrive, epoch 1)"
+    )
 
 
 def test_redrive_by_site_and_by_error_code_moves_only_the_matching_operations(harness: Harness) -> None:
@@ -152,11 +186,14 @@ def test_a_principal_sees_and_acts_only_on_its_own_sites(harness: Harness) -> No
     mine = poisoned_import(harness, "a-site")
     controls = harness.controls()
 
-    for attempt in (lambda: controls.operation(TENANT_B, mine), lambda: controls.evidence(TENANT_B, mine),
-                    lambda: controls.cancel(TENANT_B, mine, "nope"),
-                    lambda: controls.redrive(TENANT_B, operation_id=mine),
-                    lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
-                    lambda: controls.site(TENANT_B, "a-site")):
+    for attempt in (
+        lambda: controls.operation(TENANT_B, mine),
+        lambda: controls.evidence(TENANT_B, mine),
+        lambda: controls.cancel(TENANT_B, mine, "nope"),
+        lambda: controls.redrive(TENANT_B, operation_id=mine),
+        lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
+        lambda: controls.site(TENANT_B, "a-site"),
+    ):
         with pytest.raises(Forbidden):
             attempt()
     assert controls.dead_letters(TENANT_B) == [] and controls.operations(TENANT_B) == []
@@ -181,7 +218,11 @@ def test_every_operator_action_is_audited(harness: Harness) -> None:
         controls.cancel(OPERATOR, queued, "again")
 
     entries = [(e.action, e.target, e.outcome, e.reason) for e in harness.world.audit.entries]
-    assert entries == [("pause", "acme-blog", "ok", "maintenance"), ("resume", "acme-blog", "ok", "done"),
-                       ("cancel", queued, "ok", "wrong content"), ("cancel", queued, "refused", "again")]
+    assert entries == [
+        ("pause", "acme-blog", "ok", "maintenance"),
+        ("resume", "acme-blog", "ok", "done"),
+        ("cancel", queued, "ok", "wrong content"),
+        ("cancel", queued, "refused", "again"),
+    ]
     assert all(e.actor == "ops-alice" and e.at > 0 for e in harness.world.audit.entries)
     assert json.dumps([e.detail for e in harness.world.audit.entries])  # details are plain data

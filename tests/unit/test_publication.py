@@ -46,7 +46,13 @@ def test_provision_is_published_with_a_complete_receipt_and_live_json(harness: H
     document = assert_complete(harness, revision)  # type: ignore[arg-type]
     day = gmt(harness.world.clock.now())[:10].replace("-", "/")  # the provision's acceptance date
     assert {e["route"] for e in document["routes"]} == {
-        "/", "/feed/", "/sitemap.xml", "/sample-page/", "/category/uncategorized/", f"/{day}/hello-world/"}
+        "/",
+        "/feed/",
+        "/sitemap.xml",
+        "/sample-page/",
+        "/category/uncategorized/",
+        f"/{day}/hello-world/",
+    }
     home, _ = read_live_route(harness.world.sites, harness.world.blobs, "acme-blog", "/")
     assert b"Acme Blog" in home and b"Hello world!" in home
     assert b"Privacy Policy" not in home  # a draft is not published
@@ -215,8 +221,7 @@ def test_live_json_never_moves_backwards(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize("where", ["after_promotion", "promotion_reply_lost"])
-def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_published_not_superseded(
-        where: str) -> None:
+def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_published_not_superseded(where: str) -> None:
     """Found by the chaos campaign (seed 50): the finisher promoted, then died before recording the publication; the
     redelivered last chunk saw live_seq >= seq and called its own live publication superseded."""
     harness = Harness()

@@ -18,8 +18,19 @@ from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 
 def reconciler(harness: Harness) -> Reconciler:
     w = harness.world
-    return Reconciler(ReconcilerDeps(harness.settings, w.operations, w.sites, w.publications, w.queue,
-                                     w.publication_queue, w.blobs, w.clock, wp_cron_submitter(harness.submitter)))
+    return Reconciler(
+        ReconcilerDeps(
+            harness.settings,
+            w.operations,
+            w.sites,
+            w.publications,
+            w.queue,
+            w.publication_queue,
+            w.blobs,
+            w.clock,
+            wp_cron_submitter(harness.submitter),
+        )
+    )
 
 
 def sweep(harness: Harness, schedule: str = "reconcile") -> dict[str, int]:
@@ -100,10 +111,11 @@ def test_an_attempt_that_outlives_its_lease_is_failed_requeued_and_can_never_com
 
 def test_a_running_operation_with_a_live_lease_is_left_alone(harness: Harness) -> None:
     op_id = harness.submit()
-    op = harness.world.operations.get(op_id)
+    op = present(harness.world.operations.get(op_id))
     lease = harness.world.sites.claim_lease("acme-blog", op_id, harness.world.clock.now(), 60)
-    harness.world.operations.start_attempt(op_id, lease.fence, harness.world.clock.now(),
-                                           running_slot(harness.settings, op))  # type: ignore[arg-type]
+    harness.world.operations.start_attempt(
+        op_id, lease.fence, harness.world.clock.now(), running_slot(harness.settings, op)
+    )
     harness.world.clock.advance(30)
 
     assert sweep(harness)["stale_leases_recovered"] == 0
@@ -169,8 +181,11 @@ def test_wp_events_submits_one_wp_cron_per_site_and_due_minute(harness: Harness)
     second = sweep(harness, "wp-events")  # the same minute: the same idempotency key
 
     assert first["wp_cron_submitted"] == 2 and second["wp_cron_exists"] == 2 and second["wp_cron_submitted"] == 0
-    crons = [op for op in harness.world.db.operations.values() if op.kind == Kind.WP_CRON and op.epoch == 0
-             and op.idempotency_key.startswith("wp-events:")]
+    crons = [
+        op
+        for op in harness.world.db.operations.values()
+        if op.kind == Kind.WP_CRON and op.epoch == 0 and op.idempotency_key.startswith("wp-events:")
+    ]
     assert sorted(op.site_id for op in crons) == ["acme-blog", "quiet-site"]
     [mine] = [op for op in crons if op.site_id == "acme-blog"]
     result, _ = harness.deliver(mine.operation_id)

@@ -48,8 +48,9 @@ def test_one_site_runs_one_message_at_a_time_and_cold_starts_are_paid_once() -> 
 
 
 def test_throughput_and_scaling_limits_bite() -> None:
-    slow = AwsLimits(max_concurrency=1000, fifo_tps=10.0, high_throughput=False, cold_start_s=0.0,
-                     initial_environments=1000)
+    slow = AwsLimits(
+        max_concurrency=1000, fifo_tps=10.0, high_throughput=False, cold_start_s=0.0, initial_environments=1000
+    )
     assert queue_fleet_provision_s(100, slow, Durations(operation_s=0.0, hop_s=0.0)) == pytest.approx(9.9, abs=0.01)
     ramp = AwsLimits(max_concurrency=1000, cold_start_s=0.0, initial_environments=5, scale_up_per_minute=60)
     # 65 sites of 1 s: five environments at once, one more each second: 5T + T^2/2 = 65 gives T of about 8 s

@@ -24,6 +24,7 @@ SECRET = "secretsmanager:sitedispatch/acme"
 
 # -- registration ------------------------------------------------------------------------------------------------
 
+
 def test_a_site_is_registered_with_its_connection_once() -> None:
     h = Harness()
     site = h.submitter.register_site("acme-blog", "tenant-a", WP)
@@ -38,14 +39,17 @@ def test_a_site_is_registered_with_its_connection_once() -> None:
     assert h.world.sites.get("acme-blog").connection == WP  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("connection", "field_name"), [
-    (SiteConnection("gopher"), "driver"),
-    (SiteConnection("reference", "http://x.example"), "driver"),
-    (SiteConnection(WORDPRESS_DRIVER, None, "file:///c.json"), "url"),
-    (SiteConnection(WORDPRESS_DRIVER, "ftp://x.example", "file:///c.json"), "url"),
-    (SiteConnection(WORDPRESS_DRIVER, "http://x.example", None), "credential"),
-    (SiteConnection(WORDPRESS_DRIVER, "http://x.example", "relative/c.json"), "credential"),
-])
+@pytest.mark.parametrize(
+    ("connection", "field_name"),
+    [
+        (SiteConnection("gopher"), "driver"),
+        (SiteConnection("reference", "http://x.example"), "driver"),
+        (SiteConnection(WORDPRESS_DRIVER, None, "file:///c.json"), "url"),
+        (SiteConnection(WORDPRESS_DRIVER, "ftp://x.example", "file:///c.json"), "url"),
+        (SiteConnection(WORDPRESS_DRIVER, "http://x.example", None), "credential"),
+        (SiteConnection(WORDPRESS_DRIVER, "http://x.example", "relative/c.json"), "credential"),
+    ],
+)
 def test_registration_refuses_what_cannot_work_naming_the_field(connection: SiteConnection, field_name: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         Harness().submitter.register_site("acme-blog", "tenant-a", connection)
@@ -62,6 +66,7 @@ def test_a_site_whose_driver_this_deployment_lacks_goes_dead_with_evidence() -> 
 
 
 # -- credentials -----------------------------------------------------------------------------------------------------
+
 
 def test_credentials_come_from_a_file_and_are_cached(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
@@ -91,14 +96,18 @@ def test_credentials_from_secrets_manager_and_their_failures(tmp_path: Path) -> 
     assert invalid.value.code == "credential_invalid"
     with pytest.raises(PermanentError):
         Credentials().get(SECRET)  # no Secrets Manager reader in this process
-    for outside in ("s3://bucket/key", "secretsmanager:prod/db-password",
-                    "arn:aws:secretsmanager:us-east-1:1:secret:prod/db-AbCdEf"):
+    for outside in (
+        "s3://bucket/key",
+        "secretsmanager:prod/db-password",
+        "arn:aws:secretsmanager:us-east-1:1:secret:prod/db-AbCdEf",
+    ):
         with pytest.raises(InvalidInput):  # the workers may read only sitedispatch/ secrets
             check_reference(outside)
     assert check_reference("arn:aws:secretsmanager:us-east-1:1:secret:sitedispatch/acme-AbCdEf")
 
 
 # -- the origin's failure classes -------------------------------------------------------------------------------------
+
 
 @dataclass
 class FakeResponse:
@@ -112,8 +121,9 @@ class FakePool:
     responses: list[FakeResponse]
     sent: list[dict[str, Any]] = field(default_factory=list)
 
-    def request(self, method: str, url: str, headers: dict[str, str], body: bytes | None,
-                redirect: bool = False) -> FakeResponse:
+    def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, redirect: bool = False
+    ) -> FakeResponse:
         self.sent.append({"method": method, "url": url, "headers": headers})
         return self.responses.pop(0)
 
@@ -123,15 +133,21 @@ def origin_answering(*responses: FakeResponse, fence: int | None = 7) -> tuple[W
     return WordPressOrigin("http://wp.example/blog/", Credential("u", "secret"), fence, pool), pool  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("response", "error", "code"), [
-    (FakeResponse(409, b'{"code":"sitedispatch_stale_fence","message":"fence 7 is stale"}'), StaleFence,
-     "stale_fence"),
-    (FakeResponse(503, b"<html>maintenance</html>"), TransientError, "wordpress_unavailable"),
-    (FakeResponse(429), TransientError, "wordpress_unavailable"),
-    (FakeResponse(401, b'{"code":"rest_not_logged_in","message":"no"}'), PermanentError, "wordpress_unauthorized"),
-    (FakeResponse(400, b'{"code":"rest_invalid_param","message":"bad"}'), PermanentError, "wordpress_rejected"),
-    (FakeResponse(200, b"<?php fatal error"), TransientError, "wordpress_bad_answer"),
-])
+@pytest.mark.parametrize(
+    ("response", "error", "code"),
+    [
+        (
+            FakeResponse(409, b'{"code":"sitedispatch_stale_fence","message":"fence 7 is stale"}'),
+            StaleFence,
+            "stale_fence",
+        ),
+        (FakeResponse(503, b"<html>maintenance</html>"), TransientError, "wordpress_unavailable"),
+        (FakeResponse(429), TransientError, "wordpress_unavailable"),
+        (FakeResponse(401, b'{"code":"rest_not_logged_in","message":"no"}'), PermanentError, "wordpress_unauthorized"),
+        (FakeResponse(400, b'{"code":"rest_invalid_param","message":"bad"}'), PermanentError, "wordpress_rejected"),
+        (FakeResponse(200, b"<?php fatal error"), TransientError, "wordpress_bad_answer"),
+    ],
+)
 def test_answers_map_to_failure_classes(response: FakeResponse, error: type[Exception], code: str) -> None:
     origin, _ = origin_answering(response)
     with pytest.raises(error) as raised:
@@ -158,6 +174,7 @@ def test_a_missing_mu_plugin_is_named() -> None:
 
 # -- the crawl -------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class FakeSite:
     pages: dict[str, Fetched]
@@ -169,34 +186,53 @@ class FakeSite:
         return self.pages.get(path, Fetched(404, b"not found", "text/html"))
 
     def path_of(self, url: str) -> str | None:
-        return url[len(self.base_url):] if url.startswith(self.base_url) else None
+        return url[len(self.base_url) :] if url.startswith(self.base_url) else None
 
 
 def sitemap(kind: str, locs: list[str]) -> Fetched:
     entry = "sitemap" if kind == "sitemapindex" else "url"
     body = "".join(f"<{entry}><loc>{loc}</loc></{entry}>" for loc in locs)
-    return Fetched(200, f'<?xml version="1.0"?><{kind} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-                        f"{body}</{kind}>".encode(), "application/xml")
+    return Fetched(
+        200,
+        f'<?xml version="1.0"?><{kind} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{body}</{kind}>'.encode(),
+        "application/xml",
+    )
 
 
 def test_the_crawl_lists_home_feed_and_every_sitemap_url_once_per_revision() -> None:
-    site = FakeSite({
-        "/wp-sitemap.xml": sitemap("sitemapindex", ["http://wp.example/wp-sitemap-posts-post-1.xml",
-                                                    "http://elsewhere.example/wp-sitemap-x.xml"]),
-        "/wp-sitemap-posts-post-1.xml": sitemap("urlset", ["http://wp.example/2026/11/hello/",
-                                                           "http://wp.example/?p=3", "http://cdn.example/a/"]),
-    })
+    site = FakeSite(
+        {
+            "/wp-sitemap.xml": sitemap(
+                "sitemapindex",
+                ["http://wp.example/wp-sitemap-posts-post-1.xml", "http://elsewhere.example/wp-sitemap-x.xml"],
+            ),
+            "/wp-sitemap-posts-post-1.xml": sitemap(
+                "urlset", ["http://wp.example/2026/11/hello/", "http://wp.example/?p=3", "http://cdn.example/a/"]
+            ),
+        }
+    )
     blobs = MemoryBlobStore()
     routes = CrawledRoutes(site, blobs, "acme-blog", "r1").routes()  # type: ignore[arg-type]
-    assert [r.path for r in routes] == ["/", "/2026/11/hello/", "/feed/", "/wp-sitemap-posts-post-1.xml",
-                                        "/wp-sitemap.xml"]
-    assert [r.content_type.split(";")[0] for r in routes] == ["text/html", "text/html", "application/rss+xml",
-                                                              "application/xml", "application/xml"]
+    assert [r.path for r in routes] == [
+        "/",
+        "/2026/11/hello/",
+        "/feed/",
+        "/wp-sitemap-posts-post-1.xml",
+        "/wp-sitemap.xml",
+    ]
+    assert [r.content_type.split(";")[0] for r in routes] == [
+        "text/html",
+        "text/html",
+        "application/rss+xml",
+        "application/xml",
+        "application/xml",
+    ]
     # the list is stored with the revision: a later delivery renders the same list without crawling again
     site.pages.clear()
     site.fetched.clear()
     assert [r.path for r in CrawledRoutes(site, blobs, "acme-blog", "r1").routes()] == [  # type: ignore[arg-type]
-        r.path for r in routes]
+        r.path for r in routes
+    ]
     assert site.fetched == [] and crawl_plan_key("acme-blog", "r1") in blobs.objects
 
 
@@ -218,6 +254,7 @@ def test_drivers_are_built_on_first_use_only() -> None:
         def build() -> Any:
             built.append(name)
             return ReferenceDriver()
+
         return build
 
     registry = DriverRegistry({"reference": factory("reference"), "wordpress": factory("wordpress")})

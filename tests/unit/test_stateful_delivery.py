@@ -17,8 +17,18 @@ from tests.fakes import RecordingVisibility
 from tests.unit.conftest import FIXTURES, Harness
 
 SITES = ["site-a", "site-b"]
-CRASH_POINTS = ["claim_lease", "start_attempt", "handler", "commit_before", "commit_after", "publish_send",
-                "chunk_done_before", "chunk_done_after", "promote_before", "promote_after"]
+CRASH_POINTS = [
+    "claim_lease",
+    "start_attempt",
+    "handler",
+    "commit_before",
+    "commit_after",
+    "publish_send",
+    "chunk_done_before",
+    "chunk_done_after",
+    "promote_before",
+    "promote_after",
+]
 
 
 class SimulatedCrash(BaseException):
@@ -66,9 +76,11 @@ def install_crash_points(h: Harness, switch: CrashSwitch) -> None:
     around(w.publications, "chunk_done", "chunk_done_before", "chunk_done_after")
     around(w.sites, "promote", "promote_before", "promote_after")
     for kind, handler in list(h.handlers.items()):
+
         def crashing(ctx: Any, payload: Any, _inner: Any = handler) -> Any:
             switch.hit("handler")
             return _inner(ctx, payload)
+
         h.handlers[kind] = crashing
 
 
@@ -91,8 +103,9 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     def _submit(self, kind: str, site: str, params: dict[str, Any]) -> None:
         self.keys += 1
-        op_id = self.h.submitter.submit(kind=kind, site_id=site, principal="p", params=params,
-                                        idempotency_key=f"k{self.keys}").operation.operation_id
+        op_id = self.h.submitter.submit(
+            kind=kind, site_id=site, principal="p", params=params, idempotency_key=f"k{self.keys}"
+        ).operation.operation_id
         self.ops.append(op_id)
         self.inflight.append(QueueMessage(op_id, site))
 
@@ -228,5 +241,6 @@ class DeliveryMachine(RuleBasedStateMachine):
 
 
 TestDelivery = DeliveryMachine.TestCase
-TestDelivery.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None,
-                                 suppress_health_check=[HealthCheck.too_slow])
+TestDelivery.settings = settings(
+    max_examples=examples(150), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -19,8 +19,9 @@ def _nothing_written(h: Harness) -> bool:
 
 
 def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_message(harness: Harness) -> None:
-    result = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="tenant-a",
-                                      params=PROVISION, idempotency_key="k1")
+    result = harness.submitter.submit(
+        kind="provision", site_id="acme-blog", principal="tenant-a", params=PROVISION, idempotency_key="k1"
+    )
 
     op = result.operation
     assert result.created and op.status == Status.QUEUED and op.queued_at is not None
@@ -35,23 +36,34 @@ def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_mes
 
 
 def test_same_key_same_input_returns_the_same_operation_without_a_second_message(harness: Harness) -> None:
-    first = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p", params=PROVISION,
-                                     idempotency_key="k")
+    first = harness.submitter.submit(
+        kind="provision", site_id="acme-blog", principal="p", params=PROVISION, idempotency_key="k"
+    )
     # the same input spelled differently (key order, surrounding spaces) is the same canonical input
-    again = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
-                                     params={"admin_email": "admin@acme.example", "title": " Acme Blog "},
-                                     idempotency_key="k")
+    again = harness.submitter.submit(
+        kind="provision",
+        site_id="acme-blog",
+        principal="p",
+        params={"admin_email": "admin@acme.example", "title": " Acme Blog "},
+        idempotency_key="k",
+    )
 
     assert not again.created and again.operation.operation_id == first.operation.operation_id
     assert len(harness.world.queue.sent) == 1
 
 
 def test_same_key_different_input_is_an_idempotency_conflict(harness: Harness) -> None:
-    harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p", params=PROVISION,
-                             idempotency_key="k")
+    harness.submitter.submit(
+        kind="provision", site_id="acme-blog", principal="p", params=PROVISION, idempotency_key="k"
+    )
     with pytest.raises(IdempotencyConflict, match="different input"):
-        harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
-                                 params={**PROVISION, "title": "Other"}, idempotency_key="k")
+        harness.submitter.submit(
+            kind="provision",
+            site_id="acme-blog",
+            principal="p",
+            params={**PROVISION, "title": "Other"},
+            idempotency_key="k",
+        )
     assert len(harness.world.db.operations) == 1
 
 
@@ -61,17 +73,20 @@ def test_without_a_key_every_submit_is_a_new_operation(harness: Harness) -> None
     assert a != b
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"kind": "provision", "site_id": "Acme_Blog"}, "site"),
-    ({"kind": "provision", "site_id": "ab"}, "site"),
-    ({"kind": "teleport", "site_id": "acme-blog"}, "kind"),
-    ({"kind": "provision", "site_id": "acme-blog", "params": {"title": "x"}}, "admin_email"),
-    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "admin_email": "nope"}}, "admin_email"),
-    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "colour": "red"}}, "colour"),
-    ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "locale": "english"}}, "locale"),
-    ({"kind": "provision", "site_id": "acme-blog", "principal": "bad principal"}, "as"),
-    ({"kind": "provision", "site_id": "acme-blog", "idempotency_key": ""}, "idempotency_key"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"kind": "provision", "site_id": "Acme_Blog"}, "site"),
+        ({"kind": "provision", "site_id": "ab"}, "site"),
+        ({"kind": "teleport", "site_id": "acme-blog"}, "kind"),
+        ({"kind": "provision", "site_id": "acme-blog", "params": {"title": "x"}}, "admin_email"),
+        ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "admin_email": "nope"}}, "admin_email"),
+        ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "colour": "red"}}, "colour"),
+        ({"kind": "provision", "site_id": "acme-blog", "params": {**PROVISION, "locale": "english"}}, "locale"),
+        ({"kind": "provision", "site_id": "acme-blog", "principal": "bad principal"}, "as"),
+        ({"kind": "provision", "site_id": "acme-blog", "idempotency_key": ""}, "idempotency_key"),
+    ],
+)
 def test_invalid_submissions_name_the_field_and_write_nothing(harness: Harness, kwargs: dict, field: str) -> None:
     args = {"principal": "p", "params": PROVISION, **kwargs}
     with pytest.raises(InvalidInput) as refused:
@@ -83,21 +98,32 @@ def test_invalid_submissions_name_the_field_and_write_nothing(harness: Harness, 
 def test_oversized_input_is_refused_before_anything_is_written() -> None:
     harness = Harness(max_input_bytes=1024)
     with pytest.raises(InvalidInput, match="over the 1024-byte limit") as refused:
-        harness.submitter.submit(kind="provision", site_id="acme-blog", principal="p",
-                                 params={**PROVISION, "title": "x" * 200}, raw_size=5000)
+        harness.submitter.submit(
+            kind="provision",
+            site_id="acme-blog",
+            principal="p",
+            params={**PROVISION, "title": "x" * 200},
+            raw_size=5000,
+        )
     assert refused.value.field == "input"
     assert _nothing_written(harness)
 
 
-@pytest.mark.parametrize(("kind", "params", "field"), [
-    ("import", {"source_key": "elsewhere/x.xml", "source_digest": "0" * 64, "source_bytes": 1}, "source_key"),
-    ("import", {"source_key": f"uploads/acme-blog/{'0' * 64}.xml", "source_digest": "xyz", "source_bytes": 1},
-     "source_digest"),
-    ("publish", {"revision": "abc"}, "revision"),
-    ("recover", {"mode": "restore"}, "revision_id"),
-    ("recover", {"revision_id": "0" * 64, "mode": "undo"}, "mode"),
-    ("wp_cron", {"due_minute": -1}, "due_minute"),
-])
+@pytest.mark.parametrize(
+    ("kind", "params", "field"),
+    [
+        ("import", {"source_key": "elsewhere/x.xml", "source_digest": "0" * 64, "source_bytes": 1}, "source_key"),
+        (
+            "import",
+            {"source_key": f"uploads/acme-blog/{'0' * 64}.xml", "source_digest": "xyz", "source_bytes": 1},
+            "source_digest",
+        ),
+        ("publish", {"revision": "abc"}, "revision"),
+        ("recover", {"mode": "restore"}, "revision_id"),
+        ("recover", {"revision_id": "0" * 64, "mode": "undo"}, "mode"),
+        ("wp_cron", {"due_minute": -1}, "due_minute"),
+    ],
+)
 def test_every_kind_validates_its_own_input(harness: Harness, kind: str, params: dict, field: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         harness.submitter.submit(kind=kind, site_id="acme-blog", principal="p", params=params)
@@ -108,19 +134,28 @@ def test_every_kind_validates_its_own_input(harness: Harness, kind: str, params:
 def test_imports_travel_in_the_bulk_lane(harness: Harness) -> None:
     from tests.unit.conftest import FIXTURES
 
-    harness.submitter.submit(kind="import", site_id="acme-blog", principal="p",
-                             params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml"))
+    harness.submitter.submit(
+        kind="import",
+        site_id="acme-blog",
+        principal="p",
+        params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml"),
+    )
     harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
     assert [m.lane for m in harness.world.queue.sent] == ["bulk", "operations"]
 
 
-@pytest.mark.parametrize(("arn", "principal"), [
-    ("arn:aws:sts::123456789012:assumed-role/Producer/i-0abc", "arn:aws:sts::123456789012:assumed-role/Producer"),
-    ("arn:aws:sts::123456789012:assumed-role/Producer/alice@example.com",
-     "arn:aws:sts::123456789012:assumed-role/Producer"),
-    ("arn:aws:iam::123456789012:user/ci/deployer", "arn:aws:iam::123456789012:user/ci/deployer"),
-    ("arn:aws-cn:sts::123456789012:assumed-role/Ops/s", "arn:aws-cn:sts::123456789012:assumed-role/Ops"),
-])
+@pytest.mark.parametrize(
+    ("arn", "principal"),
+    [
+        ("arn:aws:sts::123456789012:assumed-role/Producer/i-0abc", "arn:aws:sts::123456789012:assumed-role/Producer"),
+        (
+            "arn:aws:sts::123456789012:assumed-role/Producer/alice@example.com",
+            "arn:aws:sts::123456789012:assumed-role/Producer",
+        ),
+        ("arn:aws:iam::123456789012:user/ci/deployer", "arn:aws:iam::123456789012:user/ci/deployer"),
+        ("arn:aws-cn:sts::123456789012:assumed-role/Ops/s", "arn:aws-cn:sts::123456789012:assumed-role/Ops"),
+    ],
+)
 def test_an_aws_caller_is_the_same_principal_in_every_session(arn: str, principal: str, harness: Harness) -> None:
     assert stable_identity(arn) == principal
     op_id = harness.submit(site="arn-site", principal=principal, key=arn)  # a valid principal for every store

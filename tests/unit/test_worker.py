@@ -27,8 +27,16 @@ def test_provision_commits_version_one_with_wordpress_defaults(harness: Harness)
     assert site is not None and site.head_version == 1 and site.lease_owner is None and site.fence == 1
     commit = harness.world.commits.get(op_id)
     assert commit is not None and commit.version == 1 and commit.revision_id == site.head_revision
-    assert commit.summary["created"] == {"posts": 1, "pages": 2, "attachments": 0, "other": 0, "terms": 1,
-                                         "authors": 1, "events": 4, "comments": 1}
+    assert commit.summary["created"] == {
+        "posts": 1,
+        "pages": 2,
+        "attachments": 0,
+        "other": 0,
+        "terms": 1,
+        "authors": 1,
+        "events": 4,
+        "comments": 1,
+    }
     # the commit wrote its publication (the outbox) in the same transaction, and the plan message went out
     publication = harness.world.publications.get("acme-blog", 1)
     assert publication is not None and publication.revision_id == commit.revision_id
@@ -56,8 +64,7 @@ def test_unknown_operation_and_site_mismatch_are_acknowledged(harness: Harness) 
 
     op_id = harness.submit()
     worker = harness.worker()
-    assert worker.process(QueueMessage("op_missing", "acme-blog"), RecordingVisibility()).reason == \
-        "unknown_operation"
+    assert worker.process(QueueMessage("op_missing", "acme-blog"), RecordingVisibility()).reason == "unknown_operation"
     assert worker.process(QueueMessage(op_id, "other-site"), RecordingVisibility()).reason == "site_mismatch"
     assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
 
@@ -259,8 +266,7 @@ def test_stale_holder_is_refused_by_the_fence_while_the_new_holder_is_still_work
     assert site is not None and site.head_version == 0 and site.lease_owner == other
 
 
-def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(
-        harness: Harness) -> None:
+def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(harness: Harness) -> None:
     from sitedispatch.domain.errors import TransientError
 
     op_id = harness.submit()

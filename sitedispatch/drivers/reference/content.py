@@ -28,8 +28,9 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def canonical_bytes(self) -> bytes:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        return json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
 
 
 class SiteSettings(_Frozen):
@@ -123,17 +124,24 @@ class Manifest(_Frozen):
         return earliest_due(self.events, self.posts)
 
     def counts(self) -> dict[str, int]:
-        return content_counts([p.type for p in self.posts], sum(p.comment_count for p in self.posts),
-                              terms=len(self.terms), authors=len(self.authors), events=len(self.events))
+        return content_counts(
+            [p.type for p in self.posts],
+            sum(p.comment_count for p in self.posts),
+            terms=len(self.terms),
+            authors=len(self.authors),
+            events=len(self.events),
+        )
 
     def normalised(self) -> Manifest:
         """Sorted collections: the same content in any insertion order has the same bytes."""
-        return self.model_copy(update={
-            "authors": tuple(sorted(self.authors, key=lambda a: a.id)),
-            "terms": tuple(sorted(self.terms, key=lambda t: t.id)),
-            "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
-            "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
-        })
+        return self.model_copy(
+            update={
+                "authors": tuple(sorted(self.authors, key=lambda a: a.id)),
+                "terms": tuple(sorted(self.terms, key=lambda t: t.id)),
+                "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
+                "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
+            }
+        )
 
 
 def earliest_due(events: Iterable[ScheduledEvent], posts: Iterable[PostRef]) -> float | None:
@@ -148,10 +156,14 @@ def content_counts(types: list[str], comments: int, *, terms: int, authors: int,
     for kind in types:
         by_type[kind] = by_type.get(kind, 0) + 1
     return {
-        "posts": by_type.get("post", 0), "pages": by_type.get("page", 0),
+        "posts": by_type.get("post", 0),
+        "pages": by_type.get("page", 0),
         "attachments": by_type.get("attachment", 0),
         "other": sum(n for t, n in by_type.items() if t not in {"post", "page", "attachment"}),
-        "terms": terms, "authors": authors, "events": events, "comments": comments,
+        "terms": terms,
+        "authors": authors,
+        "events": events,
+        "comments": comments,
     }
 
 
@@ -201,8 +213,17 @@ SAMPLE_PAGE = (
 )
 
 
-def default_site(site_id: str, *, title: str, url: str, admin_email: str, locale: str, timezone: str,
-                 admin_login: str, created_at: float) -> tuple[Manifest, list[PostBody]]:
+def default_site(
+    site_id: str,
+    *,
+    title: str,
+    url: str,
+    admin_email: str,
+    locale: str,
+    timezone: str,
+    admin_login: str,
+    created_at: float,
+) -> tuple[Manifest, list[PostBody]]:
     """What `wp_install()` leaves behind: the admin, "Uncategorized", "Hello world!", "Sample Page", core events.
 
     Every timestamp derives from `created_at` (the operation's acceptance time), so a retried provision builds
@@ -214,11 +235,20 @@ def default_site(site_id: str, *, title: str, url: str, admin_email: str, locale
     specs = [
         dict(id=1, guid=f"{url}/?p=1", title="Hello world!", slug="hello-world", term_ids=(1,), comment_count=1),
         dict(id=2, guid=f"{url}/?page_id=2", type="page", title="Sample Page", slug="sample-page"),
-        dict(id=3, guid=f"{url}/?page_id=3", type="page", status="draft", title="Privacy Policy",
-             slug="privacy-policy"),
+        dict(
+            id=3, guid=f"{url}/?page_id=3", type="page", status="draft", title="Privacy Policy", slug="privacy-policy"
+        ),
     ]
-    posts = tuple(PostRef(**spec, date_gmt=when, modified_gmt=when, body=body.digest,  # type: ignore[arg-type]
-                          summary=summarise(body)) for spec, body in zip(specs, bodies, strict=True))
+    posts = tuple(
+        PostRef(
+            **spec,  # type: ignore[arg-type]
+            date_gmt=when,
+            modified_gmt=when,
+            body=body.digest,
+            summary=summarise(body),
+        )
+        for spec, body in zip(specs, bodies, strict=True)
+    )
     manifest = Manifest(
         site_id=site_id,
         settings=SiteSettings(title=title, url=url, admin_email=admin_email, locale=locale, timezone=timezone),

@@ -32,8 +32,9 @@ def _head(ctx: HandlerContext) -> Manifest:
 
 def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
     """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op)."""
-    return Mutation(revision_id=_content(ctx).put_manifest(manifest), summary=summary,
-                    next_due_at=manifest.next_due_at(), **after)
+    return Mutation(
+        revision_id=_content(ctx).put_manifest(manifest), summary=summary, next_due_at=manifest.next_due_at(), **after
+    )
 
 
 class ReferenceDriver:
@@ -73,9 +74,16 @@ class ReferenceDriver:
         next_due_at = merger.next_due_at
         del merger  # its post index is no longer needed: only the merged bytes are
         revision_id = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
-        return Mutation(revision_id=revision_id, summary={**tally.as_dict(), "bodies_written": writer.written,
-                                                          "bytes": source.size, "totals": merged.counts},
-                        next_due_at=next_due_at)
+        return Mutation(
+            revision_id=revision_id,
+            summary={
+                **tally.as_dict(),
+                "bodies_written": writer.written,
+                "bytes": source.size,
+                "totals": merged.counts,
+            },
+            next_due_at=next_due_at,
+        )
 
     def publish(self, ctx: HandlerContext, payload: PublishInput) -> Mutation:
         """The head revision as it is (content unchanged, a new publication sequence)."""
@@ -106,8 +114,12 @@ class ReferenceDriver:
                 missed = (as_of - event.timestamp) // interval + 1
                 events.append(event.model_copy(update={"timestamp": event.timestamp + missed * interval}))
         manifest = head.model_copy(update={"posts": tuple(posts), "events": tuple(events)}).normalised()
-        return _stored(ctx, manifest, {"as_of": now, "published_posts": published, "ran_events": ran},
-                       publish=bool(published or ran))  # events change only when some ran
+        return _stored(
+            ctx,
+            manifest,
+            {"as_of": now, "published_posts": published, "ran_events": ran},
+            publish=bool(published or ran),
+        )  # events change only when some ran
 
     def recover(self, ctx: HandlerContext, payload: RecoverInput) -> Mutation:
         """Roll the live site back to an earlier revision, or restore the head's content from one."""
@@ -115,8 +127,9 @@ class ReferenceDriver:
         try:
             target = _content(ctx).manifest(payload.revision_id)
         except NotFound:
-            raise PermanentError(f"site {ctx.site.site_id} has no revision {payload.revision_id}",
-                                 code="unknown_revision") from None
+            raise PermanentError(
+                f"site {ctx.site.site_id} has no revision {payload.revision_id}", code="unknown_revision"
+            ) from None
         if payload.mode == "restore":
             # Head content becomes the old revision; it is then published under a new, higher sequence.
             return _stored(ctx, target, {"restored": payload.revision_id, "previous_head": head.revision_id})
@@ -125,8 +138,6 @@ class ReferenceDriver:
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
         return ManifestRoutes(ContentStore(blobs, site.site_id), revision_id)
-
-
 
 
 def reference_only() -> dict[str, SiteDriver]:

@@ -40,9 +40,15 @@ class ImportTally:
         bucket[kind] = bucket.get(kind, 0) + 1
 
     def as_dict(self) -> dict[str, object]:
-        return {"items": self.items, "created": self.created, "updated": self.updated, "unchanged": self.unchanged,
-                "terms_created": self.terms_created, "authors_created": self.authors_created,
-                "comments": self.comments}
+        return {
+            "items": self.items,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "terms_created": self.terms_created,
+            "authors_created": self.authors_created,
+            "comments": self.comments,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,8 @@ class ManifestMerger:
         self.terms: dict[tuple[str, str], Term] = {(t.taxonomy, t.slug): t for t in head.terms}
         self.term_parents: dict[tuple[str, str], str] = {}
         self.posts: dict[tuple[str, int], Entry] = {
-            (p.guid, p.source_id): (p.id, p.type, p.comment_count, _pack(p)) for p in head.posts}
+            (p.guid, p.source_id): (p.id, p.type, p.comment_count, _pack(p)) for p in head.posts
+        }
         self.ids = {p.id for p in head.posts}
         self.wxr_to_id: dict[int, int] = {}
         self.parent_wxr: dict[tuple[str, int], int] = {}
@@ -105,8 +112,12 @@ class ManifestMerger:
     def _author(self, login: str, email: str = "", display_name: str = "") -> Author:
         author = self.authors.get(login)
         if author is None:
-            author = Author(id=max((a.id for a in self.authors.values()), default=0) + 1, login=login,
-                            display_name=display_name or login, email=email)
+            author = Author(
+                id=max((a.id for a in self.authors.values()), default=0) + 1,
+                login=login,
+                display_name=display_name or login,
+                email=email,
+            )
             self.authors[login] = author
             self.tally.authors_created += 1
         return author
@@ -115,8 +126,13 @@ class ManifestMerger:
         key = (taxonomy, slug)
         term = self.terms.get(key)
         if term is None:
-            term = Term(id=max((t.id for t in self.terms.values()), default=0) + 1, taxonomy=taxonomy,  # type: ignore[arg-type]
-                        slug=slug, name=name or slug, description=description)
+            term = Term(
+                id=max((t.id for t in self.terms.values()), default=0) + 1,
+                taxonomy=taxonomy,  # type: ignore[arg-type]
+                slug=slug,
+                name=name or slug,
+                description=description,
+            )
             self.terms[key] = term
             self.tally.terms_created += 1
         return term
@@ -138,17 +154,29 @@ class ManifestMerger:
         if item.parent_wxr_id:
             self.parent_wxr[key] = item.parent_wxr_id
         body = PostBody(content=item.content, excerpt=item.excerpt, meta=item.meta)
-        term_ids = tuple(sorted({self._term(tax, slug, name).id for tax, slug, name in item.terms
-                                 if tax in TAXONOMIES and slug}))
+        term_ids = tuple(
+            sorted({self._term(tax, slug, name).id for tax, slug, name in item.terms if tax in TAXONOMIES and slug})
+        )
         author = self._author(item.author_login) if item.author_login else None
         ref = PostRef(
-            id=post_id, guid=item.guid, type=item.type,
+            id=post_id,
+            guid=item.guid,
+            type=item.type,
             status=item.status if item.status in STATUSES else "draft",  # type: ignore[arg-type]
-            title=item.title, slug=item.slug, author_id=author.id if author else 1, date_gmt=item.date_gmt,
-            modified_gmt=item.date_gmt, term_ids=term_ids,
-            parent=_unpack(existing[3]).parent if existing else 0, menu_order=item.menu_order,
-            comment_count=item.comment_count, sticky=item.sticky, protected=item.protected,
-            summary=summarise(body), body=self.write_body(body), source_id=item.wxr_id,
+            title=item.title,
+            slug=item.slug,
+            author_id=author.id if author else 1,
+            date_gmt=item.date_gmt,
+            modified_gmt=item.date_gmt,
+            term_ids=term_ids,
+            parent=_unpack(existing[3]).parent if existing else 0,
+            menu_order=item.menu_order,
+            comment_count=item.comment_count,
+            sticky=item.sticky,
+            protected=item.protected,
+            summary=summarise(body),
+            body=self.write_body(body),
+            source_id=item.wxr_id,
         )
         if ref.status == "future":
             due = parse_gmt(ref.date_gmt)
@@ -176,10 +204,19 @@ class ManifestMerger:
             if parent_slug and (term_key[0], parent_slug) in self.terms:
                 term = term.model_copy(update={"parent": self.terms[(term_key[0], parent_slug)].id})
             terms.append(term)
-        frame = self.head.model_copy(update={
-            "authors": tuple(self.authors.values()), "terms": tuple(terms), "posts": (),
-        }).normalised()
+        frame = self.head.model_copy(
+            update={
+                "authors": tuple(self.authors.values()),
+                "terms": tuple(terms),
+                "posts": (),
+            }
+        ).normalised()
         entries = sorted(self.posts.values(), key=lambda entry: entry[0])
-        counts = content_counts([e[1] for e in entries], sum(e[2] for e in entries), terms=len(frame.terms),
-                                authors=len(frame.authors), events=len(frame.events))
+        counts = content_counts(
+            [e[1] for e in entries],
+            sum(e[2] for e in entries),
+            terms=len(frame.terms),
+            authors=len(frame.authors),
+            events=len(frame.events),
+        )
         return Merged(frame, [e[3] for e in entries], counts)

@@ -35,8 +35,10 @@ class SiteIndex:
 
     @cached_property
     def pages(self) -> list[PostRef]:
-        return sorted((p for p in self.manifest.posts if p.type == "page" and p.status == "publish"),
-                      key=lambda p: (p.menu_order, p.id))
+        return sorted(
+            (p for p in self.manifest.posts if p.type == "page" and p.status == "publish"),
+            key=lambda p: (p.menu_order, p.id),
+        )
 
     @cached_property
     def home_order(self) -> list[PostRef]:
@@ -78,14 +80,24 @@ class SiteIndex:
                 parent = self.by_id[parent].parent
             return "/" + "/".join(chain) + "/"
         date = post.date_gmt
-        first_term = next((self.terms[t].slug for t in post.term_ids
-                           if t in self.terms and self.terms[t].taxonomy == "category"), "uncategorized")
+        first_term = next(
+            (self.terms[t].slug for t in post.term_ids if t in self.terms and self.terms[t].taxonomy == "category"),
+            "uncategorized",
+        )
         author = next((a.login for a in self.manifest.authors if a.id == post.author_id), "admin")
         path = self.manifest.settings.permalink_structure
-        for token, value in (("%year%", date[0:4]), ("%monthnum%", date[5:7]), ("%day%", date[8:10]),
-                             ("%hour%", date[11:13]), ("%minute%", date[14:16]), ("%second%", date[17:19]),
-                             ("%postname%", post.slug), ("%post_id%", str(post.id)), ("%category%", first_term),
-                             ("%author%", author)):
+        for token, value in (
+            ("%year%", date[0:4]),
+            ("%monthnum%", date[5:7]),
+            ("%day%", date[8:10]),
+            ("%hour%", date[11:13]),
+            ("%minute%", date[14:16]),
+            ("%second%", date[17:19]),
+            ("%postname%", post.slug),
+            ("%post_id%", str(post.id)),
+            ("%category%", first_term),
+            ("%author%", author),
+        ):
             path = path.replace(token, value)
         return "/" + path.strip("/") + "/"
 
@@ -99,6 +111,9 @@ class SiteIndex:
             if term is None:
                 continue
             for n in range(1, self.page_count(len(members)) + 1):
-                routes.append(Route(self.term_path(term, n), CATEGORY if term.taxonomy == "category" else TAG,
-                                    ref=term_id, page=n))
+                routes.append(
+                    Route(
+                        self.term_path(term, n), CATEGORY if term.taxonomy == "category" else TAG, ref=term_id, page=n
+                    )
+                )
         return sorted(routes, key=lambda r: r.path)

@@ -38,6 +38,7 @@ class ContentStore:
         prefix, suffix = canonical_frame(frame)
         digest = hashlib.sha256()
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES) as spool:
+
             def emit(data: bytes) -> None:
                 digest.update(data)
                 spool.write(data)
@@ -66,8 +67,9 @@ class BodyWriter:
     Bodies whose digest is already known (present in the head revision) are not written again.
     """
 
-    def __init__(self, store: ContentStore, known: set[str] | None = None, concurrency: int = WRITE_CONCURRENCY
-                 ) -> None:
+    def __init__(
+        self, store: ContentStore, known: set[str] | None = None, concurrency: int = WRITE_CONCURRENCY
+    ) -> None:
         self.store = store
         self.known = set(known or ())
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="body-writer")
@@ -96,8 +98,9 @@ class BodyWriter:
         while len(self.pending) > keep:
             self.pending.pop(0).result()  # re-raises a failed write
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             if exc is None:
                 self._drain()

@@ -57,8 +57,9 @@ class CrawledRoutes:
                 if path is not None and "?" not in path:
                     paths.add(path)
             if len(paths) > MAX_ROUTES:
-                raise TransientError(f"{self.origin.base_url} lists more than {MAX_ROUTES} routes",
-                                     code="too_many_routes")
+                raise TransientError(
+                    f"{self.origin.base_url} lists more than {MAX_ROUTES} routes", code="too_many_routes"
+                )
         return sorted(paths)
 
     def _locs(self, path: str) -> list[str]:
@@ -66,13 +67,17 @@ class CrawledRoutes:
         try:
             root = ElementTree.fromstring(self.render(route_for(path)))
         except ElementTree.ParseError as exc:
-            raise TransientError(f"{self.origin.base_url}{path} is not a sitemap: {exc}",
-                                 code="sitemap_unreadable") from None
+            raise TransientError(
+                f"{self.origin.base_url}{path} is not a sitemap: {exc}", code="sitemap_unreadable"
+            ) from None
         return [loc.text.strip() for loc in root.iter(f"{SITEMAP_NS}loc") if loc.text]
 
     def render(self, route: Route) -> bytes:
         fetched = self.origin.fetch(route.path)
         if fetched.status != 200:
-            raise TransientError(f"{self.origin.base_url}{route.path}: HTTP {fetched.status}; the publication "
-                                 f"waits (the previous one stays live)", code="route_unavailable")
+            raise TransientError(
+                f"{self.origin.base_url}{route.path}: HTTP {fetched.status}; the publication "
+                f"waits (the previous one stays live)",
+                code="route_unavailable",
+            )
         return fetched.body

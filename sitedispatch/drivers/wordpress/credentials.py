@@ -22,22 +22,27 @@ FILE_PREFIX = "file://"
 
 def check_reference(ref: str) -> str:
     """A credential reference as users give it (validated at registration, before anything is stored)."""
-    if ref.startswith(FILE_PREFIX) and ref[len(FILE_PREFIX):].startswith("/"):
+    if ref.startswith(FILE_PREFIX) and ref[len(FILE_PREFIX) :].startswith("/"):
         return ref
     named = SECRETS_PREFIX + SECRET_NAME_PREFIX
     if (ref.startswith(SECRET_ARN_PREFIX) and f":secret:{SECRET_NAME_PREFIX}" in ref) or (
-            ref.startswith(named) and len(ref) > len(named)):
+        ref.startswith(named) and len(ref) > len(named)
+    ):
         return ref
-    raise InvalidInput(f"credential reference must be file:///absolute/path.json, or a Secrets Manager secret named "
-                       f"{SECRET_NAME_PREFIX}... (its ARN, or secretsmanager:{SECRET_NAME_PREFIX}NAME: the workers may "
-                       f"read only those), not {ref[:40]!r}", field="credential")
+    raise InvalidInput(
+        f"credential reference must be file:///absolute/path.json, or a Secrets Manager secret named "
+        f"{SECRET_NAME_PREFIX}... (its ARN, or secretsmanager:{SECRET_NAME_PREFIX}NAME: the workers may "
+        f"read only those), not {ref[:40]!r}",
+        field="credential",
+    )
 
 
 class Credentials:
     """Resolves references; `secret_string(secret_id)` reads Secrets Manager (absent: only file references)."""
 
-    def __init__(self, secret_string: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, secret_string: Callable[[str], str] | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.secret_string = secret_string
         self.clock = clock
         self._cache: dict[str, tuple[float, Credential]] = {}
@@ -56,13 +61,16 @@ class Credentials:
     def _read(self, ref: str) -> str:
         if ref.startswith(FILE_PREFIX):
             try:
-                return Path(ref[len(FILE_PREFIX):]).read_text()
+                return Path(ref[len(FILE_PREFIX) :]).read_text()
             except OSError as exc:
-                raise PermanentError(f"credential {ref} cannot be read: {exc.strerror}",
-                                     code="credential_missing") from None
+                raise PermanentError(
+                    f"credential {ref} cannot be read: {exc.strerror}", code="credential_missing"
+                ) from None
         if self.secret_string is None:
-            raise PermanentError(f"credential {ref} is a Secrets Manager secret, which this process cannot read",
-                                 code="credential_missing")
+            raise PermanentError(
+                f"credential {ref} is a Secrets Manager secret, which this process cannot read",
+                code="credential_missing",
+            )
         return self.secret_string(ref.removeprefix(SECRETS_PREFIX))
 
 
@@ -71,5 +79,6 @@ def _parse(ref: str, text: str) -> Credential:
         document = json.loads(text)
         return Credential(str(document["user"]), str(document["application_password"]))
     except (ValueError, KeyError, TypeError):
-        raise PermanentError(f"credential {ref} is not a JSON object with user and application_password",
-                             code="credential_invalid") from None
+        raise PermanentError(
+            f"credential {ref} is not a JSON object with user and application_password", code="credential_invalid"
+        ) from None

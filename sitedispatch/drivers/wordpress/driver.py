@@ -25,8 +25,14 @@ from sitedispatch.publication.live import canonical, snapshot_key
 from sitedispatch.publication.sources import RouteSource
 from sitedispatch.wxr import HashingReader, parse_wxr
 
-REQUIRED_CAPABILITIES = ("edit_posts", "publish_posts", "edit_pages", "publish_pages", "manage_categories",
-                         "moderate_comments")
+REQUIRED_CAPABILITIES = (
+    "edit_posts",
+    "publish_posts",
+    "edit_pages",
+    "publish_pages",
+    "manage_categories",
+    "moderate_comments",
+)
 HEARTBEAT_EVERY_ITEMS = 20
 IMPORT_WORKERS = 4
 
@@ -39,8 +45,10 @@ class WordPressDriver:
         """The site's origin; `public`: its pages only, as a visitor (a crawl needs no credential)."""
         connection = site.connection
         if not connection.endpoint or not (public or connection.credential_ref):
-            raise PermanentError(f"site {site.site_id} is a WordPress site without an endpoint and a credential",
-                                 code="site_misconfigured")
+            raise PermanentError(
+                f"site {site.site_id} is a WordPress site without an endpoint and a credential",
+                code="site_misconfigured",
+            )
         credential = None if public else self.credentials.get(str(connection.credential_ref))
         return WordPressOrigin(connection.endpoint, credential, fence)
 
@@ -55,11 +63,15 @@ class WordPressDriver:
         capabilities = me.get("capabilities") or {}
         lacking = [c for c in REQUIRED_CAPABILITIES if not capabilities.get(c)]
         if lacking:
-            raise PermanentError(f"WordPress user {me.get('username', me.get('id'))} lacks {', '.join(lacking)}",
-                                 code="wordpress_unauthorized")
+            raise PermanentError(
+                f"WordPress user {me.get('username', me.get('id'))} lacks {', '.join(lacking)}",
+                code="wordpress_unauthorized",
+            )
         if not info.get("permalink_structure"):
-            raise PermanentError("the site uses plain permalinks (?p=N): set a permalink structure so routes have "
-                                 "paths to publish", code="plain_permalinks")
+            raise PermanentError(
+                "the site uses plain permalinks (?p=N): set a permalink structure so routes have paths to publish",
+                code="plain_permalinks",
+            )
         return self._snapshot(ctx, info, {"verified_user": me.get("username"), "requests": origin.requests})
 
     def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
@@ -87,25 +99,36 @@ class WordPressDriver:
         after = origin.info()  # one read: what changed is measured against the head's snapshot, not a second read
         changed = after["content_version"] != self._head_document(ctx).get("content_version")
         mutation = self._snapshot(ctx, after, {"content_changed": changed})
-        return Mutation(revision_id=mutation.revision_id, summary=mutation.summary, publish=changed,
-                        next_due_at=mutation.next_due_at)
+        return Mutation(
+            revision_id=mutation.revision_id,
+            summary=mutation.summary,
+            publish=changed,
+            next_due_at=mutation.next_due_at,
+        )
 
     def recover(self, ctx: HandlerContext, payload: RecoverInput) -> Mutation:
         """Roll back: an earlier crawled revision goes live again (its objects are immutable and kept). Restoring
         WordPress's database from a revision is not something a crawl can do: refused."""
         if payload.mode == "restore":
-            raise PermanentError("a WordPress site's content lives in its database: restore it there, then publish; "
-                                 "`recover --mode rollback` puts an earlier publication back live",
-                                 code="restore_unsupported")
+            raise PermanentError(
+                "a WordPress site's content lives in its database: restore it there, then publish; "
+                "`recover --mode rollback` puts an earlier publication back live",
+                code="restore_unsupported",
+            )
         try:
             ctx.blobs.get(snapshot_key(ctx.site.site_id, payload.revision_id))
         except NotFound:
-            raise PermanentError(f"site {ctx.site.site_id} has no revision {payload.revision_id}",
-                                 code="unknown_revision") from None
+            raise PermanentError(
+                f"site {ctx.site.site_id} has no revision {payload.revision_id}", code="unknown_revision"
+            ) from None
         head = ctx.site.head_revision
         assert head is not None  # the handler checked the site is provisioned
-        return Mutation(revision_id=head, publish_revision=payload.revision_id,
-                        summary={"rolled_back_to": payload.revision_id}, next_due_at=ctx.site.next_due_at)
+        return Mutation(
+            revision_id=head,
+            publish_revision=payload.revision_id,
+            summary={"rolled_back_to": payload.revision_id},
+            next_due_at=ctx.site.next_due_at,
+        )
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
         return CrawledRoutes(self.origin(site, public=True), blobs, site.site_id, revision_id)
@@ -113,17 +136,29 @@ class WordPressDriver:
     # -- revisions -------------------------------------------------------------------------------------------------
 
     def _snapshot(self, ctx: HandlerContext, info: dict[str, Any], summary: dict[str, Any]) -> Mutation:
-        document = {"driver": WORDPRESS_DRIVER, "site_id": ctx.site.site_id, "home": info["home"],
-                    "wordpress_version": info["wordpress_version"],
-                    "permalink_structure": info["permalink_structure"],
-                    "content_version": info["content_version"], "counts": info["counts"]}
+        document = {
+            "driver": WORDPRESS_DRIVER,
+            "site_id": ctx.site.site_id,
+            "home": info["home"],
+            "wordpress_version": info["wordpress_version"],
+            "permalink_structure": info["permalink_structure"],
+            "content_version": info["content_version"],
+            "counts": info["counts"],
+        }
         data = canonical(document)
         revision_id = sha256_hex(data)
         ctx.blobs.put_if_absent(snapshot_key(ctx.site.site_id, revision_id), data)
         next_due = info.get("next_due")
-        return Mutation(revision_id=revision_id, next_due_at=float(next_due) if next_due is not None else None,
-                        summary={**summary, "wordpress_version": info["wordpress_version"],
-                                 "counts": info["counts"], "due_events": info["due_events"]})
+        return Mutation(
+            revision_id=revision_id,
+            next_due_at=float(next_due) if next_due is not None else None,
+            summary={
+                **summary,
+                "wordpress_version": info["wordpress_version"],
+                "counts": info["counts"],
+                "due_events": info["due_events"],
+            },
+        )
 
     @staticmethod
     def _head_document(ctx: HandlerContext) -> dict[str, Any]:

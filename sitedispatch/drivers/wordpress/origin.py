@@ -68,13 +68,21 @@ def http_pool() -> urllib3.PoolManager:
 class WordPressOrigin:
     """One site: `base_url` is its home (http://host[:port][/path]). Writes carry `fence` when one is given."""
 
-    def __init__(self, base_url: str, credential: Credential | None, fence: int | None = None,
-                 pool: urllib3.PoolManager | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        credential: Credential | None,
+        fence: int | None = None,
+        pool: urllib3.PoolManager | None = None,
+    ) -> None:
         """`credential` None: public pages only (a crawl), no REST."""
         self.base_url = base_url.rstrip("/")
         self.fence = fence
-        self._auth = "" if credential is None else "Basic " + base64.b64encode(
-            f"{credential.user}:{credential.application_password}".encode()).decode()
+        self._auth = (
+            ""
+            if credential is None
+            else "Basic " + base64.b64encode(f"{credential.user}:{credential.application_password}".encode()).decode()
+        )
         self.pool = pool or http_pool()
         self.requests = 0
 
@@ -83,8 +91,9 @@ class WordPressOrigin:
 
     # -- REST -------------------------------------------------------------------------------------------------------
 
-    def rest(self, method: str, route: str, body: dict[str, Any] | None = None,
-             query: dict[str, Any] | None = None) -> Any:
+    def rest(
+        self, method: str, route: str, body: dict[str, Any] | None = None, query: dict[str, Any] | None = None
+    ) -> Any:
         """Call /wp-json`route`; the decoded JSON answer."""
         url = f"{self.base_url}/wp-json{route}" + (f"?{urlencode(query)}" if query else "")
         headers = {"Authorization": self._auth, "Accept": "application/json", "User-Agent": USER_AGENT}
@@ -97,8 +106,10 @@ class WordPressOrigin:
         try:
             return json.loads(response.data or b"null")
         except ValueError:
-            raise TransientError(f"{method} {route}: WordPress answered {response.status} with no JSON "
-                                 f"(a PHP error page?)", code="wordpress_bad_answer") from None
+            raise TransientError(
+                f"{method} {route}: WordPress answered {response.status} with no JSON (a PHP error page?)",
+                code="wordpress_bad_answer",
+            ) from None
 
     def rest_pages(self, route: str, query: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Every item of a paginated REST collection."""
@@ -116,9 +127,11 @@ class WordPressOrigin:
             return dict(self.rest("GET", "/sitedispatch/v1/info"))
         except PermanentError as exc:
             if exc.code == "wordpress_not_found":
-                raise PermanentError(f"{self.base_url} has no sitedispatch mu-plugin (GET {INFO_PATH} is 404): "
-                                     "copy sitedispatch.php into wp-content/mu-plugins/",
-                                     code="mu_plugin_missing") from None
+                raise PermanentError(
+                    f"{self.base_url} has no sitedispatch mu-plugin (GET {INFO_PATH} is 404): "
+                    "copy sitedispatch.php into wp-content/mu-plugins/",
+                    code="mu_plugin_missing",
+                ) from None
             raise
 
     def run_cron(self) -> None:
@@ -142,21 +155,23 @@ class WordPressOrigin:
         parts = urlsplit(url)
         if (parts.scheme, parts.netloc) != (base.scheme, base.netloc) or not parts.path.startswith(base.path):
             return None
-        path = parts.path[len(base.path):] or "/"
+        path = parts.path[len(base.path) :] or "/"
         return path + (f"?{parts.query}" if parts.query else "")
 
     # -- transport --------------------------------------------------------------------------------------------------
 
-    def _request(self, method: str, url: str, headers: dict[str, str], body: bytes | None,
-                 redirect: bool = False) -> urllib3.BaseHTTPResponse:
+    def _request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, redirect: bool = False
+    ) -> urllib3.BaseHTTPResponse:
         self.requests += 1
         started = time.monotonic()
         try:
             return self.pool.request(method, url, headers=headers, body=body, redirect=redirect)
         except urllib3.exceptions.HTTPError as exc:
             took = time.monotonic() - started
-            raise TransientError(f"{method} {urlsplit(url).path}: {type(exc).__name__} after {took:.1f}s",
-                                 code="wordpress_unreachable") from None
+            raise TransientError(
+                f"{method} {urlsplit(url).path}: {type(exc).__name__} after {took:.1f}s", code="wordpress_unreachable"
+            ) from None
 
     def _raise_for(self, response: urllib3.BaseHTTPResponse, what: str) -> None:
         status = response.status
@@ -169,8 +184,11 @@ class WordPressOrigin:
         if status == 429 or status >= 500:
             raise TransientError(message, code="wordpress_unavailable")
         if status in (401, 403):
-            raise WordPressRejected(message + " (check the site's application password and its user's role)",
-                                    "wordpress_unauthorized", detail)
+            raise WordPressRejected(
+                message + " (check the site's application password and its user's role)",
+                "wordpress_unauthorized",
+                detail,
+            )
         if status == 404:
             raise WordPressRejected(message, "wordpress_not_found", detail)
         raise WordPressRejected(message, "wordpress_rejected", detail)

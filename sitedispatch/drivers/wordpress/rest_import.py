@@ -46,16 +46,22 @@ class ImportTally:
     requests: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": dict(self.created), "existing": dict(self.existing), "skipped": dict(self.skipped),
-                "attachments_counted": self.attachments, "requests": self.requests}
+        return {
+            "created": dict(self.created),
+            "existing": dict(self.existing),
+            "skipped": dict(self.skipped),
+            "attachments_counted": self.attachments,
+            "requests": self.requests,
+        }
 
 
 class RestImporter:
     """Feed it WXR events in file order (`add`), then `finish`. `heartbeat` is called from the caller's thread
     while items are created in `workers` threads."""
 
-    def __init__(self, origin: WordPressOrigin, imported: dict[str, int], heartbeat: Callable[[], None],
-                 workers: int = 4) -> None:
+    def __init__(
+        self, origin: WordPressOrigin, imported: dict[str, int], heartbeat: Callable[[], None], workers: int = 4
+    ) -> None:
         self.origin = origin
         self.imported = dict(imported)
         self.heartbeat = heartbeat
@@ -123,8 +129,9 @@ class RestImporter:
 
     # -- terms -------------------------------------------------------------------------------------------------------
 
-    def _term(self, taxonomy: str, slug: str, name: str, description: str = "", parent_slug: str = "",
-              declared: bool = False) -> int | None:
+    def _term(
+        self, taxonomy: str, slug: str, name: str, description: str = "", parent_slug: str = "", declared: bool = False
+    ) -> int | None:
         """The term's id, created if the site lacks it. `declared`: a term of the file's header (counted when it
         already exists); an item's reference to a term is not counted again."""
         collection = TAXONOMIES.get(taxonomy)
@@ -147,8 +154,9 @@ class RestImporter:
             term_id = int(created["id"])
             self.tally.created[taxonomy] += 1
         except WordPressRejected as exc:
-            existing = (exc.detail.get("data") or {}).get("term_id") if exc.detail.get("code") == "term_exists" \
-                else None
+            existing = (
+                (exc.detail.get("data") or {}).get("term_id") if exc.detail.get("code") == "term_exists" else None
+            )
             if existing is None:
                 raise
             term_id = int(existing)  # same name under another slug: WordPress keeps one term
@@ -160,8 +168,12 @@ class RestImporter:
 
     def _post_body(self, item: WxrItem) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "title": item.title, "content": item.content, "excerpt": item.excerpt, "status": item.status,
-            "slug": item.slug, "author": self.users.get(item.author_login, self.me),
+            "title": item.title,
+            "content": item.content,
+            "excerpt": item.excerpt,
+            "status": item.status,
+            "slug": item.slug,
+            "author": self.users.get(item.author_login, self.me),
             "meta": {SOURCE_META: item_key(item)},
         }
         if item.date_gmt != NO_DATE:
@@ -215,9 +227,13 @@ class RestImporter:
                     self.tally.skipped[f"comment_{comment.type}"] += 1
                 continue
             body: dict[str, Any] = {
-                "post": post_id, "author_name": comment.author, "author_email": comment.author_email,
-                "author_url": comment.author_url, "content": comment.content,
-                "status": COMMENT_STATUS.get(comment.approved, "hold"), "meta": {SOURCE_META: key},
+                "post": post_id,
+                "author_name": comment.author,
+                "author_email": comment.author_email,
+                "author_url": comment.author_url,
+                "content": comment.content,
+                "status": COMMENT_STATUS.get(comment.approved, "hold"),
+                "meta": {SOURCE_META: key},
                 "parent": created.get(comment.parent_wxr_id, 0),
             }
             if comment.date_gmt != NO_DATE:
