@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from sitedispatch.cli import audit, dlq, local, ops, quotas, sites
-from sitedispatch.cli.args import JsonOpt, parse_params
-from sitedispatch.cli.context import deps, principal, use_env_file, use_stack
+from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
+from sitedispatch.cli.context import caller, deps, principal, use_env_file, use_stack
 from sitedispatch.cli.output import console, emit_json, render_status, reported
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.settings import ENV_PREFIX
@@ -95,13 +95,16 @@ def submit(
 
 
 @app.command()
-def status(json: JsonOpt = False) -> None:
-    """Queue depth, in-flight, oldest age and DLQ depth; the operation backlog."""
+def status(as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """Queue depth, in-flight, oldest age and DLQ depth; the operation backlog (a principal's own rows)."""
     from sitedispatch.operator.status import collect_status
 
     with reported(json):
         d = deps()
-        report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now())
+        who = caller(as_)
+        report = collect_status(
+            d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), None if who.operator else who.identity
+        )
         emit_json(report) if json else render_status(report)
 
 

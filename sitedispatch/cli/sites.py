@@ -117,13 +117,15 @@ def history(
 def read(
     site_id: str,
     route: Annotated[str, typer.Argument(help="e.g. / or /sample-page/ or /feed/")] = "/",
+    as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Print the live content of a route (from the site's live revision)."""
+    """Print the live content of a route (from the site's live revision; a principal reads its own sites)."""
     from sitedispatch.publication.live import read_live_route
 
     with reported(json):
         d = deps()
+        d.controls().site(caller(as_), site_id)
         body, site = read_live_route(d.sites, d.blobs, site_id, route)
         if json:
             emit_json(

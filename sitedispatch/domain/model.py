@@ -59,7 +59,8 @@ RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
 
 INTERACTIVE = "operations"  # the lanes are the names of the operations queues in sitedispatch.resources.QUEUES
 BULK = "bulk"
-BULK_KINDS = frozenset({Kind.IMPORT})
+BULK_KINDS = frozenset({Kind.IMPORT})  # long-running: their own lane (queue and function)
+SUPERSEDABLE_KINDS = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer queued one does all an older one would
 
 
 def lane_for(kind: Kind) -> str:

@@ -24,6 +24,7 @@ from sitedispatch.domain.errors import (
     StaleFence,
 )
 from sitedispatch.domain.model import (
+    SUPERSEDABLE_KINDS,
     ErrorInfo,
     Kind,
     Lease,
@@ -57,7 +58,6 @@ from sitedispatch.operations.evidence import Evidence, build_evidence
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.retry_budget import RetryBudget
 
-SUPERSEDABLE = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer one does everything an older one would
 SUPERSESSION_SCAN = 50
 
 
@@ -115,7 +115,7 @@ class OperationsWorker:
         if site.paused:
             # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
             return self._defer(visibility, self.d.settings.pause_deferral_s, "site_paused")
-        if op.kind in SUPERSEDABLE and op.status in {Status.ACCEPTED, Status.QUEUED}:
+        if op.kind in SUPERSEDABLE_KINDS and op.status in {Status.ACCEPTED, Status.QUEUED}:
             newer = self._newer_of_same_kind(op)
             if newer is not None:
                 return self._supersede(op, newer, message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,9 +69,17 @@ def _count(attributes: dict[str, str], name: str) -> int:
 
 
 def collect_status(
-    sqs: Any, settings: Settings, operations: OperationStore, sites: SiteStore, pace: Pace, now: float
+    sqs: Any,
+    settings: Settings,
+    operations: OperationStore,
+    sites: SiteStore,
+    pace: Pace,
+    now: float,
+    principal: str | None = None,
 ) -> StatusReport:
-    """One GetQueueAttributes per queue and DLQ, plus the operation index by status.
+    """One GetQueueAttributes per queue and DLQ, plus the operation index by status. Given a `principal`, the rows
+    that name principals and sites are that principal's only (the queue rows are the deployment's: counts and ages
+    that name no tenant).
 
     SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
     age is its oldest waiting operation's queue time and each DLQ's is its oldest dead operation's, read from the
@@ -82,13 +91,25 @@ def collect_status(
         for op in operations.list(status=status, limit=10_000)
     ]
     dead = operations.list(status=Status.DEAD, limit=10_000)
+    queues = _queue_rows(sqs, settings, waiting, dead, now)
+    shown = waiting if principal is None else [op for op in waiting if op.principal == principal]
     backlog_by_status = {
-        status.value: sum(op.status == status for op in waiting)
+        status.value: sum(op.status == status for op in shown)
         for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
     }
-    by_principal: dict[str, int] = {}
-    for op in waiting:
-        by_principal[op.principal] = by_principal.get(op.principal, 0) + 1
+    by_principal = Counter(op.principal for op in shown)
+    return StatusReport(
+        queues,
+        backlog_by_status,
+        dict(sorted(by_principal.items())),
+        _site_delays(shown, sites, settings),
+        _principal_delays(shown, pace, settings, now),
+    )
+
+
+def _queue_rows(
+    sqs: Any, settings: Settings, waiting: list[Operation], dead: list[Operation], now: float
+) -> list[QueueStatus]:
     oldest_waiting = _oldest_by_lane(
         (op.queued_at or op.created_at, op) for op in waiting if op.status != Status.RUNNING
     )
@@ -100,36 +121,36 @@ def collect_status(
         dlq = sqs.get_queue_attributes(
             QueueUrl=getattr(settings, spec.dlq_url_field), AttributeNames=["ApproximateNumberOfMessages"]
         )["Attributes"]
-        age = (now - oldest_waiting[role]) if role in oldest_waiting else None
-        dlq_age = (now - oldest_dead[role]) if role in oldest_dead else None
         queues.append(
             QueueStatus(
                 role,
                 _count(attrs, names[0]),
                 _count(attrs, names[1]),
                 _count(dlq, "ApproximateNumberOfMessages"),
-                age,
-                dlq_age,
+                (now - oldest_waiting[role]) if role in oldest_waiting else None,
+                (now - oldest_dead[role]) if role in oldest_dead else None,
             )
         )
-    by_site: dict[str, int] = {}
-    for op in waiting:
-        by_site[op.site_id] = by_site.get(op.site_id, 0) + 1
-    busiest = sorted(by_site.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
+    return queues
+
+
+def _busiest(counts: Counter[Any]) -> list[tuple[Any, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
+
+
+def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings) -> list[SiteDelay]:
     delays = []
-    for site_id, backlog in busiest:
+    for site_id, backlog in _busiest(Counter(op.site_id for op in waiting)):
         site_s = operation_seconds(sites, site_id, settings.default_operation_s)
         delays.append(SiteDelay(site_id, backlog, round(site_s, 2), estimated_wait_s(backlog, site_s)))
-    by_principal_lane: dict[tuple[str, str], int] = {}
-    for op in waiting:
-        key = (op.principal, lane_for(op.kind))
-        by_principal_lane[key] = by_principal_lane.get(key, 0) + 1
-    principal_delays = []
-    for (principal, lane), backlog in sorted(by_principal_lane.items(), key=lambda item: (-item[1], item[0]))[
-        :SITES_SHOWN
-    ]:
+    return delays
+
+
+def _principal_delays(waiting: list[Operation], pace: Pace, settings: Settings, now: float) -> list[PrincipalDelay]:
+    delays = []
+    for (principal, lane), backlog in _busiest(Counter((op.principal, lane_for(op.kind)) for op in waiting)):
         completed, pace_s = principal_operation_s(pace, lane, principal, now, settings.default_operation_s)
-        principal_delays.append(
+        delays.append(
             PrincipalDelay(
                 principal,
                 lane,
@@ -139,4 +160,4 @@ def collect_status(
                 estimated_wait_s(backlog, pace_s, settings.max_running_per_principal),
             )
         )
-    return StatusReport(queues, backlog_by_status, by_principal, delays, principal_delays)
+    return delays

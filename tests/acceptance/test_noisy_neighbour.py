@@ -1,9 +1,11 @@
-"""Fairness on the local runtime: principal A floods 300 imports across its sites; principal B's single provision
-still starts within two operation-times, because bulk work has its own lane (queue and environments)."""
+"""Fairness on the local runtime, across lanes and within one: principal A floods 300 imports across its sites, or
+200 provisions in the interactive lane; principal B's single provision still starts within two operation-times,
+because bulk work has its own lane and a principal runs at most its share of a lane's environments."""
 
 from __future__ import annotations
 
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from tests.acceptance.conftest import wait_for
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 
 pytestmark = pytest.mark.acceptance
 A_SITES = [f"tenant-a-{n}" for n in range(6)]
@@ -87,3 +89,69 @@ def test_one_provision_is_not_starved_by_three_hundred_imports(
     assert done.status == Status.SUCCEEDED
     assert backlog > 200  # A's flood was still there
     assert waited <= 2 * operation_time
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="within one lane the running cap defers a principal's over-cap deliveries one at a time, at the consumer: "
+    "a newcomer waits for one pass over the backlog queued ahead of it (about 60 ms per message per free environment "
+    "here), not two operation times; holding over-cap work out of the queue is the fix, not built",
+)
+def test_within_one_lane_a_principals_flood_does_not_delay_anothers_one(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running cap per principal (here 2 of the lane's 4 environments) is what keeps a lane fair: principal A's
+    flood of interactive provisions takes at most its share, so B's single one waits about an operation time. (With
+    the default cap of 10, A would hold all four environments and B would wait behind ~100 provisions: ~30 s.)"""
+    latency_s = 1.0
+    env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s, "max_running_per_principal": 2})
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    submitter = deps.submitter()
+
+    # Given tenant A's backlog of 100 provisions in the interactive lane, running two at a time
+    with ThreadPoolExecutor(8) as pool:
+        flood = list(
+            pool.map(
+                lambda n: (
+                    submitter.submit(
+                        kind="provision", site_id=f"flood-{n}", principal="tenant-a", params=PROVISION
+                    ).operation
+                ),
+                range(100),
+            )
+        )
+    runtime.start_worker("operations", 4)
+    wait_for(
+        lambda: sum(1 for op in flood[:20] if present(deps.operations.get(op.operation_id)).status.terminal) >= 4,
+        timeout_s=60,
+        what="A's provisions under way",
+    )
+
+    # When tenant B submits one provision
+    b = submitter.submit(kind="provision", site_id="tenant-b-own", principal="tenant-b", params=PROVISION).operation
+    done = wait_for(
+        lambda: (o := deps.operations.get(b.operation_id)) is not None and o.status.terminal and o,
+        timeout_s=60,
+        what="B's provision finished",
+    )
+
+    # Then it started within about two operation times of its submission, while most of A's flood still waits
+    durations = [
+        o.finished_at - o.started_at
+        for op in flood
+        if (o := deps.operations.get(op.operation_id)) is not None
+        and o.status == Status.SUCCEEDED
+        and o.started_at is not None
+        and o.finished_at is not None
+    ]
+    operation_time = statistics.median(durations)
+    waited = present(done.started_at) - b.created_at
+    waiting = sum(1 for op in flood if not present(deps.operations.get(op.operation_id)).status.terminal)
+    print(f"\nB waited {waited:.2f}s; a provision takes {operation_time:.2f}s; A still had {waiting} waiting")
+    assert done.status == Status.SUCCEEDED
+    assert operation_time >= latency_s
+    assert waiting >= 50  # the flood was still there: B did not simply run after it
+    assert waited <= 2 * operation_time  # fails today (see the xfail's reason): 4.9-5.2 s against 2.6 s

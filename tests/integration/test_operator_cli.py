@@ -139,8 +139,12 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
         ["dlq", "show", op_id],
         ["dlq", "redrive", "--operation", op_id],
         ["ops", "replay", op_id],
+        ["ops", "wait", op_id, "--timeout", "1"],
         ["sites", "get", "a-site"],
+        ["sites", "history", "a-site"],
+        ["sites", "read", "a-site", "/"],
         ["sites", "pause", "a-site"],
+        ["sites", "resume", "a-site"],
     ):
         code, out = run(cli, *args, "--as", "tenant-b")
         assert code == 4 and "tenant-b may not act on" in out, (args, out)
@@ -148,9 +152,20 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
     assert json.loads(run(cli, "ops", "list", "--as", "tenant-b", "--json")[1]) == []
     assert run(cli, "audit", "list", "--as", "tenant-b", "--actor", "tenant-a")[0] == 4
     assert run(cli, "dlq", "show", op_id, "--as", "tenant-a")[0] == 0
+    assert run(cli, "sites", "read", "a-site", "/", "--as", "tenant-a")[0] == 0
+    provision(cli, "a-second", "tenant-a")  # queued: a row of tenant A's in the backlog
+    everyone = json.loads(run(cli, "status", "--json")[1])  # the operator
+    assert everyone["backlog_by_principal"] == {"tenant-a": 1}
+    assert [d["site_id"] for d in everyone["delay_by_site"]] == ["a-second"]
+    mine = json.loads(run(cli, "status", "--as", "tenant-b", "--json")[1])
+    assert mine["backlog_by_principal"] == {} and mine["delay_by_site"] == [] and mine["delay_by_principal"] == []
+    assert mine["backlog_by_status"] == {"accepted": 0, "queued": 0, "running": 0}
+    depths = [(q["queue"], q["visible"], q["dlq_depth"]) for q in mine["queues"]]  # the deployment's, named no one
+    assert depths == [(q["queue"], q["visible"], q["dlq_depth"]) for q in everyone["queues"]]
+    assert ("operations", 1, 0) in depths
 
     denied = json.loads(run(cli, "audit", "list", "--as", "tenant-b", "--json")[1])
-    assert {e["action"] for e in denied} == {"cancel", "redrive", "replay", "pause"}
+    assert {e["action"] for e in denied} == {"cancel", "redrive", "replay", "pause", "resume"}
     assert {e["outcome"] for e in denied} == {"denied"}
 
     code, out = run(cli, "ops", "replay", op_id, "--as", "tenant-a", "--json")

@@ -128,6 +128,7 @@ def test_lambda_context_counts_down_remaining_time() -> None:
     assert context.invoked_function_arn.endswith(":function:fn") and context.aws_request_id
 
 
+@pytest.mark.filterwarnings("ignore:A test tried to use socket")
 def test_unit_tests_run_without_the_network() -> None:
     import socket
 
