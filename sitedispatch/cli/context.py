@@ -6,8 +6,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from sitedispatch.dependencies import Dependencies
-from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.errors import InvalidInput, NotConfigured
 from sitedispatch.domain.settings import ENV_PREFIX, Settings
 from sitedispatch.operator.controls import Caller
 
@@ -62,7 +64,17 @@ def deps() -> Dependencies:
     if Settings.env_name("operations_queue_url") not in os.environ and path.exists():
         for key, value in read_env_file(path).items():
             os.environ.setdefault(key, value)
-    return Dependencies(Settings())  # type: ignore[call-arg]
+    try:
+        return Dependencies(Settings())  # type: ignore[call-arg]
+    except ValidationError as exc:
+        invalid = [problem for problem in exc.errors() if problem["type"] != "missing"]
+        if not invalid:
+            raise NotConfigured(
+                f"no sitedispatch deployment found from {Path.cwd()}: start the local runtime here with "
+                "`sitedispatch local up` (or `make demo`), pass --env-file, or name a deployed stack with --stack NAME"
+            ) from None
+        name = Settings.env_name(str(invalid[0]["loc"][0])) if invalid[0]["loc"] else "settings"
+        raise InvalidInput(f"{name}: {invalid[0]['msg']}", field=name) from None
 
 
 def _identity(as_: str | None, local_default: str) -> tuple[str, bool]:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from sitedispatch.cli.context import DEFAULT_LOCAL_ENV
-from sitedispatch.cli.output import console
+from sitedispatch.cli.output import console, reported
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
 
@@ -43,7 +43,8 @@ def cloud(
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
     from sitedispatch.local.cloud import serve
 
-    serve(port, env_file, function_timeout, _policy(set_ or []))
+    with reported(False):
+        serve(port, env_file, function_timeout, _policy(set_ or []))
 
 
 @app.command("worker")
@@ -90,7 +91,7 @@ def up(
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalRuntime(workdir) as runtime:
+    with reported(False), LocalRuntime(workdir) as runtime:
         env = runtime.start_cloud(port)
         for _ in range(workers):
             runtime.start_worker("operations", concurrency)

@@ -12,10 +12,19 @@ from enum import Enum
 from typing import Any
 
 import typer
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from pynamodb.exceptions import PynamoDBException
 from rich.console import Console
 from rich.table import Table
 
-from sitedispatch.domain.errors import Backpressure, Conflict, InvalidInput, NotFound, SiteDispatchError
+from sitedispatch.domain.errors import (
+    Backpressure,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    SiteDispatchError,
+    Unreachable,
+)
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -56,15 +65,35 @@ def error_document(exc: SiteDispatchError) -> dict[str, Any]:
 
 @contextmanager
 def reported(as_json: bool) -> Iterator[None]:
-    """Turn domain errors into the documented exit codes, with one human line or a JSON error document."""
+    """Turn domain errors into the documented exit codes, with one human line or a JSON error document; an AWS
+    endpoint that does not answer, or refuses, becomes one line too (never a traceback)."""
     try:
-        yield
+        try:
+            yield
+        except (BotoCoreError, ClientError, PynamoDBException) as exc:
+            raise aws_failure(exc) from None
     except SiteDispatchError as exc:
         if as_json:
             print(json.dumps(error_document(exc)))
         else:
             err_console.print(f"[bold red]error[/] ({exc.code}): {exc}")
         raise typer.Exit(exit_code_for(exc)) from None
+
+
+def aws_failure(exc: BaseException) -> SiteDispatchError:
+    """What the user is told when AWS (or the local runtime standing in for it) fails a request."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, EndpointConnectionError):
+            return Unreachable(
+                f"nothing answers at {cause.kwargs.get('endpoint_url', 'the AWS endpoint')}: if this is the local "
+                "runtime, start it with `sitedispatch local up` (or `make demo`) in this folder"
+            )
+        if isinstance(cause, ClientError):
+            error = cause.response.get("Error", {})
+            return Unreachable(f"AWS refused the request: {error.get('Code', '?')}: {error.get('Message', cause)}")
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return Unreachable(f"the AWS request failed: {exc}")
 
 
 def plain(value: Any) -> Any:

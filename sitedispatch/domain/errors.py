@@ -23,6 +23,18 @@ class NotFound(SiteDispatchError):
     code = "not_found"
 
 
+class NotConfigured(SiteDispatchError):
+    """There is no deployment to talk to: no stack named, no environment, no local runtime's env file."""
+
+    code = "not_configured"
+
+
+class Unreachable(SiteDispatchError):
+    """The deployment the settings name does not answer (a local runtime that is not running, a network down)."""
+
+    code = "unreachable"
+
+
 class Conflict(SiteDispatchError):
     code = "conflict"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch.aws.tables import TableSpec, table_specs
+from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import (
     QUEUES,
     REDRIVE_BACKSTOP_RECEIVES,
@@ -298,10 +300,28 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
+def check_port_free(port: int) -> None:
+    """Refuse a port something already listens on (another local cloud, LocalStack's 4566): moto's server would fail
+    to bind in its own thread and this process would wait on whatever answers there."""
+    if port == 0:
+        return
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise InvalidInput(
+                f"port {port} on 127.0.0.1 is in use (another local cloud, or LocalStack?): stop it, or pass "
+                "--port 0 for any free port",
+                field="port",
+            ) from None
+
+
 def serve(port: int, env_file: Path | None, function_timeout_s: int, policy: dict[str, Any]) -> None:
     """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable."""
     from moto.server import ThreadedMotoServer
 
+    check_port_free(port)
     os.environ.update(FAKE_AWS)
     quiet_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -17,7 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sitedispatch.domain.errors import SiteDispatchError
+
 READY_TIMEOUT_S = 60.0
+
+
+class LocalRuntimeError(SiteDispatchError, RuntimeError):
+    """A process of the local runtime did not come up."""
+
+    code = "local_runtime_failed"
+
+
+def _last_line(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "it printed nothing"
+    starts = [n for n, line in enumerate(lines) if line.startswith(("error", "Traceback"))]
+    return " ".join(lines[starts[-1] :] if starts else lines[-1:])[-300:]  # an error message wrapped over lines
 
 
 @dataclass
@@ -89,9 +106,13 @@ class LocalRuntime:
                         except ValueError:
                             continue
             if not child.alive():
-                raise RuntimeError(f"{child.name} exited with {child.process.returncode}; see {child.log}")
+                raise LocalRuntimeError(
+                    f"{child.name} exited with {child.process.returncode}: {_last_line(child.log)} (log: {child.log})"
+                )
             time.sleep(0.05)
-        raise TimeoutError(f"{child.name} not ready after {timeout_s}s; see {child.log}")
+        raise LocalRuntimeError(
+            f"{child.name} not ready after {timeout_s}s: {_last_line(child.log)} (log: {child.log})"
+        )
 
     def _log_offset(self, name: str) -> int:
         log = self.workdir / f"{name}.log"

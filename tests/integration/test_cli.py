@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from typer.testing import CliRunner
@@ -285,3 +287,46 @@ def test_the_cli_finds_a_deployed_stack_by_its_outputs(
     code, out = run(cli, "--stack", "NoSuchStack", "status", "--json")
     assert code == 3 and "NoSuchStack" in out
     assert f"{ENV_PREFIX}STACK" == "SITEDISPATCH_STACK"
+
+
+def _without_deployment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [n for n in os.environ if n.startswith(("SITEDISPATCH_", "AWS_ENDPOINT_URL"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no .sitedispatch/local.env here
+
+
+def test_a_command_with_no_deployment_says_what_to_do_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _without_deployment(monkeypatch, tmp_path)
+    with cli_runner() as runner:
+        for args in (["status", "--json"], ["ops", "get", "op_x", "--json"], ["sites", "read", "acme", "/", "--json"]):
+            code, out = run(runner, *args)
+            assert code == 1 and json.loads(out)["error"] == "not_configured", (args, out)
+            assert "sitedispatch local up" in json.loads(out)["message"]
+        monkeypatch.setenv("SITEDISPATCH_ATTEMPT_BUDGET", "many")
+        code, out = run(runner, "status", "--json")
+        assert code == 2 and json.loads(out)["field"] == "SITEDISPATCH_ATTEMPT_BUDGET"
+
+
+def test_a_local_runtime_that_is_not_running_is_named_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import socket
+
+    from sitedispatch.local.cloud import local_environment
+    from tests.factories import settings
+
+    _without_deployment(monkeypatch, tmp_path)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    env_file = tmp_path / ".sitedispatch" / "local.env"
+    env_file.parent.mkdir()
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in local_environment(settings(), endpoint).items()))
+    with cli_runner() as runner, mock.patch.dict(os.environ):  # the CLI loads the env file into os.environ
+        for args in (["ops", "get", "op_x", "--json"], ["status", "--json"]):
+            code, out = run(runner, *args)
+            document = json.loads(out)
+            assert code == 1 and document["error"] == "unreachable", (args, out)
+            assert endpoint in document["message"] and "sitedispatch local up" in document["message"]

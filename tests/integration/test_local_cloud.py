@@ -54,3 +54,22 @@ def test_a_cancelled_transaction_puts_back_every_item_it_named(cloud: Cloud) -> 
     )
     items = {item["counter_id"]["S"]: item["value"]["N"] for item in client.scan(TableName=table)["Items"]}
     assert items == {"kept": "1", "guard": "0", "new": "5"}
+
+
+def test_a_port_in_use_is_refused_with_what_to_do() -> None:
+    import socket
+
+    import pytest
+
+    from sitedispatch.domain.errors import InvalidInput
+    from sitedispatch.local.cloud import check_port_free
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidInput, match="--port 0") as refused:
+            check_port_free(port)
+        assert refused.value.field == "port"
+    check_port_free(port)  # free again once its listener is gone
+    check_port_free(0)
