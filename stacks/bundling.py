@@ -75,7 +75,7 @@ def _module_file(name: str) -> Path | None:
 
 def import_closure() -> list[Path]:
     """The project's modules the entrypoints can import, following imports (and each module's parent packages)."""
-    todo = [p for p in sorted((ROOT / ENTRYPOINTS).glob("*.py"))]
+    todo = sorted((ROOT / ENTRYPOINTS).glob("*.py"))
     seen: set[Path] = set()
     while todo:
         path = todo.pop()

@@ -30,6 +30,12 @@ def _head(ctx: HandlerContext) -> Manifest:
     return _content(ctx).manifest(ctx.site.head_revision)
 
 
+def _unchanged(ctx: HandlerContext, head: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
+    """The head as it is: already stored under the site's head revision, so nothing is serialized or written again."""
+    assert ctx.site.head_revision is not None  # the handler checked the site is provisioned
+    return Mutation(revision_id=ctx.site.head_revision, summary=summary, next_due_at=head.next_due_at(), **after)
+
+
 def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
     """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op)."""
     return Mutation(
@@ -88,7 +94,7 @@ class ReferenceDriver:
     def publish(self, ctx: HandlerContext, payload: PublishInput) -> Mutation:
         """The head revision as it is (content unchanged, a new publication sequence)."""
         head = _head(ctx)
-        return _stored(ctx, head, {"published": head.revision_id})
+        return _unchanged(ctx, head, {"published": ctx.site.head_revision})
 
     def wp_cron(self, ctx: HandlerContext, payload: WpCronInput) -> Mutation:
         """Due events run and scheduled (`future`) posts whose date has passed are published, as WordPress's cron."""
@@ -132,9 +138,9 @@ class ReferenceDriver:
             ) from None
         if payload.mode == "restore":
             # Head content becomes the old revision; it is then published under a new, higher sequence.
-            return _stored(ctx, target, {"restored": payload.revision_id, "previous_head": head.revision_id})
+            return _stored(ctx, target, {"restored": payload.revision_id, "previous_head": ctx.site.head_revision})
         # Head stays; the old revision goes live again under a new sequence (live seq never decreases).
-        return _stored(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
+        return _unchanged(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
         return ManifestRoutes(ContentStore(blobs, site.site_id), revision_id)
