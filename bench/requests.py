@@ -191,7 +191,7 @@ def measure() -> dict[str, Any]:
             }
 
         one("provision", "req-site", PROVISION, "provision")
-        one("import", "req-site", submitter.stage_upload("req-site", FIXTURE_WXR), "import")
+        one("import", "req-site", submitter.stage_upload("req-site", FIXTURE_WXR, "bench"), "import")
         one("publish", "req-site", {}, "publish")
         one("wp_cron", "req-site", {}, "wp_cron")
         head = producer.sites.get("req-site")

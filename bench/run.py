@@ -121,7 +121,7 @@ def import_rss(workdir: Path, megabytes: list[int]) -> list[dict[str, Any]]:
                 counts = write_wxr(wxr, target_bytes=mb * 1024 * 1024, seed=mb)
                 submitter = deps.submitter()
                 op = submitter.submit(
-                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr, "bench")
                 ).operation
             report = child_report(env, "bench.import_worker", op.operation_id, site)
             out.append({"wxr_mb": mb, "posts": counts["posts"], **report})
@@ -146,7 +146,7 @@ def publication_rss(workdir: Path, route_targets: list[int]) -> list[dict[str, A
                 write_wxr(wxr, posts=int(target * 0.72), seed=target)
                 submitter = deps.submitter()
                 submitter.submit(
-                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr, "bench")
                 )
             wait(
                 lambda site=site: (s := deps.sites.get(site)) is not None and s.head_version == 2,
@@ -189,7 +189,7 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
                 write_wxr(wxr, posts=int(routes_target * 0.72), seed=5)
                 submitter = deps.submitter()
                 submitter.submit(
-                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr)
+                    kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, wxr, "bench")
                 )
             wait(
                 lambda deps=deps, site=site: (s := deps.sites.get(site)) is not None and s.live_seq == 2,

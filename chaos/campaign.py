@@ -224,9 +224,9 @@ class Campaign:
         try:
             if choice == "import":
                 name = self.rng.choice(["good-0", "good-1", "good-2"])
-                self._submit("import", site, self.submitter.stage_upload(site, self.files[name]))
+                self._submit("import", site, self.submitter.stage_upload(site, self.files[name], self.owner[site]))
             elif choice == "poison":
-                self._submit("import", site, self.submitter.stage_upload(site, self.files["truncated"]))
+                self._submit("import", site, self.submitter.stage_upload(site, self.files["truncated"], self.owner[site]))
             elif choice in {"publish", "wp_cron"}:
                 self._submit(choice, site, {})
             elif choice == "cancel":
@@ -288,7 +288,7 @@ class Campaign:
         fixed = None
         if (op.evidence or {}).get("error_code") == "wxr_malformed":
             fixed = self.submitter.store_input(
-                Kind.IMPORT, op.site_id, self.submitter.stage_upload(op.site_id, self.files["good-0"])
+                Kind.IMPORT, op.site_id, op.principal, self.submitter.stage_upload(op.site_id, self.files["good-0"], op.principal)
             )
         self.ledger.actions["redrive"] += 1
         self.controls.redrive(OPERATOR, operation_id=op.operation_id, new_input=fixed, reason="chaos: redrive")

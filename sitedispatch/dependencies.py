@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
         PublicationStore,
         QuotaStore,
         SiteStore,
+        UploadSigner,
     )
     from sitedispatch.kinds.contract import SiteDriver
     from sitedispatch.operations.minute_counts import MinuteCounts
@@ -232,12 +233,30 @@ class Dependencies:
             SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace)
         )
 
+    def upload_signer(self) -> UploadSigner:
+        """Presigned uploads (SigV4: the checksum headers are signed) with this process's credentials."""
+        from botocore.config import Config
+
+        from sitedispatch.aws.s3 import S3UploadSigner
+
+        client = self.session.client("s3", config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+        return S3UploadSigner(client, self.settings.bucket)
+
     def controls(self) -> Controls:
         from sitedispatch.operator.controls import ControlDeps, Controls
 
         return Controls(
             ControlDeps(
-                self.settings, self.operations, self.sites, self.blobs, self.queue, self.audit, self.clock, self.quotas
+                self.settings,
+                self.operations,
+                self.sites,
+                self.blobs,
+                self.queue,
+                self.audit,
+                self.clock,
+                self.quotas,
+                self.commits,
+                self.publications,
             )
         )
 

@@ -95,16 +95,54 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     raise AssertionError(f"queues still busy after {max_rounds} rounds")
 
 
+def fresh_functions() -> None:
+    """The functions' per-container caches forgotten: the next invocation builds them from this test's environment."""
+    import functions.api as api
+    from functions.runtime import dependencies
+
+    dependencies.cache_clear()
+    api.app.cache_clear()
+
+
 @contextmanager
-def cli_runner() -> Iterator[Any]:
-    """A typer CliRunner whose CLI builds its dependencies afresh from this test's environment."""
+def local_api() -> Iterator[str]:
+    """The HTTP API of this test's environment, served on a free 127.0.0.1 port from a thread (the local gateway
+    in front of the API function); its URL, also in the environment where the CLI finds it."""
+    from sitedispatch.domain.resources import API_URL_VARIABLE
+    from sitedispatch.local.gateway import running_gateway
+
+    fresh_functions()
+    # The function runs in this process, whose stdout a CliRunner captures: its metrics (EMF lines printed to
+    # stdout, as Lambda wants them) would land in the command's output. The local runtime's API process keeps them.
+    changed = {API_URL_VARIABLE: "", "POWERTOOLS_METRICS_DISABLED": "true"}
+    before = {key: os.environ.get(key) for key in changed}
+    with running_gateway() as url:
+        os.environ.update({**changed, API_URL_VARIABLE: url})
+        try:
+            yield url
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    fresh_functions()
+
+
+@contextmanager
+def cli_runner(api: bool = True) -> Iterator[Any]:
+    """A typer CliRunner whose CLI talks to this test's environment through the local HTTP API (`api=False`: to
+    whatever the environment and working directory name, as a user's shell would)."""
+    from contextlib import nullcontext
+
     from typer.testing import CliRunner
 
     from sitedispatch.cli import context as cli_context
 
-    cli_context.deps.cache_clear()
-    yield CliRunner()
-    cli_context.deps.cache_clear()
+    with local_api() if api else nullcontext():
+        cli_context.reset()
+        yield CliRunner()
+    cli_context.reset()
 
 
 def run_cli(runner: Any, *args: str) -> tuple[int, str]:

@@ -53,6 +53,7 @@ from sitedispatch.domain.ports import (
     PublicationStore,
     QuotaStore,
     SiteStore,
+    StoredObject,
     Slot,
     Visibility,
     checked_registration,
@@ -609,9 +610,13 @@ class MemoryBlobStore:
         self.objects: dict[str, bytes] = {}
         self.lock = threading.Lock()
 
-    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
+    def put_if_absent(
+        self, key: str, body: bytes | IO[bytes], content_type: str = "application/json", sha256: str | None = None
+    ) -> bool:
         if not isinstance(body, bytes):
             body = body.read()
+        if sha256 is not None and hashlib.sha256(body).hexdigest() != sha256:
+            raise ValueError(f"BadDigest: {key}")  # what S3 answers a body that is not the declared digest
         with self.lock:
             if key in self.objects:
                 return False
@@ -630,6 +635,10 @@ class MemoryBlobStore:
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         body = self.objects.get(key)
         return None if body is None else (body, hashlib.md5(body).hexdigest())
+
+    def describe(self, key: str) -> StoredObject | None:
+        body = self.objects.get(key)
+        return None if body is None else StoredObject(len(body), hashlib.sha256(body).hexdigest())
 
     def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         with self.lock:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
 from sitedispatch.domain.errors import NotFound, TransientError
+from sitedispatch.domain.ports import SignedUpload, StoredObject
+
+
+def sha256_b64(hex_digest: str) -> str:
+    """S3's spelling of a SHA-256 (base64 of the 32 bytes)."""
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode()
 
 
 class S3BlobStore:
@@ -14,9 +22,14 @@ class S3BlobStore:
         self.client = client
         self.bucket = bucket
 
-    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
+    def put_if_absent(
+        self, key: str, body: bytes | IO[bytes], content_type: str = "application/json", sha256: str | None = None
+    ) -> bool:
+        checksum = {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_b64(sha256)} if sha256 else {}
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*")
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum
+            )
             return True
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
@@ -59,3 +72,44 @@ class S3BlobStore:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 raise NotFound(f"s3://{self.bucket}/{key}") from exc
             raise
+
+    def describe(self, key: str) -> StoredObject | None:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}:
+                return None
+            raise
+        checksum = head.get("ChecksumSHA256")
+        return StoredObject(int(head["ContentLength"]), base64.b64decode(checksum).hex() if checksum else None)
+
+
+class S3UploadSigner:
+    """Presigned PUTs (SigV4) of the API's upload grants. The checksum headers are signed, so the holder cannot drop
+    them, and S3 refuses a body whose SHA-256 is not the declared one (BadDigest)."""
+
+    def __init__(self, client: Any, bucket: str) -> None:
+        self.client = client
+        self.bucket = bucket
+
+    def presign_put(self, key: str, size: int, sha256: str, content_type: str, expires_s: int) -> SignedUpload:
+        checksum = sha256_b64(sha256)
+        url = self.client.generate_presigned_url(
+            "put_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": key,
+                "ContentType": content_type,
+                "ContentLength": size,
+                "ChecksumAlgorithm": "SHA256",
+                "ChecksumSHA256": checksum,
+            },
+            ExpiresIn=expires_s,
+        )
+        headers = {
+            "Content-Type": content_type,
+            "Content-Length": str(size),
+            "x-amz-checksum-sha256": checksum,
+            "x-amz-sdk-checksum-algorithm": "SHA256",
+        }
+        return SignedUpload(str(url), "PUT", headers, time.time() + expires_s)

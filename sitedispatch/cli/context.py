@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.errors import InvalidInput, NotConfigured
-from sitedispatch.domain.settings import ENV_PREFIX, Settings
-from sitedispatch.operator.controls import Caller
+from sitedispatch.domain.resources import API_URL_VARIABLE, ENV_PREFIX
+
+if TYPE_CHECKING:
+    from sitedispatch.client import ApiClient
+    from sitedispatch.dependencies import Dependencies
 
 LOCAL_DEFAULT_CALLER = "operator"  # locally the person at the keyboard runs the runtime: the operator
 LOCAL_DEFAULT_PRINCIPAL = "default"  # whom a local submit is for without --as
@@ -47,54 +48,87 @@ def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
         raise NotFound(f"stack {name} not found: {exc.response['Error'].get('Message', exc)}") from None
     outputs = stacks[0].get("Outputs", [])
     found = {o["Description"]: o["OutputValue"] for o in outputs if o.get("Description", "").startswith(ENV_PREFIX)}
-    if Settings.env_name("operations_queue_url") not in found:
-        raise NotFound(f"stack {name} has no sitedispatch outputs")
+    if API_URL_VARIABLE not in found:
+        raise NotFound(f"stack {name} has no sitedispatch API output")
     return found
+
+
+def load_local_env() -> Path | None:
+    """The local runtime's env file (--env-file, else .sitedispatch/local.env here), loaded into the environment
+    for what is not set already; the file, if there is one."""
+    from sitedispatch.local.cloud import read_env_file
+
+    path = _env_file or DEFAULT_LOCAL_ENV
+    if not path.exists():
+        if _env_file is not None:
+            raise NotConfigured(f"{path} does not exist: start the local runtime with `sitedispatch local up`")
+        return None
+    for key, value in read_env_file(path).items():
+        os.environ.setdefault(key, value)
+    return path
+
+
+@lru_cache(maxsize=1)
+def api_url() -> str:
+    """The API's URL: a deployed stack's output (--stack), the environment, or the local runtime's env file."""
+    variable = API_URL_VARIABLE
+    if _stack is not None:
+        os.environ.update(stack_environment(_stack))
+    if variable not in os.environ:
+        found = load_local_env()
+        if variable not in os.environ:
+            where = f"{found} names no API (is the local runtime up?)" if found else f"none found from {Path.cwd()}"
+            raise NotConfigured(
+                f"no sitedispatch API: {where}. Start the local runtime here with `sitedispatch local up` (or "
+                f"`make demo`), pass --env-file, name a deployed stack with --stack NAME, or set {variable}"
+            )
+    return os.environ[variable]
+
+
+@lru_cache(maxsize=8)
+def client(as_: str | None = None, local_default: str = "operator") -> ApiClient:
+    """The API client for this command. Locally the caller is `--as NAME` (or `local_default`); on AWS it is the
+    identity of your credentials, which sign every request (`--as` is refused: the API would ignore it)."""
+    from sitedispatch.client import ApiClient, SigV4, is_local
+
+    url = api_url()
+    if is_local(url):
+        return ApiClient(url, identity=as_ or local_default)
+    if as_ is not None:
+        raise InvalidInput("--as names the caller of a local runtime; on AWS you act as your credentials' identity")
+    return ApiClient(url, signer=SigV4(os.environ.get(f"{ENV_PREFIX}REGION") or os.environ.get("AWS_REGION")))
+
+
+def producer(as_: str | None) -> ApiClient:
+    """The client of a producer's command (submit, register): locally `--as` or the principal `default`."""
+    return client(as_, LOCAL_DEFAULT_PRINCIPAL)
 
 
 @lru_cache(maxsize=1)
 def deps() -> Dependencies:
-    """Settings from a deployed stack's outputs (--stack), else the environment; if that names no deployment, from
-    the local runtime's env file."""
-    from sitedispatch.local.cloud import read_env_file
+    """The core's dependencies, for the local runtime's own processes only (they are the functions): settings from
+    the environment, else the local runtime's env file. Commands a user types go through the API (`client`)."""
+    from pydantic import ValidationError
 
-    if _stack is not None:
-        os.environ.update(stack_environment(_stack))
-    path = _env_file or DEFAULT_LOCAL_ENV
-    if Settings.env_name("operations_queue_url") not in os.environ and path.exists():
-        for key, value in read_env_file(path).items():
-            os.environ.setdefault(key, value)
+    from sitedispatch.dependencies import Dependencies
+    from sitedispatch.domain.settings import Settings
+
+    if Settings.env_name("operations_queue_url") not in os.environ:
+        load_local_env()
     try:
         return Dependencies(Settings())  # type: ignore[call-arg]
     except ValidationError as exc:
         invalid = [problem for problem in exc.errors() if problem["type"] != "missing"]
         if not invalid:
             raise NotConfigured(
-                f"no sitedispatch deployment found from {Path.cwd()}: start the local runtime here with "
-                "`sitedispatch local up` (or `make demo`), pass --env-file, or name a deployed stack with --stack NAME"
+                f"no local runtime found from {Path.cwd()}: start it here with `sitedispatch local up` (or "
+                "`make demo`), or pass --env-file"
             ) from None
         name = Settings.env_name(str(invalid[0]["loc"][0])) if invalid[0]["loc"] else "settings"
         raise InvalidInput(f"{name}: {invalid[0]['msg']}", field=name) from None
 
 
-def _identity(as_: str | None, local_default: str) -> tuple[str, bool]:
-    """Who acts, and whether AWS said so: locally `--as NAME` (or `local_default`), on AWS the STS caller identity."""
-    if "AWS_ENDPOINT_URL" in os.environ:
-        return as_ or local_default, False
-    return deps().caller_identity(), True
-
-
-def principal(as_: str | None) -> str:
-    """Whom a submit is for. Locally `--as NAME` (default `default`). On AWS the caller's IAM identity: a producer
-    cannot submit as another principal (`--as`, if given, must name the caller itself)."""
-    identity, from_aws = _identity(as_, LOCAL_DEFAULT_PRINCIPAL)
-    if from_aws and as_ is not None and as_ != identity:
-        raise InvalidInput(f"--as {as_!r}: on AWS you act as your IAM identity, {identity}", field="as")
-    return identity
-
-
-def caller(as_: str | None) -> Caller:
-    """The caller of this command. Locally: `--as NAME` (default: the operator). On AWS: the STS caller identity;
-    IAM has already decided what it may call, and the identity goes into every audit entry."""
-    identity, _ = _identity(as_, LOCAL_DEFAULT_CALLER)
-    return Caller.of(identity, deps().settings)
+def reset() -> None:
+    """Forget the API, clients and dependencies found (tests run many commands in one process)."""
+    for cache in (api_url, client, deps):
+        cache.cache_clear()

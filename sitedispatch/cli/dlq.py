@@ -8,11 +8,12 @@ from typing import Annotated, Any
 import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, ReasonOpt, SiteFilterOpt, parse_age, parse_params
-from sitedispatch.cli.context import caller, deps
-from sitedispatch.cli.output import console, emit_json, reported, table, when
-from sitedispatch.domain.errors import Conflict, InvalidInput
+from sitedispatch.cli.context import client
+from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
+from sitedispatch.client import ApiClient
+from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Kind
-from sitedispatch.operator.controls import DeadLetterFilter, RedriveReport
+from sitedispatch.operator.controls import RedriveReport
 
 app = typer.Typer(help="Dead operations: list, evidence, redrive.", no_args_is_help=True)
 
@@ -32,39 +33,30 @@ def list_(
     with reported(json):
         if kind is not None and kind not in {k.value for k in Kind}:
             raise InvalidInput(f"unknown kind {kind!r}", field="kind")
-        where = DeadLetterFilter(
-            site, kind, error_code, parse_age(older_than, "older-than"), parse_age(newer_than, "newer-than")
-        )
-        dead = deps().controls().dead_letters(caller(as_), where, limit=limit)
+        query = {
+            "site_id": site,
+            "kind": kind,
+            "error_code": error_code,
+            "older_than_s": parse_age(older_than, "older-than"),
+            "newer_than_s": parse_age(newer_than, "newer-than"),
+            "limit": limit,
+        }
+        dead = client(as_).call("GET", "/dead-letters", query=query)
         if json:
-            emit_json(
-                [
-                    {
-                        "operation_id": op.operation_id,
-                        "site_id": op.site_id,
-                        "kind": op.kind.value,
-                        "principal": op.principal,
-                        "epoch": op.epoch,
-                        "attempt": op.attempt,
-                        "dead_at": op.finished_at,
-                        "evidence": op.evidence,
-                    }
-                    for op in dead
-                ]
-            )
+            emit_json(dead)
             return
         table(
             f"dead operations ({len(dead)})",
             ["operation", "site", "kind", "error", "attempt", "dead", "recovery"],
             [
                 [
-                    op.operation_id,
-                    op.site_id,
-                    op.kind.value,
-                    (op.evidence or {}).get("error_code", "-"),
-                    f"{op.attempt}/{op.attempt_budget}",
-                    when(op.finished_at),
-                    (op.evidence or {}).get("recovery_command", "-"),
+                    op["operation_id"],
+                    op["site_id"],
+                    op["kind"],
+                    (op["evidence"] or {}).get("error_code", "-"),
+                    f"{op['attempt']}/{op['attempt_budget']}",
+                    when(op["dead_at"]),
+                    (op["evidence"] or {}).get("recovery_command", "-"),
                 ]
                 for op in dead
             ],
@@ -75,7 +67,7 @@ def list_(
 def show(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """The evidence of a dead operation (the S3 document): error, traceback, input digest, recovery command."""
     with reported(json):
-        evidence = deps().controls().evidence(caller(as_), operation_id)
+        evidence = client(as_).call("GET", f"/dead-letters/{operation_id}")
         if json:
             emit_json(evidence)
             return
@@ -110,19 +102,15 @@ def show(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
         console.print(f"recover: [bold]{evidence['recovery_command']}[/]  ({evidence['recovery']})")
 
 
-def staged_input(operation_id: str, input_file: Path | None) -> tuple[str, str] | None:
-    """Validate and store a corrected input for one operation: (key, digest)."""
+def corrected_input(api: ApiClient, operation_id: str, input_file: Path | None) -> dict[str, Any] | None:
+    """The params of a corrected input for one operation: for an import the file is uploaded first."""
     if input_file is None:
         return None
-    d = deps()
-    op = d.operations.get(operation_id)
-    if op is None:
-        return None  # the redrive reports the operation as not found
-    submitter = d.submitter()
-    if op.kind == Kind.IMPORT:
-        return submitter.store_input(op.kind, op.site_id, submitter.stage_upload(op.site_id, input_file))
-    params, size = parse_params(input_file, [])
-    return submitter.store_input(op.kind, op.site_id, params, size)
+    op = api.call("GET", f"/operations/{operation_id}")
+    if op["kind"] == Kind.IMPORT.value:
+        return api.upload(op["site_id"], input_file)
+    params, _ = parse_params(input_file, [])
+    return params
 
 
 def redrive_command(
@@ -139,17 +127,9 @@ def redrive_command(
     action: str = "redrive",
 ) -> None:
     with reported(json):
-        chosen = [
-            name
-            for name, given in (
-                ("--operation", operation_id),
-                ("--site", site),
-                ("--error-code", error_code),
-                ("--all", all_),
-            )
-            if given
-        ]
-        if len(chosen) != 1 and not (site and error_code and not operation_id and not all_):
+        chosen = [name for name, given in (("--operation", operation_id), ("--site", site)) if given]
+        chosen += [name for name, given in (("--error-code", error_code), ("--all", all_)) if given]
+        if action == "redrive" and len(chosen) != 1 and chosen != ["--site", "--error-code"]:
             raise InvalidInput(
                 "choose one of --operation, --site, --error-code or --all (--site and --error-code may be combined)",
                 field="selection",
@@ -158,23 +138,22 @@ def redrive_command(
             raise InvalidInput(
                 "--input-file replaces one operation's input: use it with --operation", field="input-file"
             )
-        controls = deps().controls()
-        who = caller(as_)
-        if operation_id is not None and not dry_run:
-            controls.authorize_action(who, action, operation_id, reason)  # before storing a replacement input
-        new_input = None if dry_run else staged_input(operation_id or "", input_file)
-        report = controls.redrive(
-            who,
-            operation_id=operation_id,
-            where=None if operation_id else DeadLetterFilter(site_id=site, error_code=error_code),
-            dry_run=dry_run,
-            new_input=new_input,
-            reason=reason,
-            action=action,
-        )
-        render_report(report, json)
-        if operation_id is not None and report.refused:
-            raise Conflict(report.refused[operation_id])
+        api = client(as_)
+        new_input = None if dry_run else corrected_input(api, operation_id or "", input_file)
+        if action == "replay":
+            report = api.call("POST", f"/operations/{operation_id}/replay", body={"reason": reason, "input": new_input})
+        else:
+            body = {
+                "operation_id": operation_id,
+                "site_id": site,
+                "error_code": error_code,
+                "all": all_,
+                "dry_run": dry_run,
+                "reason": reason,
+                "input": new_input,
+            }
+            report = api.call("POST", "/dead-letters/redrive", body=body)
+        render_report(typed(RedriveReport, report), json)
 
 
 def render_report(report: RedriveReport, json: bool) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli.context import DEFAULT_LOCAL_ENV
+from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, load_local_env
 from sitedispatch.cli.output import console, reported
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
@@ -47,6 +47,21 @@ def cloud(
         serve(port, env_file, function_timeout, _policy(set_ or []))
 
 
+@app.command("api")
+def api(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 0,
+    env_file: Annotated[Path, typer.Option(help="the local runtime's env file: the API's URL is added to it")] = (
+        DEFAULT_LOCAL_ENV
+    ),
+) -> None:
+    """Serve the HTTP API on 127.0.0.1 (API Gateway's part: the API function behind a real HTTP server)."""
+    from sitedispatch.local.gateway import serve
+
+    with reported(False):
+        load_local_env()
+        serve(port, env_file)
+
+
 @app.command("worker")
 def worker(
     queue: Annotated[str, typer.Option(help=f"one of {', '.join(QUEUES)}")] = "operations",
@@ -61,6 +76,8 @@ def worker(
     """Event source mapping emulation: poll the queue and invoke the real Lambda handler."""
     from sitedispatch.local.esm import run_worker
 
+    with reported(False):
+        load_local_env()  # started in another shell: find the running local runtime as the other commands do
     if queue not in QUEUES:
         raise typer.BadParameter(f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
     raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout, batch_size=batch_size, handler=handler))
@@ -75,6 +92,8 @@ def scheduler(
     from sitedispatch.domain.settings import Settings
     from sitedispatch.local.scheduler import run_scheduler
 
+    with reported(False):
+        load_local_env()
     raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))  # type: ignore[call-arg]
 
 
@@ -85,7 +104,7 @@ def up(
     concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
     workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent,
 ) -> None:
-    """Cloud, workers and scheduler as child processes. Ctrl-C stops them all."""
+    """Cloud, API, workers and scheduler as child processes. Ctrl-C stops them all."""
     from sitedispatch.local.supervisor import LocalRuntime
 
     stop = threading.Event()
@@ -93,13 +112,14 @@ def up(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with reported(False), LocalRuntime(workdir) as runtime:
         env = runtime.start_cloud(port)
+        api_url = runtime.start_api()
         for _ in range(workers):
             runtime.start_worker("operations", concurrency)
             runtime.start_worker("bulk", concurrency)
             runtime.start_worker("publications", concurrency)
         runtime.start_scheduler()
         console.print(
-            f"[green]local runtime up[/]: cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
+            f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
             f"{workers} bulk and {workers} publications workers x {concurrency} environments; scheduler; "
             f"logs in {workdir}/"
         )
@@ -131,8 +151,8 @@ def wordpress_up(
 ) -> None:
     """Start MariaDB and one `php -S` per site, install WordPress with the sitedispatch mu-plugin and an
     application password, and register each site (driver wordpress). Ctrl-C stops them."""
-    from sitedispatch.cli.context import deps
-    from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
+    from sitedispatch.cli.context import client
+    from sitedispatch.domain.model import WORDPRESS_DRIVER
     from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, missing_programs
 
     missing = missing_programs()
@@ -151,9 +171,17 @@ def wordpress_up(
             site = wordpress.add_site(f"{prefix}-{n}")
             line = f"{site.name}: {site.url} (credential {site.credential_file})"
             if register:
-                deps().submitter().register_site(
-                    site.name, as_, SiteConnection(WORDPRESS_DRIVER, site.url, site.credential_ref)
-                )
+                with reported(False):
+                    client(as_).call(
+                        "POST",
+                        "/sites",
+                        body={
+                            "site_id": site.name,
+                            "driver": WORDPRESS_DRIVER,
+                            "url": site.url,
+                            "credential": site.credential_ref,
+                        },
+                    )
                 line += (
                     f"; registered for {as_}: sitedispatch submit provision --site {site.name} "
                     f"--param title={site.name} --param admin_email=admin@{site.name}.example --as {as_}"

@@ -9,10 +9,10 @@ import typer
 
 from sitedispatch.cli import audit, dlq, local, ops, quotas, sites
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
-from sitedispatch.cli.context import caller, deps, principal, use_env_file, use_stack
-from sitedispatch.cli.output import console, emit_json, render_status, reported
+from sitedispatch.cli.context import client, producer, use_env_file, use_stack
+from sitedispatch.cli.output import console, emit_json, render_status, reported, typed
 from sitedispatch.domain.errors import InvalidInput
-from sitedispatch.domain.settings import ENV_PREFIX
+from sitedispatch.domain.resources import ENV_PREFIX
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(ops.app, name="ops")
@@ -61,51 +61,31 @@ def submit(
 ) -> None:
     """Submit one operation for a site. Exit 2 invalid input, 4 idempotency conflict, 75 backpressure."""
     with reported(json):
-        submitter = deps().submitter()
+        api = producer(as_)
         if kind == "import":
             if input_file is None or param:
                 raise InvalidInput("import takes exactly --input-file WXR_FILE", field="input-file")
-            data, size = submitter.stage_upload(site, input_file), 0
+            data = api.upload(site, input_file)
         else:
-            data, size = parse_params(input_file, param or [])
-        result = submitter.submit(
-            kind=kind,
-            site_id=site,
-            principal=principal(as_),
-            params=data,
-            idempotency_key=idempotency_key,
-            raw_size=size,
-        )
-        op = result.operation
+            data, _ = parse_params(input_file, param or [])
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        op = api.call("POST", "/operations", body={"kind": kind, "site_id": site, "params": data}, headers=headers)
         if json:
-            emit_json(
-                {
-                    "operation_id": op.operation_id,
-                    "site_id": op.site_id,
-                    "kind": op.kind.value,
-                    "status": op.status.value,
-                    "created": result.created,
-                    "input_digest": op.input_digest,
-                }
-            )
+            emit_json(op)
         else:
-            verb = "accepted" if result.created else "already submitted"
-            console.print(f"{verb}: [bold]{op.operation_id}[/] {op.kind.value} for {op.site_id} ({op.status.value})")
-            console.print(f"follow it: sitedispatch ops wait {op.operation_id}")
+            verb = "accepted" if op["created"] else "already submitted"
+            console.print(f"{verb}: [bold]{op['operation_id']}[/] {op['kind']} for {op['site_id']} ({op['status']})")
+            console.print(f"follow it: sitedispatch ops wait {op['operation_id']}")
 
 
 @app.command()
 def status(as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Queue depth, in-flight, oldest age and DLQ depth; the operation backlog (a principal's own rows)."""
-    from sitedispatch.operator.status import collect_status
+    from sitedispatch.operator.status import StatusReport
 
     with reported(json):
-        d = deps()
-        who = caller(as_)
-        report = collect_status(
-            d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), None if who.operator else who.identity
-        )
-        emit_json(report) if json else render_status(report)
+        report = client(as_).call("GET", "/status")
+        emit_json(report) if json else render_status(typed(StatusReport, report))
 
 
 @app.command()
@@ -115,10 +95,8 @@ def reconcile(
 ) -> None:
     """Run one reconciler sweep by hand (what the schedule of that name runs)."""
     with reported(json):
-        sweep = deps().reconciler().run(schedule)
-        if sweep is None:
-            raise InvalidInput(f"unknown schedule {schedule!r}", field="schedule")
-        emit_json(sweep) if json else console.print(f"{sweep.schedule}: {sweep.repaired}")
+        sweep = client().call("POST", "/reconcile", body={"schedule": schedule})
+        emit_json(sweep) if json else console.print(f"{sweep['schedule']}: {sweep['repaired']}")
 
 
 @app.command()

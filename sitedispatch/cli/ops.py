@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sitedispatch.cli.args import AsOpt, InputFileOpt, JsonOpt, SiteFilterOpt
-from sitedispatch.cli.context import caller, deps
+from sitedispatch.cli.context import client
 from sitedispatch.cli.dlq import redrive_command
-from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, plain, reported, table, when
+from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, reported, table, typed, when
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Operation, Status
 
@@ -18,10 +18,7 @@ if TYPE_CHECKING:
     from sitedispatch.operations.estimates import DelayEstimate
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
-
-
-def _get(operation_id: str, as_: str | None) -> Operation:
-    return deps().controls().operation(caller(as_), operation_id)
+WAIT_SLICE_S = 20.0  # the API's longest long poll
 
 
 def render(op: Operation) -> None:
@@ -59,19 +56,28 @@ def describe_estimate(op: Operation, estimate: DelayEstimate) -> str:
 
 @app.command("get")
 def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
-    """Show one operation (a waiting one with its estimated delay)."""
-    from sitedispatch.operations.estimates import estimated_delay_for
+    """Show one operation (a waiting one with its estimated delay, or why it waits)."""
+    from sitedispatch.operations.estimates import DelayEstimate
 
     with reported(json):
-        d = deps()
-        op = _get(operation_id, as_)
-        estimate = estimated_delay_for(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
+        body = client(as_).call("GET", f"/operations/{operation_id}")
         if json:
-            emit_json({**plain(op), "estimated_delay_s": estimate.delay_s, "estimate": plain(estimate)})
+            emit_json(body)
             return
+        op = typed(Operation, _operation_fields(body))
         render(op)
-        if not op.status.terminal and op.status != Status.RUNNING:
+        if body.get("waiting_because"):
+            console.print(f"waiting: {body['waiting_because']}")
+        elif body.get("estimate") is not None:
+            estimate = typed(DelayEstimate, body["estimate"])
             console.print(f"estimated delay: about {estimate.delay_s:g}s ({describe_estimate(op, estimate)})")
+
+
+def _operation_fields(body: dict[str, Any]) -> dict[str, Any]:
+    from dataclasses import fields
+
+    names = {f.name for f in fields(Operation)}
+    return {k: v for k, v in body.items() if k in names}
 
 
 @app.command("list")
@@ -84,11 +90,9 @@ def list_(
 ) -> None:
     """List operations, newest first (a principal sees its own)."""
     with reported(json):
-        try:
-            wanted = Status(status) if status else None
-        except ValueError:
-            raise InvalidInput(f"unknown status {status!r}", field="status") from None
-        ops = deps().controls().operations(caller(as_), site_id=site, status=wanted, limit=limit)
+        if status is not None and status not in {s.value for s in Status}:
+            raise InvalidInput(f"unknown status {status!r}", field="status")
+        ops = client(as_).call("GET", "/operations", query={"site_id": site, "status": status, "limit": limit})
         if json:
             emit_json(ops)
             return
@@ -96,7 +100,7 @@ def list_(
             f"operations ({len(ops)})",
             ["operation", "site", "kind", "status", "attempt", "created"],
             [
-                [op.operation_id, op.site_id, op.kind.value, op.status.value, op.attempt, when(op.created_at)]
+                [op["operation_id"], op["site_id"], op["kind"], op["status"], op["attempt"], when(op["created_at"])]
                 for op in ops
             ],
             styler=lambda row: STATUS_STYLE.get(row[3], ""),
@@ -110,17 +114,20 @@ def wait(
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Wait until the operation is terminal. Exit 0 if it succeeded, 1 if it ended otherwise or timed out."""
+    """Wait until the operation is terminal (long polls of the API). Exit 0 if it succeeded, 1 if it ended
+    otherwise or timed out."""
     with reported(json):
+        api = client(as_)
         deadline = time.monotonic() + timeout
-        op = _get(operation_id, as_)
-        while not op.status.terminal and time.monotonic() < deadline:
-            time.sleep(0.2)
-            op = _get(operation_id, as_)
-        emit_json(op) if json else render(op)
-        if not op.status.terminal:
-            console.print(f"[yellow]still {op.status.value} after {timeout:g}s[/]")
-        if op.status != Status.SUCCEEDED:
+        body = api.call("GET", f"/operations/{operation_id}/wait", query={"timeout_s": 0})
+        while not Status(body["status"]).terminal and (left := deadline - time.monotonic()) > 0:
+            body = api.call(
+                "GET", f"/operations/{operation_id}/wait", query={"timeout_s": round(min(WAIT_SLICE_S, left), 3)}
+            )
+        emit_json(_operation_fields(body)) if json else render(typed(Operation, _operation_fields(body)))
+        if not Status(body["status"]).terminal:
+            console.print(f"[yellow]still {body['status']} after {timeout:g}s[/]")
+        if body["status"] != Status.SUCCEEDED.value:
             raise typer.Exit(1)
 
 
@@ -133,14 +140,14 @@ def cancel(
 ) -> None:
     """Cancel a queued operation at once, or a running one cooperatively (it will not commit)."""
     with reported(json):
-        op = deps().controls().cancel(caller(as_), operation_id, reason)
+        op = client(as_).call("POST", f"/operations/{operation_id}/cancel", body={"reason": reason})
         if json:
             emit_json(op)
-        elif op.status == Status.CANCELLED:
+        elif op["status"] == Status.CANCELLED.value:
             console.print(f"cancelled {operation_id}")
         else:
             console.print(
-                f"cancel requested: {operation_id} is {op.status.value} and will end cancelled without committing"
+                f"cancel requested: {operation_id} is {op['status']} and will end cancelled without committing"
             )
 
 

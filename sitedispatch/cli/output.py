@@ -9,11 +9,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
-from pynamodb.exceptions import PynamoDBException
 from rich.console import Console
 from rich.table import Table
 
@@ -24,7 +22,10 @@ from sitedispatch.domain.errors import (
     NotFound,
     SiteDispatchError,
     Unreachable,
+    error_document,
 )
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -34,6 +35,13 @@ EXIT_BACKPRESSURE = 75
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def typed(cls: type[T], value: Any) -> T:
+    """An API body as the core's dataclass it was serialized from (the renderers take those)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls).validate_python(value)
 
 
 def exit_code_for(exc: SiteDispatchError) -> int:
@@ -48,21 +56,6 @@ def exit_code_for(exc: SiteDispatchError) -> int:
     return 1
 
 
-def error_document(exc: SiteDispatchError) -> dict[str, Any]:
-    doc: dict[str, Any] = {"error": exc.code, "message": str(exc)}
-    if isinstance(exc, InvalidInput) and exc.field:
-        doc["field"] = exc.field
-    if isinstance(exc, Backpressure):
-        doc.update(
-            limit=exc.limit,
-            value=exc.value,
-            maximum=exc.maximum,
-            retry_after_s=exc.retry_after_s,
-            estimated_delay_s=exc.estimated_delay_s,
-        )
-    return doc
-
-
 @contextmanager
 def reported(as_json: bool) -> Iterator[None]:
     """Turn domain errors into the documented exit codes, with one human line or a JSON error document; an AWS
@@ -70,7 +63,9 @@ def reported(as_json: bool) -> Iterator[None]:
     try:
         try:
             yield
-        except (BotoCoreError, ClientError, PynamoDBException) as exc:
+        except Exception as exc:
+            if not type(exc).__module__.startswith(("botocore", "pynamodb")):  # imported only when one failed
+                raise
             raise aws_failure(exc) from None
     except SiteDispatchError as exc:
         if as_json:
@@ -82,6 +77,8 @@ def reported(as_json: bool) -> Iterator[None]:
 
 def aws_failure(exc: BaseException) -> SiteDispatchError:
     """What the user is told when AWS (or the local runtime standing in for it) fails a request."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, EndpointConnectionError):

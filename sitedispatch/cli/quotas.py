@@ -7,15 +7,18 @@ from typing import Annotated, Any
 import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
-from sitedispatch.cli.context import caller, deps
-from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.cli.context import client
+from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
 
 app = typer.Typer(
     help="Principals' limits: read them, override them (operators), clear overrides.", no_args_is_help=True
 )
 
 
-def render(limits: Any) -> None:
+def render(body: Any) -> None:
+    from sitedispatch.operator.controls import PrincipalLimits
+
+    limits = typed(PrincipalLimits, body)
     quota = limits.quota
     source = (
         f"override by {quota.updated_by} at {when(quota.updated_at)}: {quota.reason}"
@@ -38,7 +41,7 @@ def render(limits: Any) -> None:
 def get(principal: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """A principal's limits in effect and its use of them (a principal reads its own)."""
     with reported(json):
-        limits = deps().controls().limits(caller(as_), principal)
+        limits = client(as_).call("GET", "/quotas", query={"principal": principal})
         emit_json(limits) if json else render(limits)
 
 
@@ -54,11 +57,13 @@ def set_(
     """Override a principal's limits (operators only; audited). It applies to the next submit and the next attempt.
     Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped."""
     with reported(json):
-        limits = (
-            deps()
-            .controls()
-            .set_quota(caller(as_), principal, max_outstanding=max_outstanding, max_running=max_running, reason=reason)
-        )
+        body = {
+            "principal": principal,
+            "max_outstanding": max_outstanding,
+            "max_running": max_running,
+            "reason": reason,
+        }
+        limits = client(as_).call("PUT", "/quotas", body=body)
         emit_json(limits) if json else render(limits)
 
 
@@ -66,5 +71,5 @@ def set_(
 def clear(principal: str, reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Remove a principal's override: the deployment's settings apply again (operators only; audited)."""
     with reported(json):
-        limits = deps().controls().clear_quota(caller(as_), principal, reason)
+        limits = client(as_).call("DELETE", "/quotas", query={"principal": principal, "reason": reason})
         emit_json(limits) if json else render(limits)

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt
-from sitedispatch.cli.context import caller, deps
-from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.cli.context import client
+from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
+from sitedispatch.domain.model import Site
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
 
@@ -30,13 +31,13 @@ def register(
     json: JsonOpt = False,
 ) -> None:
     """Register a site with its driver, before its first operation (then `submit provision`)."""
-    from sitedispatch.domain.model import SiteConnection
-
     with reported(json):
-        who = caller(as_)
-        site = deps().submitter().register_site(site_id, who.identity, SiteConnection(driver, url, credential))
+        body = client(as_).call(
+            "POST", "/sites", body={"site_id": site_id, "driver": driver, "url": url, "credential": credential}
+        )
+        site = typed(Site, body)
         if json:
-            emit_json(site)
+            emit_json(body)
         else:
             console.print(f"registered {site.site_id} ({site.connection.describe()}) for {site.principal}")
             console.print(
@@ -49,10 +50,11 @@ def register(
 def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show a site: owner, head version and revision, lease and fence."""
     with reported(json):
-        site = deps().controls().site(caller(as_), site_id)
+        body = client(as_).call("GET", f"/sites/{site_id}")
         if json:
-            emit_json(site)
+            emit_json(body)
             return
+        site = typed(Site, body)
         table(
             "site",
             ["field", "value"],
@@ -80,14 +82,15 @@ def history(
     site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None, json: JsonOpt = False
 ) -> None:
     """The site's commits and publications, newest first."""
+    from sitedispatch.operator.controls import SiteHistory
+
     with reported(json):
-        d = deps()
-        d.controls().site(caller(as_), site_id)
-        commits = d.commits.history(site_id, limit=limit)
-        publications = d.publications.list(site_id, limit=limit)
+        body = client(as_).call("GET", f"/sites/{site_id}/history", query={"limit": limit})
         if json:
-            emit_json({"commits": commits, "publications": publications})
+            emit_json(body)
             return
+        found = typed(SiteHistory, body)
+        commits, publications = found.commits, found.publications
         table(
             f"commits of {site_id}",
             ["version", "operation", "kind", "revision", "fence", "committed"],
@@ -121,25 +124,9 @@ def read(
     json: JsonOpt = False,
 ) -> None:
     """Print the live content of a route (from the site's live revision; a principal reads its own sites)."""
-    from sitedispatch.publication.live import read_live_route
-
     with reported(json):
-        d = deps()
-        d.controls().site(caller(as_), site_id)
-        body, site = read_live_route(d.sites, d.blobs, site_id, route)
-        if json:
-            emit_json(
-                {
-                    "site_id": site_id,
-                    "route": route,
-                    "revision_id": site.live_revision,
-                    "seq": site.live_seq,
-                    "bytes": len(body),
-                    "content": body.decode("utf-8", "replace"),
-                }
-            )
-        else:
-            sys.stdout.write(body.decode("utf-8", "replace"))
+        live = client(as_).call("GET", f"/sites/{site_id}/live", query={"route": route})
+        emit_json(live) if json else sys.stdout.write(live["content"])
 
 
 @app.command("pause")
@@ -151,7 +138,7 @@ def pause(
 ) -> None:
     """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched."""
     with reported(json):
-        site = deps().controls().set_paused(caller(as_), site_id, True, reason)
+        site = client(as_).call("POST", f"/sites/{site_id}/pause", body={"reason": reason})
         emit_json(site) if json else sys.stdout.write(f"paused {site_id}: {reason}\n")
 
 
@@ -164,5 +151,5 @@ def resume(
 ) -> None:
     """Resume a paused site (also clears its consecutive-failure count)."""
     with reported(json):
-        site = deps().controls().set_paused(caller(as_), site_id, False, reason or None)
+        site = client(as_).call("POST", f"/sites/{site_id}/resume", body={"reason": reason})
         emit_json(site) if json else sys.stdout.write(f"resumed {site_id}\n")

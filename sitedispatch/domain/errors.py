@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SiteDispatchError(Exception):
     """Base of every error the core raises on purpose."""
@@ -136,3 +138,70 @@ class TransientError(OperationFailure):
     """A dependency hiccup: retried with backoff while attempts remain."""
 
     code = "transient"
+
+
+class TooLarge(InvalidInput):
+    """A request body over the limit of its route (HTTP 413)."""
+
+    code = "too_large"
+
+
+def error_document(exc: SiteDispatchError) -> dict[str, Any]:
+    """The one error body: every API route answers it, the CLI prints it with --json, the client rebuilds the
+    exception from it."""
+    doc: dict[str, Any] = {"error": exc.code, "message": str(exc)}
+    if isinstance(exc, InvalidInput) and exc.field:
+        doc["field"] = exc.field
+    if isinstance(exc, Backpressure):
+        doc.update(
+            limit=exc.limit,
+            value=exc.value,
+            maximum=exc.maximum,
+            retry_after_s=exc.retry_after_s,
+            estimated_delay_s=exc.estimated_delay_s,
+        )
+    return doc
+
+
+def _codes(cls: type[SiteDispatchError]) -> dict[str, type[SiteDispatchError]]:
+    found = {cls.code: cls}
+    for sub in cls.__subclasses__():
+        found.update(_codes(sub))
+    return found
+
+
+def error_from_document(doc: dict[str, Any], status: int) -> SiteDispatchError:
+    """The exception an error body stands for (what `error_document` wrote, or the nearest by HTTP status)."""
+    code = str(doc.get("error", ""))
+    message = str(doc.get("message") or doc.get("error") or f"HTTP {status}")
+    if status == 429 or code == Backpressure.code:
+        return Backpressure(
+            message,
+            limit=str(doc.get("limit", "?")),
+            value=int(doc.get("value", 0)),
+            maximum=int(doc.get("maximum", 0)),
+            retry_after_s=float(doc.get("retry_after_s", 1.0)),
+            estimated_delay_s=float(doc.get("estimated_delay_s", 0.0)),
+        )
+    cls = _codes(SiteDispatchError).get(code) or STATUS_ERRORS.get(status, SiteDispatchError)
+    if issubclass(cls, InvalidInput):
+        return cls(message, field=doc.get("field"))
+    if cls in (LeaseHeld, Backpressure, LimitReached):
+        cls = Conflict
+    error = cls(message)
+    if cls is SiteDispatchError or cls is OperationFailure:
+        error.code = code or "error"
+    return error
+
+
+STATUS_ERRORS: dict[int, type[SiteDispatchError]] = {
+    400: InvalidInput,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    422: InvalidInput,
+    502: Unreachable,
+    503: Unreachable,
+    504: Unreachable,
+}

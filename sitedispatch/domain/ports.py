@@ -214,8 +214,11 @@ class CommitStore(Protocol):
 
 
 class BlobStore(Protocol):
-    def put_if_absent(self, key: str, body: bytes | IO[bytes], content_type: str = "application/json") -> bool:
-        """Conditional PUT (If-None-Match: *): True if written, False if the object already existed."""
+    def put_if_absent(
+        self, key: str, body: bytes | IO[bytes], content_type: str = "application/json", sha256: str | None = None
+    ) -> bool:
+        """Conditional PUT (If-None-Match: *): True if written, False if the object already existed. Given
+        `sha256` (hex), the store refuses a body with another digest and remembers it (`describe`)."""
 
     def get(self, key: str) -> bytes:
         """Raises NotFound."""
@@ -228,6 +231,28 @@ class BlobStore(Protocol):
 
     def open(self, key: str) -> IO[bytes]:
         """A readable stream of the object (large inputs are never read whole). Raises NotFound."""
+
+    def describe(self, key: str) -> StoredObject | None:
+        """Size and SHA-256 of an object (S3 verified the digest when the object was written), or None if absent."""
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    size: int
+    sha256: str | None  # hex; None if the object was written without a checksum
+
+
+@dataclass(frozen=True)
+class SignedUpload:
+    url: str
+    method: str
+    headers: dict[str, str]  # to send exactly: they are what the signature and S3's checksum check cover
+    expires_at: float
+
+
+class UploadSigner(Protocol):
+    def presign_put(self, key: str, size: int, sha256: str, content_type: str, expires_s: int) -> SignedUpload:
+        """A URL that lets its holder PUT exactly one object at `key`, whose body S3 checks against `sha256`."""
 
 
 class OperationQueue(Protocol):

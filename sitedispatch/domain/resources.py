@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ENV_PREFIX = "SITEDISPATCH_"  # every setting's environment variable starts with it
+API_URL_VARIABLE = f"{ENV_PREFIX}API_URL"  # where a client finds the API (not a function setting: clients only)
+
 # The queues' redrive policy is a backstop only: the worker dead-letters by itself after the attempt budget.
 # Deferrals (paused site, held lease) also raise SQS's receive count, so the backstop sits far above the budget.
 REDRIVE_BACKSTOP_RECEIVES = 100

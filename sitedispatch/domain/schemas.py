@@ -33,9 +33,9 @@ DIGEST = r"^[0-9a-f]{64}$"
 
 
 class ImportInput(OperationInput):
-    """A WXR file staged in S3 by the CLI (the message never carries it)."""
+    """A WXR file its producer uploaded (POST /uploads, then PUT): the message never carries it."""
 
-    source_key: str = Field(pattern=r"^uploads/[a-z0-9][a-z0-9-]{2,62}/[0-9a-f]{64}\.xml$")
+    source_key: str = Field(pattern=r"^uploads/[0-9a-f]{24}/[a-z0-9][a-z0-9-]{2,62}/[0-9a-f]{64}\.xml$")
     source_digest: str = Field(pattern=DIGEST)
     source_bytes: int = Field(ge=0)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-ENV_PREFIX = "SITEDISPATCH_"
+from sitedispatch.domain.resources import ENV_PREFIX
+
+__all__ = ["ENV_PREFIX", "Settings"]
 
 
 class Settings(BaseSettings):

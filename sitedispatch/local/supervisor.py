@@ -1,4 +1,5 @@
-"""Start, watch and stop the local runtime's processes (cloud, workers, scheduler) for `local up`, the demo and tests.
+"""Start, watch and stop the local runtime's processes (cloud, API, workers, scheduler) for `local up`, the demo and
+tests.
 
 Each child is its own process group (so a test can SIGKILL or SIGSTOP a worker with all its environments), logs to a
 file under the work directory, and announces readiness with one JSON line containing "ready".
@@ -160,6 +161,16 @@ class LocalRuntime:
         for child, offset in started:
             self._await_ready(child, offset)
         return [child for child, _ in started]
+
+    def start_api(self, port: int = 0) -> str:
+        """The HTTP API on 127.0.0.1 (its URL is added to the env file, where the CLI finds it)."""
+        from sitedispatch.domain.resources import API_URL_VARIABLE
+
+        offset = self._log_offset("api")
+        child = self._spawn("api", ["local", "api", "--port", str(port), "--env-file", str(self.env_file)], self.env)
+        url = str(self._await_ready(child, offset)["url"])
+        self.env[API_URL_VARIABLE] = url
+        return url
 
     def start_scheduler(self, rate_scale: float = 1.0) -> Child:
         offset = self._log_offset("scheduler")

@@ -33,6 +33,7 @@ from sitedispatch.drivers.wordpress.credentials import check_reference
 from sitedispatch.operations.admission import backpressure, limits_for
 from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
 from sitedispatch.operations.pace import Pace
+from sitedispatch.operations.uploads import UPLOAD_CONTENT_TYPE, check_upload, import_params, upload_key
 
 ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
 
@@ -56,10 +57,6 @@ class SubmitDeps:
 
 def input_key(site_id: str, digest: str) -> str:
     return f"inputs/{site_id}/{digest}.json"
-
-
-def upload_key(site_id: str, digest: str) -> str:
-    return f"uploads/{site_id}/{digest}.xml"
 
 
 UPLOAD_READ_BYTES = 1 << 20
@@ -112,7 +109,7 @@ class Submitter:
         check_principal(principal, field="as")
         if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
-        body, digest = self._validated(kind_enum, params, raw_size)
+        body, digest = self._validated(kind_enum, params, raw_size, principal, site_id)
         key = idempotency_key or uuid.uuid4().hex
         operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
 
@@ -159,8 +156,12 @@ class Submitter:
         refreshed = d.operations.get(operation_id) or op
         return Submitted(refreshed, created=True)
 
-    def _validated(self, kind: Kind, params: dict[str, Any], raw_size: int | None) -> tuple[bytes, str]:
+    def _validated(
+        self, kind: Kind, params: dict[str, Any], raw_size: int | None, principal: str, site_id: str
+    ) -> tuple[bytes, str]:
         payload = parse_input(kind, params)
+        if kind == Kind.IMPORT:
+            check_upload(self.d.blobs, principal, site_id, payload.model_dump())
         body = payload.canonical_bytes()
         size = max(len(body), raw_size or 0)
         if size > self.d.settings.max_input_bytes:
@@ -170,16 +171,18 @@ class Submitter:
         return body, sha256_hex(body)
 
     def store_input(
-        self, kind: Kind, site_id: str, params: dict[str, Any], raw_size: int | None = None
+        self, kind: Kind, site_id: str, principal: str, params: dict[str, Any], raw_size: int | None = None
     ) -> tuple[str, str]:
-        """Validate and store a replacement input (a redrive with a corrected input): (key, digest)."""
-        body, digest = self._validated(kind, params, raw_size)
+        """Validate and store a replacement input (a redrive with a corrected input) of an operation of `principal`:
+        (key, digest)."""
+        body, digest = self._validated(kind, params, raw_size, principal, site_id)
         self.d.blobs.put_if_absent(input_key(site_id, digest), body)
         return input_key(site_id, digest), digest
 
-    def stage_upload(self, site_id: str, path: Path) -> dict[str, Any]:
-        """Store a file for an `import` (streamed: hashed first, then PUT If-None-Match under its digest) and return
-        the import input that names it. The queue message never carries the file."""
+    def stage_upload(self, site_id: str, path: Path, principal: str) -> dict[str, Any]:
+        """Store a file for an `import` of `principal` from this process (what POST /uploads and a PUT do for a
+        client of the API; streamed: hashed first, then PUT If-None-Match under its digest) and return the import
+        input that names it. The queue message never carries the file."""
         if not SITE_ID_PATTERN.match(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         try:
@@ -194,10 +197,10 @@ class Submitter:
             raise InvalidInput(
                 f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit", field="input-file"
             )
-        key = upload_key(site_id, digest.hexdigest())
+        key = upload_key(principal, site_id, digest.hexdigest())
         with path.open("rb") as fh:
-            self.d.blobs.put_if_absent(key, fh, "application/xml")
-        return {"source_key": key, "source_digest": digest.hexdigest(), "source_bytes": size}
+            self.d.blobs.put_if_absent(key, fh, UPLOAD_CONTENT_TYPE, sha256=digest.hexdigest())
+        return import_params(key, digest.hexdigest(), size)
 
     @staticmethod
     def _same_or_conflict(existing: Operation, digest: str) -> Submitted:

@@ -1,8 +1,11 @@
 """Operator and producer controls on accepted work, authorized and audited in one place.
 
-A caller is a principal (it sees and acts only on its own sites' operations) or an operator (all of them); refusals
-are `Forbidden` (exit 4); quotas are operators' alone. Every action (cancel, pause, resume, redrive, replay, quota)
-writes an audit entry with who, what, target, reason, time and outcome, including the ones refused.
+A caller is a principal (it sees and acts only on its own sites, operations, dead letters, audit entries and status
+rows) or an operator (all of them). This module is the one place that decides it: the API calls nothing else for a
+read or an action. Another principal's site or operation is `NotFound`, word for word what a missing one gets, so
+ids and site names do not leak between tenants; what only operators may do (quotas) is `Forbidden`. Every action
+(cancel, pause, resume, redrive, replay, quota) writes an audit entry with who, what, target, reason, time and
+outcome, including the ones refused.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.errors import Conflict, Forbidden, InvalidInput, LimitReached, NotFound, NotRunnable
 from sitedispatch.domain.model import (
     AuditEntry,
+    Commit,
     Operation,
+    Publication,
     QueueMessage,
     Quota,
     Site,
@@ -29,9 +34,11 @@ from sitedispatch.domain.ports import (
     AuditLog,
     BlobStore,
     Clock,
+    CommitStore,
     DeadLetter,
     OperationQueue,
     OperationStore,
+    PublicationStore,
     QuotaStore,
     SiteStore,
 )
@@ -106,6 +113,22 @@ class PrincipalLimits:
     running: dict[str, int]  # now, per lane
 
 
+@dataclass(frozen=True)
+class SiteHistory:
+    commits: list[Commit]
+    publications: list[Publication]
+
+
+@dataclass(frozen=True)
+class LiveRoute:
+    site_id: str
+    route: str
+    revision_id: str | None
+    seq: int
+    bytes: int
+    content: str
+
+
 @dataclass
 class ControlDeps:
     settings: Settings
@@ -116,6 +139,8 @@ class ControlDeps:
     audit: AuditLog
     clock: Clock
     quotas: QuotaStore
+    commits: CommitStore
+    publications: PublicationStore
 
 
 class Controls:
@@ -142,6 +167,43 @@ class Controls:
             raise NotFound(f"site {site_id} not found")
         self._authorize(caller, site.principal, f"site {site_id}", action=action, reason=reason, site_id=site_id)
         return site
+
+    def history(self, caller: Caller, site_id: str, limit: int = 50) -> SiteHistory:
+        """The site's commits and publications, newest first."""
+        self.site(caller, site_id)
+        return SiteHistory(self.d.commits.history(site_id, limit=limit), self.d.publications.list(site_id, limit=limit))
+
+    def live_route(self, caller: Caller, site_id: str, route: str) -> LiveRoute:
+        """The live content of one route of the site."""
+        from sitedispatch.publication.live import read_live_route
+
+        self.site(caller, site_id)
+        body, site = read_live_route(self.d.sites, self.d.blobs, site_id, route)
+        return LiveRoute(site_id, route, site.live_revision, site.live_seq, len(body), body.decode("utf-8", "replace"))
+
+    def audit_entries(
+        self,
+        caller: Caller,
+        since: float,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        site_id: str | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries, newest first: a principal reads the entries of its own actions, an operator every one."""
+        if not caller.operator:
+            if actor not in (None, caller.identity):
+                raise Forbidden(f"{caller.identity} may only read its own audit entries")
+            actor = caller.identity
+        now = self.d.clock.now()
+        return self.d.audit.list(since, now, actor=actor, action=action, target=target, site_id=site_id, limit=limit)
+
+    @staticmethod
+    def visible_principal(caller: Caller) -> str | None:
+        """Whose rows a status report may show the caller: its own, or (None) everyone's for an operator."""
+        return None if caller.operator else caller.identity
 
     def dead_letters(
         self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
@@ -264,7 +326,8 @@ class Controls:
         """A principal's limits in effect (its override, else the deployment's) and how much of them it uses now.
         A principal may read its own; operators any."""
         check_principal(principal)
-        self._authorize(caller, principal, f"principal {principal}")
+        if not caller.may_act_for(principal):  # a principal is not a tenant's resource: its name is no secret
+            raise Forbidden(f"{caller.identity} may only read its own limits")
         return self._limits(principal)
 
     def set_quota(
@@ -403,16 +466,25 @@ class Controls:
             what.split()[-1],
             site_id,
             reason,
+            hidden=NotFound(f"{what} not found"),
         )
 
     def _deny(
-        self, caller: Caller, message: str, action: str | None, target: str, site_id: str | None, reason: str | None
+        self,
+        caller: Caller,
+        message: str,
+        action: str | None,
+        target: str,
+        site_id: str | None,
+        reason: str | None,
+        hidden: NotFound | None = None,
     ) -> NoReturn:
-        """Refuse (exit 4); an action refused is audited as `denied`."""
+        """Refuse: `Forbidden`, or `hidden` (another tenant's resource looks missing); an action refused is audited
+        as `denied` with the real reason."""
         if action is not None:
             self._record(caller, action, target, site_id, reason, "denied", {"why": message})
         obs.count("AuthorizationRefused")
-        raise Forbidden(message)
+        raise hidden or Forbidden(message)
 
     def _audit(
         self, caller: Caller, action: str, op: Operation, reason: str | None, outcome: str, **detail: Any

@@ -78,7 +78,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     reader = Reader(deps, "crash-site")
     reader.start()
     op_id = submitter.submit(
-        kind="import", site_id="crash-site", principal="p", params=submitter.stage_upload("crash-site", wxr)
+        kind="import", site_id="crash-site", principal="p", params=submitter.stage_upload("crash-site", wxr, "p")
     ).operation.operation_id
 
     # When the worker is SIGKILLed while the import is running

@@ -44,7 +44,7 @@ def test_one_provision_is_not_starved_by_three_hundred_imports(
     # Given tenant A's 300 imports (50 per site, the site limit) queued in the bulk lane
     wxr = tmp_path / "a.xml"
     write_wxr(wxr, posts=150, seed=3)
-    staged = {site: submitter.stage_upload(site, wxr) for site in A_SITES}
+    staged = {site: submitter.stage_upload(site, wxr, "tenant-a") for site in A_SITES}
     with ThreadPoolExecutor(8) as pool:  # submitted concurrently, as a producer's flood arrives
         imports = list(
             pool.map(

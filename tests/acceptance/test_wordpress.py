@@ -132,7 +132,7 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     assert b"<html" in home and site.name.encode() in home
 
     # import WordPress's own theme test data through REST
-    params = deps.submitter().stage_upload(site.name, FIXTURE)
+    params = deps.submitter().stage_upload(site.name, FIXTURE, PRINCIPAL)
     started = time.monotonic()
     imported = run(deps, "import", site.name, params, timeout_s=300)
     took = time.monotonic() - started
@@ -173,7 +173,7 @@ def test_provision_import_publish_through_real_wordpress(wordpress: LocalWordPre
     )
 
     # importing the same file again creates nothing
-    again = run(deps, "import", site.name, deps.submitter().stage_upload(site.name, FIXTURE), timeout_s=300)
+    again = run(deps, "import", site.name, deps.submitter().stage_upload(site.name, FIXTURE, PRINCIPAL), timeout_s=300)
     assert again.status == Status.SUCCEEDED
     assert deps.commits.get(again.operation_id).summary["created"] == {}  # type: ignore[union-attr]
     assert sorted(sources_in_wordpress(site)) == sorted(sources)
@@ -194,7 +194,7 @@ def test_a_worker_killed_mid_import_creates_no_duplicate(
             kind="import",
             site_id=site.name,
             principal=PRINCIPAL,
-            params=deps.submitter().stage_upload(site.name, FIXTURE),
+            params=deps.submitter().stage_upload(site.name, FIXTURE, PRINCIPAL),
         )
         .operation.operation_id
     )
@@ -231,7 +231,7 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
     op_id = (
         deps.submitter()
         .submit(
-            kind="import", site_id=site.name, principal=PRINCIPAL, params=deps.submitter().stage_upload(site.name, wxr)
+            kind="import", site_id=site.name, principal=PRINCIPAL, params=deps.submitter().stage_upload(site.name, wxr, PRINCIPAL)
         )
         .operation.operation_id
     )

@@ -242,26 +242,21 @@ def test_reading_a_site_before_its_first_publication_is_not_found(cli: CliRunner
 def test_the_cli_finds_a_deployed_stack_by_its_outputs(
     cli: CliRunner, cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`--stack NAME`: the resources come from the stack's outputs (each describes the variable it carries), so
-    the same commands work on AWS and locally. The stack here is a CloudFormation stack in moto with the outputs
-    the real stack exports for these resources."""
+    """`--stack NAME`: the API's URL comes from the stack's outputs (each describes the variable it carries), so the
+    same commands work on AWS and locally. The stack here is a CloudFormation stack in moto whose API output names
+    this test's local API."""
     import boto3
 
-    from sitedispatch.domain.settings import ENV_PREFIX, Settings
+    from sitedispatch.domain.resources import API_URL_VARIABLE, ENV_PREFIX
 
-    resource_fields = {"region", *(n for n, f in Settings.model_fields.items() if f.is_required())}
-    environment = {Settings.env_name(n): str(getattr(cloud.settings, n)) for n in resource_fields}
     template = {
         "Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
-        "Outputs": {
-            name.replace("_", ""): {"Value": value, "Description": name} for name, value in environment.items()
-        },
+        "Outputs": {"ApiUrl": {"Value": os.environ[API_URL_VARIABLE], "Description": API_URL_VARIABLE}},
     }
     boto3.client("cloudformation", region_name="us-east-1").create_stack(
         StackName="DeployedDispatch", TemplateBody=json.dumps(template)
     )
-    for name in environment:
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv(API_URL_VARIABLE)
     monkeypatch.chdir(tmp_path)  # no local env file to fall back on
     from sitedispatch.cli import context
 
@@ -281,9 +276,8 @@ def test_the_cli_finds_a_deployed_stack_by_its_outputs(
     )
     assert code == 0, out
     assert cloud.deps.operations.get(json.loads(out)["operation_id"]) is not None  # it went to these resources
-    context.deps.cache_clear()  # a new process
-    for name in environment:
-        monkeypatch.delenv(name, raising=False)
+    context.reset()  # a new process
+    monkeypatch.delenv(API_URL_VARIABLE)
     code, out = run(cli, "--stack", "NoSuchStack", "status", "--json")
     assert code == 3 and "NoSuchStack" in out
     assert f"{ENV_PREFIX}STACK" == "SITEDISPATCH_STACK"
@@ -299,14 +293,23 @@ def test_a_command_with_no_deployment_says_what_to_do_in_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _without_deployment(monkeypatch, tmp_path)
-    with cli_runner() as runner:
-        for args in (["status", "--json"], ["ops", "get", "op_x", "--json"], ["sites", "read", "acme", "/", "--json"]):
+    with cli_runner(api=False) as runner:
+        for args in (
+            ["status", "--json"],
+            ["ops", "get", "op_x", "--json"],
+            ["sites", "read", "acme", "/", "--json"],
+            ["submit", "publish", "--site", "acme", "--json"],
+        ):
             code, out = run(runner, *args)
             assert code == 1 and json.loads(out)["error"] == "not_configured", (args, out)
             assert "sitedispatch local up" in json.loads(out)["message"]
-        monkeypatch.setenv("SITEDISPATCH_ATTEMPT_BUDGET", "many")
+        env_file = tmp_path / ".sitedispatch" / "local.env"
+        env_file.parent.mkdir()
+        env_file.write_text("SITEDISPATCH_BUCKET=left-by-a-cloud-without-its-api\n")
         code, out = run(runner, "status", "--json")
-        assert code == 2 and json.loads(out)["field"] == "SITEDISPATCH_ATTEMPT_BUDGET"
+        assert code == 1 and "names no API" in json.loads(out)["message"], out
+        code, out = run(runner, "--env-file", str(tmp_path / "missing.env"), "status", "--json")
+        assert code == 1 and "missing.env does not exist" in json.loads(out)["message"], out
 
 
 def test_a_local_runtime_that_is_not_running_is_named_not_a_traceback(
@@ -323,8 +326,9 @@ def test_a_local_runtime_that_is_not_running_is_named_not_a_traceback(
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     env_file = tmp_path / ".sitedispatch" / "local.env"
     env_file.parent.mkdir()
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in local_environment(settings(), endpoint).items()))
-    with cli_runner() as runner, mock.patch.dict(os.environ):  # the CLI loads the env file into os.environ
+    environment = {**local_environment(settings(), endpoint), "SITEDISPATCH_API_URL": endpoint}
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in environment.items()))
+    with cli_runner(api=False) as runner, mock.patch.dict(os.environ):  # the CLI loads the env file into os.environ
         for args in (["ops", "get", "op_x", "--json"], ["status", "--json"]):
             code, out = run(runner, *args)
             document = json.loads(out)

@@ -70,7 +70,20 @@ class Harness:
 
     def controls(self) -> Controls:
         w = self.world
-        return Controls(ControlDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.audit, w.clock, w.quotas))
+        return Controls(
+            ControlDeps(
+                self.settings,
+                w.operations,
+                w.sites,
+                w.blobs,
+                w.queue,
+                w.audit,
+                w.clock,
+                w.quotas,
+                w.commits,
+                w.publications,
+            )
+        )
 
     def publisher(self) -> PublicationWorker:
         w = self.world
@@ -129,7 +142,7 @@ class Harness:
         return self.deliver(self.submit(site=site, kind=kind, key=key, params=params))[0]
 
     def import_file(self, path: Path, site: str = "acme-blog", key: str | None = None) -> Result:
-        return self.run("import", site=site, key=key, **self.submitter.stage_upload(site, path))
+        return self.run("import", site=site, key=key, **self.submitter.stage_upload(site, path, "tenant-a"))
 
     def fail_first(self, kind: Kind, *errors: Exception) -> None:
         """The kind's handler raises `errors` one per attempt, then works."""

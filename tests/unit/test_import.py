@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Status
 from sitedispatch.drivers.reference.content import Manifest
 from sitedispatch.drivers.reference.store import ContentStore
@@ -102,12 +103,32 @@ def test_bad_files_are_permanent_failures_that_say_where_and_what(
 
 def test_a_file_changed_after_staging_is_refused_by_its_digest(harness: Harness, tmp_path: Path) -> None:
     harness.provisioned()
-    params = harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml")
-    harness.world.blobs.objects[params["source_key"]] += b"<!-- tampered -->"
+    params = harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml", "tenant-a")
+    original = harness.world.blobs.objects[params["source_key"]]
+    harness.world.blobs.objects[params["source_key"]] = original + b"<!-- tampered -->"
+    with pytest.raises(InvalidInput) as refused:  # at submit: the stored object is not the declared file
+        harness.submit(kind="import", params=params, key="before")
+    assert refused.value.field == "source_digest" and harness.world.operations.list() != []  # only the provision
 
-    result = harness.run("import", **params)
+    harness.world.blobs.objects[params["source_key"]] = original
+    op_id = harness.submit(kind="import", params=params, key="after")
+    harness.world.blobs.objects[params["source_key"]] = original + b"<!-- tampered -->"  # after the submit
+    result, _ = harness.deliver(op_id)
 
     assert result.outcome == Outcome.DEAD and result.reason == "digest_mismatch"
+
+
+def test_an_import_names_only_its_own_principals_upload_for_that_site(harness: Harness) -> None:
+    harness.provisioned()
+    harness.provisioned("other-site")
+    theirs = harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml", "tenant-b")
+    other_site = harness.submitter.stage_upload("other-site", FIXTURES / "fixture-1.2.xml", "tenant-a")
+    before = len(harness.world.operations.list())
+    for params in (theirs, other_site, {**theirs, "source_key": theirs["source_key"].replace("acme", "acmx")}):
+        with pytest.raises(InvalidInput) as refused:
+            harness.submit(kind="import", params=params)
+        assert refused.value.field in {"source_key", "input"}
+    assert len(harness.world.operations.list()) == before  # nothing written
 
 
 def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> None:

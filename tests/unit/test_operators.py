@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sitedispatch.domain.delivery import Outcome
-from sitedispatch.domain.errors import Conflict, Forbidden, TransientError
+from sitedispatch.domain.errors import Conflict, Forbidden, NotFound, TransientError
 from sitedispatch.domain.model import Kind, Status
 from sitedispatch.operator.controls import Caller, DeadLetterFilter
 from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
@@ -50,7 +50,7 @@ def poisoned_import(harness: Harness, site: str = "acme-blog") -> str:
         site=site,
         kind="import",
         key=f"import-{site}",
-        params=harness.submitter.stage_upload(site, FIXTURES / "malformed.xml"),
+        params=harness.submitter.stage_upload(site, FIXTURES / "malformed.xml", "tenant-a"),
     )
     result, _ = harness.deliver(op_id, request_id="req-123")
     assert (result.outcome, result.reason) == (Outcome.DEAD, "wxr_malformed")
@@ -85,7 +85,7 @@ def test_a_poisoned_input_goes_dead_with_complete_evidence(harness: Harness) -> 
 def test_the_recovery_command_with_a_fixed_input_completes_the_same_operation(harness: Harness) -> None:
     op_id = poisoned_import(harness)
     fixed = harness.submitter.store_input(
-        Kind.IMPORT, "acme-blog", harness.submitter.stage_upload("acme-blog", THEME_TEST_DATA)
+        Kind.IMPORT, "acme-blog", "tenant-a", harness.submitter.stage_upload("acme-blog", THEME_TEST_DATA, "tenant-a")
     )
 
     report = harness.controls().redrive(OPERATOR, operation_id=op_id, new_input=fixed, reason="fixed the file")
@@ -186,16 +186,30 @@ def test_a_principal_sees_and_acts_only_on_its_own_sites(harness: Harness) -> No
     mine = poisoned_import(harness, "a-site")
     controls = harness.controls()
 
-    for attempt in (
-        lambda: controls.operation(TENANT_B, mine),
-        lambda: controls.evidence(TENANT_B, mine),
-        lambda: controls.cancel(TENANT_B, mine, "nope"),
-        lambda: controls.redrive(TENANT_B, operation_id=mine),
-        lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
-        lambda: controls.site(TENANT_B, "a-site"),
+    # Another tenant's operation or site is not found, in the very words a missing one gets: ids do not leak.
+    missing_op, missing_site = "op_" + "0" * 32, "no-such-site"
+    for attempt, missing in (
+        (lambda: controls.operation(TENANT_B, mine), lambda: controls.operation(TENANT_B, missing_op)),
+        (lambda: controls.evidence(TENANT_B, mine), lambda: controls.evidence(TENANT_B, missing_op)),
+        (lambda: controls.cancel(TENANT_B, mine, "nope"), lambda: controls.cancel(TENANT_B, missing_op, "nope")),
+        (lambda: controls.site(TENANT_B, "a-site"), lambda: controls.site(TENANT_B, missing_site)),
+        (lambda: controls.history(TENANT_B, "a-site"), lambda: controls.history(TENANT_B, missing_site)),
+        (lambda: controls.live_route(TENANT_B, "a-site", "/"), lambda: controls.live_route(TENANT_B, missing_site, "/")),
+        (
+            lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
+            lambda: controls.set_paused(TENANT_B, missing_site, True, "nope"),
+        ),
     ):
-        with pytest.raises(Forbidden):
+        with pytest.raises(NotFound) as theirs:
             attempt()
+        with pytest.raises(NotFound) as absent:
+            missing()
+        assert str(theirs.value) == str(absent.value).replace(missing_op, mine).replace(missing_site, "a-site")
+    with pytest.raises(NotFound):
+        controls.redrive(TENANT_B, operation_id=mine)
+    with pytest.raises(Forbidden):
+        controls.audit_entries(TENANT_B, 0, actor="tenant-a")
+    assert {e.actor for e in controls.audit_entries(TENANT_B, 0)} <= {"tenant-b"}
     assert controls.dead_letters(TENANT_B) == [] and controls.operations(TENANT_B) == []
     assert controls.redrive(TENANT_B, where=DeadLetterFilter()).selected == []  # --all sees only its own: none
 

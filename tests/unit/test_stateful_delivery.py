@@ -112,7 +112,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule(site=st.sampled_from(SITES), kind=st.sampled_from(["publish", "wp_cron", "import"]))
     def submit(self, site: str, kind: str) -> None:
         if kind == "import":
-            self._submit("import", site, self.h.submitter.stage_upload(site, FIXTURES / "fixture-1.2.xml"))
+            self._submit("import", site, self.h.submitter.stage_upload(site, FIXTURES / "fixture-1.2.xml", "p"))
         else:
             self._submit(kind, site, {})
 

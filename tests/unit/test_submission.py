@@ -115,7 +115,7 @@ def test_oversized_input_is_refused_before_anything_is_written() -> None:
         ("import", {"source_key": "elsewhere/x.xml", "source_digest": "0" * 64, "source_bytes": 1}, "source_key"),
         (
             "import",
-            {"source_key": f"uploads/acme-blog/{'0' * 64}.xml", "source_digest": "xyz", "source_bytes": 1},
+            {"source_key": f"uploads/{'a' * 24}/acme-blog/{'0' * 64}.xml", "source_digest": "xyz", "source_bytes": 1},
             "source_digest",
         ),
         ("publish", {"revision": "abc"}, "revision"),
@@ -138,7 +138,7 @@ def test_imports_travel_in_the_bulk_lane(harness: Harness) -> None:
         kind="import",
         site_id="acme-blog",
         principal="p",
-        params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml"),
+        params=harness.submitter.stage_upload("acme-blog", FIXTURES / "fixture-1.2.xml", "p"),
     )
     harness.submitter.submit(kind="publish", site_id="acme-blog", principal="p", params={})
     assert [m.lane for m in harness.world.queue.sent] == ["bulk", "operations"]

@@ -1,0 +1,29 @@
+"""HTTP API: API Gateway (IAM authorization) -> one route of the API -> the core. The caller is who API Gateway
+verified; what it may see and do is the core's decision (sitedispatch.operator.controls)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import dependencies
+from sitedispatch.api.app import body_limit, create_app, oversized
+from sitedispatch.observability import logger, metrics, tracer
+
+
+@lru_cache(maxsize=1)
+def app() -> APIGatewayHttpResolver:
+    return create_app(dependencies)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    refused = oversized(event, body_limit(dependencies().settings.max_input_bytes))
+    if refused is not None:
+        return refused
+    return app().resolve(event, context)

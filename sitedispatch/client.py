@@ -1,0 +1,150 @@
+"""A client of the sitedispatch HTTP API (what the CLI is; a Python producer can use it too).
+
+On AWS every request is signed with SigV4 (service `execute-api`) with the caller's own credentials, found as boto3
+finds them; the caller is whoever those credentials are. Against the local runtime the caller names itself in the
+`X-Sitedispatch-As` header (the local gateway's stand-in for the signature). Errors come back as the core's own
+exceptions, rebuilt from the API's one error body, so a caller handles `Backpressure` or `NotFound` and never HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import urllib3
+
+from sitedispatch.domain.errors import InvalidInput, Unreachable, error_from_document
+
+IDENTITY_HEADER = "X-Sitedispatch-As"
+READ_CHUNK = 1 << 20
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: Mapping[str, str]
+    body: Any
+
+
+class SigV4:
+    """Signs requests for API Gateway with botocore's signer and the default credential chain."""
+
+    def __init__(self, region: str | None = None) -> None:
+        import boto3
+
+        session = boto3.session.Session(region_name=region)
+        credentials = session.get_credentials()
+        if credentials is None:
+            raise Unreachable("no AWS credentials found to sign with: configure them as for the AWS CLI")
+        self.credentials = credentials
+        self.region = session.region_name or "us-east-1"
+
+    def headers(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        request = AWSRequest(method=method, url=url, data=body, headers=headers)
+        SigV4Auth(self.credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(request)
+        return dict(request.headers.items())
+
+
+class ApiClient:
+    def __init__(
+        self, base_url: str, *, identity: str | None = None, signer: SigV4 | None = None, timeout_s: float = 35.0
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.identity = identity
+        self.signer = signer
+        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout_s), retries=False)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """One call; the reply of any status (errors are not raised)."""
+        pairs = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        url = f"{self.base_url}{path}" + (f"?{urlencode(pairs)}" if pairs else "")
+        data = b"" if body is None else json.dumps(body).encode()
+        sent = {"Accept": "application/json", **(headers or {})}
+        if data:
+            sent["Content-Type"] = "application/json"
+        if self.identity is not None:
+            sent[IDENTITY_HEADER] = self.identity
+        if self.signer is not None:
+            sent = self.signer.headers(method, url, data, sent)
+        try:
+            response = self.http.request(method, url, body=data or None, headers=sent)
+        except urllib3.exceptions.HTTPError as exc:
+            hint = (
+                "the local runtime is not running: start it with `sitedispatch local up` (or `make demo`) here"
+                if is_local(self.base_url)
+                else _reason(exc)
+            )
+            raise Unreachable(f"nothing answers at {self.base_url}: {hint}") from None
+        text = response.data.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = {"error": "error", "message": text[:300]}
+        return Reply(response.status, dict(response.headers.items()), parsed)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One call; its JSON body, or the core's exception the error body stands for."""
+        reply = self.request(method, path, **kwargs)
+        if reply.status >= 400:
+            body = reply.body if isinstance(reply.body, dict) else {}
+            if "error" not in body and "message" in body:  # API Gateway's own refusals: {"message": "Forbidden"}
+                body = {"error": "", "message": f"API Gateway: {body['message']}"}
+            raise error_from_document(body, reply.status)
+        return reply.body
+
+    def upload(self, site_id: str, path: Path) -> dict[str, Any]:
+        """Stage a file for an import (hash it, ask for an upload, PUT it unless the same file is there): the
+        import's params."""
+        try:
+            size = path.stat().st_size
+            digest = hashlib.sha256()
+            with path.open("rb") as fh:
+                while chunk := fh.read(READ_CHUNK):
+                    digest.update(chunk)
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
+        grant = self.call("POST", "/uploads", body={"site_id": site_id, "sha256": digest.hexdigest(), "bytes": size})
+        if not grant["present"]:
+            upload = grant["upload"]
+            with path.open("rb") as fh:
+                try:
+                    response = self.http.request(
+                        upload["method"], upload["url"], body=fh, headers=upload["headers"], preload_content=True
+                    )
+                except urllib3.exceptions.HTTPError as exc:
+                    raise Unreachable(f"the upload to S3 failed: {_reason(exc)}") from None
+            if response.status >= 300:
+                raise Unreachable(f"S3 refused the upload ({response.status}): {response.data[:300]!r}")
+        return dict(grant["import_params"])
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(getattr(value, "value", value))
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or exc
+    return str(reason).split(": ", 1)[-1][:200]

@@ -1,0 +1,201 @@
+"""`sitedispatch local api`: API Gateway's part, locally. A real HTTP server on 127.0.0.1 turns each request into the
+HTTP API's (payload 2.0) event and calls the deployed function's handler, `functions.api.handler`, in this process.
+
+Where API Gateway verifies the SigV4 signature and puts the caller's IAM ARN into `requestContext.authorizer.iam`,
+this gateway takes the caller's name from the `X-Sitedispatch-As` header (the CLI's `--as`): the one thing it does
+not emulate is the signature check, so it listens on 127.0.0.1 only. The function never reads that header; on AWS a
+request carrying it is just a signed request with an extra header.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from sitedispatch.client import IDENTITY_HEADER
+from sitedispatch.domain.resources import API_URL_VARIABLE
+
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs
+LOCAL_ACCOUNT = "123456789012"
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def http_api_event(
+    method: str, target: str, headers: dict[str, str], body: bytes, caller: str | None
+) -> dict[str, Any]:
+    """The event API Gateway's HTTP API sends a Lambda integration (payload format 2.0)."""
+    parts = urlsplit(target)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    text: str | None
+    try:
+        text, encoded = (body.decode("utf-8"), False) if body else (None, False)
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode(), True
+    now = time.time()
+    context: dict[str, Any] = {
+        "accountId": LOCAL_ACCOUNT,
+        "apiId": "local",
+        "domainName": headers.get("host", "127.0.0.1"),
+        "http": {
+            "method": method,
+            "path": parts.path,
+            "protocol": "HTTP/1.1",
+            "sourceIp": "127.0.0.1",
+            "userAgent": headers.get("user-agent", ""),
+        },
+        "requestId": uuid.uuid4().hex,
+        "routeKey": "$default",
+        "stage": "$default",
+        "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+        "timeEpoch": int(now * 1000),
+    }
+    if caller:
+        context["authorizer"] = {
+            "iam": {
+                "accessKey": "local",
+                "accountId": LOCAL_ACCOUNT,
+                "callerId": caller,
+                "principalOrgId": None,
+                "userArn": caller,
+                "userId": caller,
+                "cognitoIdentity": None,
+            }
+        }
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": headers,
+        "queryStringParameters": query or None,
+        "requestContext": context,
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+
+
+def _gateway_error(status: int, code: str, message: str) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps({"error": code, "message": message}),
+    }
+
+
+def make_handler(invoke: Handler, timeout_s: float) -> type[BaseHTTPRequestHandler]:
+    from sitedispatch.local.esm import LambdaContext
+
+    log = sys.stdout  # as it is when the gateway starts (a test's CliRunner swaps sys.stdout later)
+
+    def emit(**line: Any) -> None:
+        print(json.dumps(line), file=log, flush=True)
+
+    class Request(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                self._reply(_gateway_error(413, "too_large", f"the body is over API Gateway's {MAX_BODY_BYTES} bytes"))
+                self.close_connection = True
+                return
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            caller = headers.get(IDENTITY_HEADER.lower())
+            if not caller:
+                self._reply(
+                    _gateway_error(
+                        403,
+                        "forbidden",
+                        f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
+                        "on AWS, sign the request with SigV4",
+                    )
+                )
+                return
+            event = http_api_event(self.command, self.path, headers, body, caller)
+            context = LambdaContext(
+                "Api", timeout_s, 512, os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), time.time()
+            )
+            try:
+                response = invoke(event, context)
+            except Exception as exc:  # an unhandled error in the function: API Gateway answers 500
+                emit(level="ERROR", message="function error", error=repr(exc))
+                response = _gateway_error(500, "internal", "Internal Server Error")
+            self._reply(response)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        def _reply(self, response: dict[str, Any]) -> None:
+            raw = response.get("body") or ""
+            payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
+            self.send_response(int(response.get("statusCode", 200)))
+            for name, value in (response.get("headers") or {}).items():
+                if name.lower() != "content-length":
+                    self.send_header(name, str(value))
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:  # one JSON line per request, like access logs
+            emit(level="INFO", message="request", line=format % args)
+
+    return Request
+
+
+def default_handler() -> Handler:
+    from functions.api import handler
+
+    return handler
+
+
+@contextmanager
+def running_gateway(invoke: Handler | None = None, port: int = 0, timeout_s: float = 29.0) -> Iterator[str]:
+    """The gateway in a thread of this process (tests); its URL. Stopped on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(invoke or default_handler(), timeout_s))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def add_to_env_file(path: Path, key: str, value: str) -> None:
+    from sitedispatch.local.cloud import read_env_file, write_env_file
+
+    env = read_env_file(path) if path.exists() else {}
+    env[key] = value
+    write_env_file(path, env)
+
+
+def serve(port: int, env_file: Path | None) -> None:
+    """Run the gateway until SIGTERM/SIGINT; prints one JSON line {"ready": ..., "url": ...} when it answers, and
+    records the URL in the local runtime's env file (where the CLI finds it)."""
+    from sitedispatch.local.cloud import check_port_free
+
+    check_port_free(port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with running_gateway(port=port) as url:
+        if env_file:
+            add_to_env_file(env_file, API_URL_VARIABLE, url)
+        print(json.dumps({"ready": True, "url": url}), flush=True)
+        stop.wait()
+    sys.stdout.flush()
