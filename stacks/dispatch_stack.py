@@ -2,8 +2,8 @@
 
 Queues (FIFO + FIFO DLQs), tables, the bucket; the three functions with their event source mappings and roles; the
 reconciler's schedules; the dashboard and alarms; the producer and operator policies; cdk-nag's AwsSolutions checks,
-with every suppression and its reason in `stacks/nag.py`. Outputs: one per environment variable of the runtime
-settings (so a deployed stack's outputs are a ready environment for the CLI, `--stack NAME`) and the policy ARNs.
+with every suppression and its reason in `stacks/nag.py`; the HTTP API in front of it all. Outputs: the API's URL
+(where the CLI finds it, `--stack NAME`), the policy ARNs and the dashboard.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from sitedispatch.domain.resources import BUCKET_FIELD, QUEUES, TABLE_FIELDS
+from sitedispatch.domain.resources import API_URL_VARIABLE, BUCKET_FIELD, QUEUES, TABLE_FIELDS
 from sitedispatch.domain.settings import Settings
 
 from .access import AccessPolicies
+from .api import DispatchApi
 from .functions import DispatchFunctions
 from .monitoring import DispatchMonitoring
 from .nag import apply_nag
@@ -47,21 +48,21 @@ class SiteDispatchStack(Stack):
             dead_letter_queues=self.queues.dead_letter_queues,
             functions=self.functions.functions,
         )
-        self.access = AccessPolicies(self, "Access", functions=self.functions)
-        for name, value in environment.items():
-            # One output per environment variable, so a deployed stack's outputs are a ready environment for the CLI.
-            CfnOutput(self, name.replace("_", ""), value=value, description=name)
+        self.api = DispatchApi(self, "Api", function=self.functions.functions["api"])
+        self.access = AccessPolicies(self, "Access", api=self.api)
+        # The one thing a client needs: its description names the variable the CLI reads (`--stack NAME`).
+        CfnOutput(self, "ApiUrl", value=self.api.url, description=API_URL_VARIABLE)
         CfnOutput(
             self,
             "ProducerPolicyArn",
             value=self.access.producer.managed_policy_arn,
-            description="attach to producers: submit, follow and cancel their operations",
+            description="attach to producers: their own sites and operations, through the API",
         )
         CfnOutput(
             self,
             "OperatorPolicyArn",
             value=self.access.operator.managed_policy_arn,
-            description="attach to operators: every CLI action",
+            description="attach to operators: every route of the API",
         )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         apply_nag(self)
@@ -75,4 +76,7 @@ class SiteDispatchStack(Stack):
         for role, field in TABLE_FIELDS.items():
             values[field] = self.tables.tables[role].table_name
         values[BUCKET_FIELD] = self.storage.bucket.bucket_name
+        values["operators"] = self.node.try_get_context("operators") or (
+            f"arn:{self.partition}:sts::{self.account}:assumed-role/sitedispatch-operator*"
+        )
         return {Settings.env_name(field): value for field, value in values.items()}

@@ -1,4 +1,4 @@
-"""DispatchFunctions: the three Lambda functions, their event source mappings and their least-privilege roles.
+"""DispatchFunctions: the Lambda functions (workers, reconciler, API), their event source mappings and their least-privilege roles.
 
 Every function runs the same asset (bundled without Docker, `stacks/bundling.py`) on arm64 with a current Python
 runtime, Powertools configured by environment, X-Ray active tracing and a log group with a retention. Each role
@@ -82,6 +82,7 @@ class DispatchFunctions(Construct):
             self._grant_operations_worker(role)
         self._grant_publication_worker()
         self._grant_reconciler(operation_lanes())
+        self._grant_api(operation_lanes())
 
     def _function(
         self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
@@ -188,3 +189,18 @@ class DispatchFunctions(Construct):
             [*(q.queues[lane].queue_arn for lane in lanes), q.queues["publications"].queue_arn],
         )
         self._allow("reconciler", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])
+
+    def _grant_api(self, lanes: list[str]) -> None:
+        """The API runs submit (operation rows, admission counters, the input and the message), the controls (every
+        table but commits' writes, the audit log it alone writes, the DLQs a redrive empties), status (every
+        queue's attributes), evidence and live reads, the presigned uploads it signs (so PutObject on uploads/), and
+        a sweep an operator asks for (what the reconciler may do)."""
+        q = self.queues
+        self._allow("api", [*READ, *WRITE, *SCAN], self.table_arns(*self.tables.tables))
+        self._allow_bucket("api", "*")
+        self._allow(
+            "api",
+            ["sqs:SendMessage", "sqs:GetQueueAttributes"],
+            [*(queue.queue_arn for queue in q.queues.values()), *(queue.queue_arn for queue in q.dead_letter_queues.values())],
+        )
+        self._allow("api", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])

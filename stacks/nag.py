@@ -62,18 +62,32 @@ def apply_nag(stack: SiteDispatchStack) -> None:
                 SECRETS,
                 f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*",
             )
-    producer = _cfn(stack.access.producer)
-    operator = _cfn(stack.access.operator)
-    for policy in (producer, operator):
-        acknowledge(policy, "IAM5", STS, "*")
-    for prefix in ("inputs", "uploads", "sites"):
-        acknowledge(producer, "IAM5", OBJECTS, f"{bucket}/{prefix}/*")
-    acknowledge(operator, "IAM5", OBJECTS, f"{bucket}/*")
+    api_nag(stack)
     reconciler = f"<{stack.get_logical_id(_cfn(stack.functions.functions['reconciler']))}.Arn>"
     for child in stack.node.children:
         if child.node.id.startswith("SchedulerRoleForTarget"):
             acknowledge(_cfn(child.node.find_child("DefaultPolicy")), "IAM5", VERSIONS, f"{reconciler}:*")
     acknowledge(_cfn(stack.schedules.dead_letter_queue), "SQS3", SCHEDULE_DLQ)
+
+
+ROUTE_PARAMETERS = (
+    "a route with a path parameter (an operation or site id) is one IAM resource with a wildcard for the "
+    "parameter: which operations and sites the caller may touch is the core's decision (tenant confinement)"
+)
+
+
+def api_nag(stack: SiteDispatchStack) -> None:
+    api = f"<{stack.get_logical_id(_cfn(stack.api.http_api))}>"
+    for policy in (_cfn(stack.access.producer), _cfn(stack.access.operator)):
+        for method, path in stack.api.routes:
+            if "{" in path:
+                resource = "/".join("*" if part.startswith("{") else part for part in path.split("/"))
+                acknowledge(
+                    policy,
+                    "IAM5",
+                    ROUTE_PARAMETERS,
+                    f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:{api}/$default/{method}{resource}",
+                )
 
 
 def _cfn(construct: IConstruct) -> CfnElement:

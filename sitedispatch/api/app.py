@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 
 API_TITLE = "sitedispatch"
 API_VERSION = "1"
+# What only operators may call: the producer policy does not grant these routes at all (and the core refuses them).
+OPERATOR_ROUTES = frozenset({("PUT", "/quotas"), ("DELETE", "/quotas"), ("POST", "/reconcile")})
 MAX_WAIT_S = 20.0  # a long poll well inside API Gateway's 30 s integration timeout
 WAIT_POLL_S = 0.5
 BODY_OVERHEAD_BYTES = 16 * 1024  # a submit's envelope around its input
@@ -217,7 +219,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             return None
         d = deps()
         op = d.controls().operation(who, operation_id)
-        return d.submitter().store_input(op.kind, op.site_id, op.principal, new_input)
+        return d.submitter().store_input(op.kind, op.site_id, who.identity, new_input)  # the caller's own upload
 
     @app.post("/operations/<operation_id>/replay", summary="Replay a dead operation in a new attempt epoch")
     def replay_operation(operation_id: str, body: ReplayRequest) -> RedriveReport:
@@ -410,3 +412,28 @@ def oversized(event: dict[str, Any], limit: int) -> dict[str, Any] | None:
         "body": json.dumps(error_document(refusal)),
         "isBase64Encoded": False,
     }
+
+
+def openapi_document(app: APIGatewayHttpResolver | None = None) -> dict[str, Any]:
+    """The OpenAPI document Powertools generates from the routes and their pydantic models."""
+    schema = (app or create_app(_no_deps)).get_openapi_schema(
+        title=API_TITLE,
+        version=API_VERSION,
+        summary="Site-scoped asynchronous dispatch for a fleet of WordPress sites",
+        description=(
+            "Every route is authorized by IAM: sign requests with SigV4 (service execute-api). "
+            "Errors have one body, ErrorBody; 429 carries Retry-After."
+        ),
+    )
+    document: dict[str, Any] = schema.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return document
+
+
+def routes(document: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """Every (METHOD, /path/{param}) of the API, from its OpenAPI document (the stack makes one route of each)."""
+    paths = (document or openapi_document())["paths"]
+    return sorted((method.upper(), path) for path, operations in paths.items() for method in operations)
+
+
+def _no_deps() -> Dependencies:
+    raise RuntimeError("the OpenAPI document is built without dependencies")

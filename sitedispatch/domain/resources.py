@@ -92,6 +92,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "reconciler": FunctionSpec(
         "reconciler", "Reconciler", "functions.reconciler.handler", timeout_s=60, memory_mb=512, batch_size=0
     ),
+    # The HTTP API's one function. 29 s: the longest integration timeout of an HTTP API (a long poll waits 20 s).
+    "api": FunctionSpec("api", "Api", "functions.api.handler", timeout_s=29, memory_mb=1024, batch_size=0),
 }
 
 QUEUES: dict[str, QueueSpec] = {

@@ -173,8 +173,8 @@ class Submitter:
     def store_input(
         self, kind: Kind, site_id: str, principal: str, params: dict[str, Any], raw_size: int | None = None
     ) -> tuple[str, str]:
-        """Validate and store a replacement input (a redrive with a corrected input) of an operation of `principal`:
-        (key, digest)."""
+        """Validate and store a replacement input (a redrive with a corrected input): (key, digest). An import's
+        names an upload of `principal`, the caller who redrives."""
         body, digest = self._validated(kind, params, raw_size, principal, site_id)
         self.d.blobs.put_if_absent(input_key(site_id, digest), body)
         return input_key(site_id, digest), digest

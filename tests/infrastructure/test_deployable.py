@@ -13,6 +13,9 @@ import pytest
 
 from sitedispatch.aws.tables import table_specs
 from sitedispatch.domain.resources import FUNCTIONS, LAMBDA_MAX_TIMEOUT_S, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
+from sitedispatch.api.app import OPERATOR_ROUTES
+from sitedispatch.api.app import routes as api_routes
+from sitedispatch.domain.resources import API_URL_VARIABLE
 from stacks.bundling import import_closure
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
@@ -221,28 +224,66 @@ def test_producer_and_operator_policies_are_exported_with_stable_ids(synthesized
     outputs = template["Outputs"]
     assert outputs["ProducerPolicyArn"]["Value"] == {"Ref": "ProducerPolicy"}
     assert outputs["OperatorPolicyArn"]["Value"] == {"Ref": "OperatorPolicy"}
-
-    def actions(name: str) -> set[str]:
-        statements = policies[name]["Properties"]["PolicyDocument"]["Statement"]
-        return {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-
-    producer, operator = actions("ProducerPolicy"), actions("OperatorPolicy")
-    assert {"sqs:SendMessage", "dynamodb:PutItem", "s3:PutObject", "sts:GetCallerIdentity"} <= producer
-    assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan"} & producer
-    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "dynamodb:Scan", "cloudformation:DescribeStacks"} <= operator
-    assert producer < operator | {"sqs:GetQueueAttributes"}
-    # producers write the counters table only at admission-counter keys: never an operator's quota override
-    counters_table = next(k for k in resources(template, "AWS::DynamoDB::Table") if k.startswith("TablesCountersTable"))
-    writes = [
-        st
-        for st in policies["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-        if "dynamodb:UpdateItem" in st["Action"] and counters_table in json.dumps(st["Resource"])
+    assert outputs["ApiUrl"]["Description"] == API_URL_VARIABLE
+    assert not [
+        name for name, o in outputs.items() if o.get("Description", "").startswith("SITEDISPATCH_") and name != "ApiUrl"
     ]
-    assert writes and all(
-        st["Condition"]
-        == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["global", "principal#*", "site#*", "running#*#*"]}}
-        for st in writes
-    )
+
+
+def _statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(policy["Properties"]["PolicyDocument"]["Statement"])
+
+
+def _invoked_routes(policy: dict[str, Any]) -> set[tuple[str, str]]:
+    """(METHOD, /path/*) of every execute-api:Invoke resource of a policy (Fn::Join of the API's ARN parts)."""
+    routes = set()
+    for statement in _statements(policy):
+        if statement["Action"] != "execute-api:Invoke":
+            continue
+        for resource in statement["Resource"]:
+            tail = "".join(part for part in resource["Fn::Join"][1] if isinstance(part, str)).split("/$default/")[-1]
+            method, _, path = tail.partition("/")
+            routes.add((method, f"/{path}"))
+    return routes
+
+
+def test_the_api_is_the_only_way_in(synthesized_stack: Synthesized) -> None:
+    """Every route is authorized by IAM; the producer and operator policies grant execute-api:Invoke on routes and
+    nothing on the tables, queues or bucket; producers do not get the operators' routes."""
+    import re
+
+    template = synthesized_stack.template
+    routes = resources(template, "AWS::ApiGatewayV2::Route")
+    assert {r["Properties"]["RouteKey"] for r in routes.values()} == {f"{m} {p}" for m, p in api_routes()}
+    assert all(r["Properties"]["AuthorizationType"] == "AWS_IAM" for r in routes.values())
+    assert "$default" not in {r["Properties"]["RouteKey"] for r in routes.values()}  # no catch-all, unsigned or not
+
+    policies = resources(template, "AWS::IAM::ManagedPolicy")
+    for name in ("ProducerPolicy", "OperatorPolicy"):
+        actions = {
+            a
+            for st in _statements(policies[name])
+            for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+        }
+        assert actions == {"execute-api:Invoke", "cloudformation:DescribeStacks"}, (name, actions)
+        assert not any(re.match(r"(dynamodb|sqs|s3|sts):", a) for a in actions)
+    wildcard = {(m, re.sub(r"\{[^}]+\}", "*", p)) for m, p in api_routes()}
+    operators_only = {(m, re.sub(r"\{[^}]+\}", "*", p)) for m, p in OPERATOR_ROUTES}
+    assert _invoked_routes(policies["OperatorPolicy"]) == wildcard
+    assert _invoked_routes(policies["ProducerPolicy"]) == wildcard - operators_only
+    assert operators_only  # quotas and sweeps
+
+
+def test_only_the_functions_write_the_audit_log(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    audit = next(k for k in resources(template, "AWS::DynamoDB::Table") if k.startswith("TablesAuditTable"))
+    writers = set()
+    for name, policy in resources(template, "AWS::IAM::Policy").items():
+        for statement in _statements(policy):
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if "dynamodb:PutItem" in actions and audit in json.dumps(statement["Resource"]):
+                writers.add(name)
+    assert writers and all(name.startswith("FunctionsApiRole") for name in writers), writers
 
 
 def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_a_reason(

@@ -161,17 +161,3 @@ def test_an_aws_caller_is_the_same_principal_in_every_session(arn: str, principa
     op_id = harness.submit(site="arn-site", principal=principal, key=arn)  # a valid principal for every store
     op = harness.world.operations.get(op_id)
     assert op is not None and op.principal == principal
-
-
-def test_on_aws_a_submit_is_for_the_callers_own_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing here reaches AWS: the identity lookup is replaced, and only the principal is decided."""
-    from sitedispatch.cli import context
-
-    identity = "arn:aws:sts::123456789012:assumed-role/Producer"
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.setattr(context, "deps", lambda: type("Deps", (), {"caller_identity": lambda self: identity})())
-    assert context.principal(None) == identity == context.principal(identity)
-    with pytest.raises(InvalidInput, match="your IAM identity"):
-        context.principal("tenant-b")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
-    assert context.principal(None) == "default" and context.principal("tenant-b") == "tenant-b"
