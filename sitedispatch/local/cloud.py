@@ -168,8 +168,31 @@ def patch_moto_transaction_snapshot() -> None:
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
+def patch_moto_checksum() -> None:
+    """moto stores the x-amz-checksum-sha256 a PUT declares without checking it against the body ("TODO: AWS
+    computes the provided value and verifies it's the same"); S3 answers 400 BadDigest. Uploads rely on S3's check
+    (an import's digest is what HeadObject reports), so the local cloud makes it."""
+    import base64
+    import hashlib
+
+    from moto.s3.exceptions import S3ClientError
+    from moto.s3.responses import S3Response
+
+    original = S3Response._get_checksum
+
+    def checked(self: Any, response_headers: dict[str, Any]) -> tuple[str, str | None]:
+        algorithm, value = original(self, response_headers)
+        if algorithm.upper() == "SHA256" and value and self.headers.get("x-amz-checksum-sha256"):
+            actual = base64.b64encode(hashlib.sha256(self.body or b"").digest()).decode()
+            if actual != value:
+                raise S3ClientError("BadDigest", "The SHA256 you specified did not match the calculated checksum.")
+        return algorithm, value
+
+    S3Response._get_checksum = checked  # type: ignore[method-assign]
+
+
 def quiet_moto() -> None:
-    """Make moto behave like AWS where our guarantees depend on it (transaction isolation), remove two of its hot
+    """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove two of its hot
     spots (a busy long poll, a directory scan per request), and silence werkzeug's per-request log lines."""
     import logging
 
@@ -178,6 +201,7 @@ def quiet_moto() -> None:
     patch_moto_module_scan()
     patch_moto_transaction_snapshot()
     patch_moto_dynamodb_isolation()
+    patch_moto_checksum()
 
 
 @contextmanager

@@ -1,0 +1,271 @@
+"""The HTTP API as a client meets it: real HTTP to the local gateway in front of the API function, against moto.
+
+Status codes table-driven over routes; tenant confinement on every read and action route; Retry-After on 429; the
+idempotent submit; uploads bound to their caller and digest; the caller from the verified request context only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from sitedispatch.api.app import OPERATOR_ROUTES, routes
+from sitedispatch.client import ApiClient
+from tests.conftest import Cloud, local_api, pump
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
+PROVISION = {"title": "Acme", "admin_email": "a@acme.example"}
+
+
+@pytest.fixture
+def api(cloud: Cloud) -> Iterator[str]:
+    with local_api() as url:
+        yield url
+
+
+def as_(url: str, who: str) -> ApiClient:
+    return ApiClient(url, identity=who)
+
+
+def provisioned(url: str, cloud: Cloud, site: str, who: str = "tenant-a") -> str:
+    reply = as_(url, who).request(
+        "POST", "/operations", body={"kind": "provision", "site_id": site, "params": PROVISION}
+    )
+    assert reply.status == 202, reply
+    pump(cloud)
+    return str(reply.body["operation_id"])
+
+
+def dead_import(url: str, cloud: Cloud, site: str, who: str = "tenant-a") -> str:
+    client = as_(url, who)
+    params = client.upload(site, FIXTURES / "malformed.xml")
+    reply = client.request("POST", "/operations", body={"kind": "import", "site_id": site, "params": params})
+    assert reply.status == 202, reply
+    pump(cloud)
+    return str(reply.body["operation_id"])
+
+
+def test_submit_is_202_with_location_then_200_for_the_same_and_409_for_another_input(api: str) -> None:
+    client = as_(api, "tenant-a")
+    body = {"kind": "provision", "site_id": "acme-blog", "params": PROVISION}
+    first = client.request("POST", "/operations", body=body, headers={"Idempotency-Key": "k1"})
+    assert first.status == 202 and first.body["created"] is True
+    assert first.headers["Location"] == f"/operations/{first.body['operation_id']}"
+    again = client.request("POST", "/operations", body=body, headers={"Idempotency-Key": "k1"})
+    assert again.status == 200 and again.body["operation_id"] == first.body["operation_id"]
+    assert again.body["created"] is False and "Location" not in again.headers
+    other = {**body, "params": {**PROVISION, "title": "Other"}}
+    conflict = client.request("POST", "/operations", body=other, headers={"Idempotency-Key": "k1"})
+    assert conflict.status == 409 and conflict.body["error"] == "idempotency_conflict"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "field"),
+    [
+        ("POST", "/operations", {"kind": "teleport", "site_id": "acme-blog"}, 422, "kind"),
+        ("POST", "/operations", {"kind": "provision", "site_id": "Bad_Site", "params": PROVISION}, 422, "site"),
+        (
+            "POST",
+            "/operations",
+            {"kind": "provision", "site_id": "acme-blog", "params": {"title": "x"}},
+            422,
+            "admin_email",
+        ),
+        ("POST", "/operations", {"kind": "provision", "site_id": "acme-blog", "surprise": 1}, 422, "surprise"),
+        ("POST", "/operations", {"site_id": "acme-blog"}, 422, "kind"),
+        ("GET", "/operations?limit=0", None, 422, "limit"),
+        ("GET", "/operations?status=exploded", None, 422, "status"),
+        ("GET", "/operations/op_missing/wait?timeout_s=60", None, 422, "timeout_s"),
+        ("POST", "/sites", {"site_id": "wp-site", "driver": "wordpress"}, 422, "url"),
+        ("POST", "/uploads", {"site_id": "acme-blog", "sha256": "nothex", "bytes": 10}, 422, "sha256"),
+        ("POST", "/dead-letters/redrive", {"dry_run": True}, 422, "selection"),
+        ("PUT", "/quotas", {"principal": "tenant-a", "reason": "r"}, 422, "max_outstanding"),
+        ("POST", "/reconcile", {"schedule": "sometimes"}, 422, "schedule"),
+        ("GET", "/operations/op_missing", None, 404, None),
+        ("GET", "/sites/no-such-site", None, 404, None),
+        ("GET", "/sites/no-such-site/history", None, 404, None),
+        ("GET", "/sites/no-such-site/live", None, 404, None),
+        ("POST", "/sites/no-such-site/pause", {}, 404, None),
+        ("GET", "/dead-letters/op_missing", None, 404, None),
+        ("POST", "/operations/op_missing/cancel", {}, 404, None),
+        ("GET", "/nowhere", None, 404, None),
+    ],
+)
+def test_errors_name_the_field_and_share_one_body(
+    api: str, method: str, path: str, body: Any, status: int, field: str | None
+) -> None:
+    who = "operator" if path in ("/quotas", "/reconcile") else "tenant-a"
+    base, _, query = path.partition("?")
+    reply = as_(api, who).request(method, base + (f"?{query}" if query else ""), body=body)
+    assert reply.status == status, reply
+    assert set(reply.body) <= {"error", "message", "field"} and reply.body["error"] and reply.body["message"]
+    assert reply.body.get("field") == field, reply.body
+
+
+def test_a_body_that_is_not_json_is_400_and_an_oversized_one_413(api: str, cloud: Cloud) -> None:
+    http = urllib3.PoolManager()
+    headers = {"X-Sitedispatch-As": "tenant-a", "Content-Type": "application/json"}
+    reply = http.request("POST", f"{api}/operations", body=b"{not json", headers=headers)
+    assert reply.status == 400 and json.loads(reply.data)["field"] == "body"
+    limit = cloud.settings.max_input_bytes + 16 * 1024
+    huge = json.dumps({"kind": "provision", "site_id": "acme-blog", "params": {"title": "x" * limit}})
+    reply = http.request("POST", f"{api}/operations", body=huge.encode(), headers=headers)
+    assert reply.status == 413 and json.loads(reply.data)["error"] == "too_large"
+    assert cloud.deps.operations.list() == []  # nothing written
+
+
+def test_an_unsigned_request_is_refused_before_the_function(api: str) -> None:
+    reply = urllib3.PoolManager().request("GET", f"{api}/status")
+    assert reply.status == 403 and "X-Sitedispatch-As" in json.loads(reply.data)["message"]
+
+
+def test_429_carries_retry_after_and_the_limit(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    with local_api() as url:
+        client = as_(url, "tenant-a")
+        replies = [
+            client.request("POST", "/operations", body={"kind": "publish", "site_id": "busy-site", "params": {}})
+            for _ in range(4)
+        ]
+    assert [r.status for r in replies] == [202, 202, 429, 429]
+    for reply in replies[2:]:
+        assert int(reply.headers["Retry-After"]) >= 1
+        assert reply.body["error"] == "backpressure" and reply.body["limit"] == "site" and reply.body["maximum"] == 2
+        assert reply.body["value"] == 2 and reply.body["retry_after_s"] > 0 and reply.body["estimated_delay_s"] >= 0
+        assert int(reply.headers["Retry-After"]) >= reply.body["retry_after_s"]
+
+
+def test_the_long_poll_returns_when_the_operation_ends_or_at_its_timeout(api: str, cloud: Cloud) -> None:
+    import threading
+    import time
+
+    client = as_(api, "tenant-a")
+    op_id = client.call("POST", "/operations", body={"kind": "provision", "site_id": "poll-site", "params": PROVISION})[
+        "operation_id"
+    ]
+    started = time.monotonic()
+    waiting = client.call("GET", f"/operations/{op_id}/wait", query={"timeout_s": 0.6})
+    assert waiting["status"] == "queued" and 0.5 <= time.monotonic() - started < 5
+    timer = threading.Timer(0.5, pump, args=(cloud,))
+    timer.start()
+    try:
+        started = time.monotonic()
+        done = client.call("GET", f"/operations/{op_id}/wait", query={"timeout_s": 15})
+    finally:
+        timer.join()
+    assert done["status"] == "succeeded" and time.monotonic() - started < 10
+
+
+def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, cloud: Cloud) -> None:
+    provisioned(api, cloud, "a-site")
+    dead = dead_import(api, cloud, "a-site")
+    b = as_(api, "tenant-b")
+    ids = {"operation_id": dead, "site_id": "a-site"}
+    missing_ids = {"operation_id": "op_" + "0" * 32, "site_id": "zz-site"}
+    checked = set()
+    for method, path in routes():
+        if (method, path) in OPERATOR_ROUTES:
+            reply = b.request(method, path, body={"principal": "tenant-a", "max_running": 1, "reason": "r"})
+            assert reply.status in (403, 422), (method, path, reply)  # an operator's action: forbidden outright
+            checked.add((method, path))
+            continue
+        if "{" not in path:
+            continue
+        concrete, missing = path.format(**ids), path.format(**missing_ids)
+        body = {} if method == "POST" else None
+        theirs, absent = b.request(method, concrete, body=body), b.request(method, missing, body=body)
+        assert theirs.status == absent.status == 404, (method, path, theirs, absent)
+        assert theirs.body["message"] == absent.body["message"].replace(missing_ids["operation_id"], dead).replace(
+            "zz-site", "a-site"
+        ), (method, path)
+        checked.add((method, path))
+    # the listing routes show B nothing of A's
+    assert b.call("GET", "/operations") == [] and b.call("GET", "/dead-letters") == []
+    assert b.request("GET", "/operations", query={"site_id": "a-site"}).status == 404
+    assert all(e["actor"] == "tenant-b" for e in b.call("GET", "/audit"))
+    assert b.request("GET", "/audit", query={"actor": "tenant-a"}).status == 403
+    status = b.call("GET", "/status")
+    assert status["backlog_by_principal"] in ({}, {"tenant-b": 0}) and status["delay_by_site"] == []
+    assert b.request("GET", "/quotas", query={"principal": "tenant-a"}).status == 403
+    assert b.call("POST", "/dead-letters/redrive", body={"all": True})["selected"] == []
+    taken = b.request("POST", "/sites", body={"site_id": "a-site", "driver": "reference"})
+    assert taken.status == 409  # site ids are one namespace: taken, whoever holds it
+    assert {r for r in routes() if "{" in r[1]} <= checked
+    # and A's operation is untouched, with B's attempts audited as denied
+    a = as_(api, "tenant-a")
+    assert a.call("GET", f"/operations/{dead}")["status"] == "dead"
+    denied = [e for e in as_(api, "operator").call("GET", "/audit") if e["outcome"] == "denied"]
+    assert denied and {e["actor"] for e in denied} == {"tenant-b"}
+
+
+def test_an_operator_sees_and_acts_on_everything(api: str, cloud: Cloud) -> None:
+    provisioned(api, cloud, "a-site")
+    dead = dead_import(api, cloud, "a-site")
+    ops = as_(api, "operator")
+    assert ops.call("GET", f"/operations/{dead}")["principal"] == "tenant-a"
+    assert [d["operation_id"] for d in ops.call("GET", "/dead-letters")] == [dead]
+    assert ops.call("POST", "/dead-letters/redrive", body={"operation_id": dead, "dry_run": True})["selected"] == [dead]
+    limits = ops.call("PUT", "/quotas", body={"principal": "tenant-a", "max_running": 3, "reason": "calm"})
+    assert limits["max_running"] == 3
+    assert ops.call("DELETE", "/quotas", query={"principal": "tenant-a", "reason": "done"})["quota"] is None
+    assert ops.call("POST", "/reconcile", body={"schedule": "reconcile"})["schedule"] == "reconcile"
+
+
+def test_uploads_are_bound_to_their_caller_and_digest(api: str, cloud: Cloud, tmp_path: Path) -> None:
+    provisioned(api, cloud, "a-site")
+    a, b = as_(api, "tenant-a"), as_(api, "tenant-b")
+    params = a.upload("a-site", FIXTURES / "fixture-1.2.xml")
+    again = a.call(
+        "POST",
+        "/uploads",
+        body={"site_id": "a-site", "sha256": params["source_digest"], "bytes": params["source_bytes"]},
+    )
+    assert again["present"] is True and again["upload"] is None  # the same file is not sent twice
+    before = len(cloud.deps.operations.list())
+
+    # B names A's upload: refused before anything is written
+    refused = b.request("POST", "/operations", body={"kind": "import", "site_id": "a-site", "params": params})
+    assert refused.status in (404, 409, 422), refused
+    # A declares one digest and sends another body: S3 (the local cloud as S3 does) refuses the PUT
+    body = (FIXTURES / "fixture-1.2.xml").read_bytes()
+    wrong = hashlib.sha256(b"another file").hexdigest()
+    grant = a.call("POST", "/uploads", body={"site_id": "a-site", "sha256": wrong, "bytes": len(body)})
+    put = urllib3.PoolManager().request("PUT", grant["upload"]["url"], body=body, headers=grant["upload"]["headers"])
+    assert put.status == 400 and b"BadDigest" in put.data
+    # and an import naming the never-completed upload is refused
+    declared = grant["import_params"]
+    refused = a.request("POST", "/operations", body={"kind": "import", "site_id": "a-site", "params": declared})
+    assert refused.status == 422 and refused.body["field"] == "source_key"
+    assert len(cloud.deps.operations.list()) == before
+
+    accepted = a.request("POST", "/operations", body={"kind": "import", "site_id": "a-site", "params": params})
+    assert accepted.status == 202
+    pump(cloud)
+    assert a.call("GET", f"/operations/{accepted.body['operation_id']}")["status"] == "succeeded"
+
+
+def test_the_caller_is_the_verified_identity_never_the_request(cloud: Cloud) -> None:
+    """On AWS API Gateway puts the SigV4-verified ARN into the request context; the function reads nothing else
+    (an X-Sitedispatch-As header is ignored), and an assumed role is one principal across sessions."""
+    import functions.api as api
+    from sitedispatch.local.gateway import http_api_event
+    from sitedispatch.local.esm import LambdaContext
+    from tests.conftest import fresh_functions
+
+    fresh_functions()
+    session = "arn:aws:sts::123456789012:assumed-role/Producer/i-0abc"
+    body = json.dumps({"kind": "provision", "site_id": "arn-site", "params": PROVISION}).encode()
+    event = http_api_event("POST", "/operations", {"x-sitedispatch-as": "operator"}, body, session)
+    response = api.handler(event, LambdaContext("Api", 29, 512, "us-east-1", 0.0))
+    assert response["statusCode"] == 202
+    op = cloud.deps.operations.get(json.loads(response["body"])["operation_id"])
+    assert op is not None and op.principal == "arn:aws:sts::123456789012:assumed-role/Producer"
+    unsigned = http_api_event("GET", "/status", {"x-sitedispatch-as": "operator"}, b"", None)
+    response = api.handler(unsigned, LambdaContext("Api", 29, 512, "us-east-1", 0.0))
+    assert response["statusCode"] == 403 and json.loads(response["body"])["error"] == "forbidden"
+    fresh_functions()
