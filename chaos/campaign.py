@@ -226,7 +226,8 @@ class Campaign:
                 name = self.rng.choice(["good-0", "good-1", "good-2"])
                 self._submit("import", site, self.submitter.stage_upload(site, self.files[name], self.owner[site]))
             elif choice == "poison":
-                self._submit("import", site, self.submitter.stage_upload(site, self.files["truncated"], self.owner[site]))
+                truncated = self.submitter.stage_upload(site, self.files["truncated"], self.owner[site])
+                self._submit("import", site, truncated)
             elif choice in {"publish", "wp_cron"}:
                 self._submit(choice, site, {})
             elif choice == "cancel":
@@ -287,9 +288,8 @@ class Campaign:
         op = self.rng.choice(sorted(dead, key=lambda o: o.operation_id))
         fixed = None
         if (op.evidence or {}).get("error_code") == "wxr_malformed":
-            fixed = self.submitter.store_input(
-                Kind.IMPORT, op.site_id, op.principal, self.submitter.stage_upload(op.site_id, self.files["good-0"], op.principal)
-            )
+            good = self.submitter.stage_upload(op.site_id, self.files["good-0"], op.principal)
+            fixed = self.submitter.store_input(Kind.IMPORT, op.site_id, op.principal, good)
         self.ledger.actions["redrive"] += 1
         self.controls.redrive(OPERATOR, operation_id=op.operation_id, new_input=fixed, reason="chaos: redrive")
 

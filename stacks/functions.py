@@ -1,4 +1,5 @@
-"""DispatchFunctions: the Lambda functions (workers, reconciler, API), their event source mappings and their least-privilege roles.
+"""DispatchFunctions: the Lambda functions (workers, reconciler, API), their event source mappings and their
+least-privilege roles.
 
 Every function runs the same asset (bundled without Docker, `stacks/bundling.py`) on arm64 with a current Python
 runtime, Powertools configured by environment, X-Ray active tracing and a log group with a retention. Each role
@@ -201,6 +202,9 @@ class DispatchFunctions(Construct):
         self._allow(
             "api",
             ["sqs:SendMessage", "sqs:GetQueueAttributes"],
-            [*(queue.queue_arn for queue in q.queues.values()), *(queue.queue_arn for queue in q.dead_letter_queues.values())],
+            [
+                *(queue.queue_arn for queue in q.queues.values()),
+                *(queue.queue_arn for queue in q.dead_letter_queues.values()),
+            ],
         )
         self._allow("api", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])

@@ -53,8 +53,8 @@ from sitedispatch.domain.ports import (
     PublicationStore,
     QuotaStore,
     SiteStore,
-    StoredObject,
     Slot,
+    StoredObject,
     Visibility,
     checked_registration,
 )

@@ -192,8 +192,8 @@ def patch_moto_checksum() -> None:
 
 
 def quiet_moto() -> None:
-    """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove two of its hot
-    spots (a busy long poll, a directory scan per request), and silence werkzeug's per-request log lines."""
+    """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove two
+    of its hot spots (a busy long poll, a directory scan per request), and silence werkzeug's per-request log lines."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

@@ -231,7 +231,10 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
     op_id = (
         deps.submitter()
         .submit(
-            kind="import", site_id=site.name, principal=PRINCIPAL, params=deps.submitter().stage_upload(site.name, wxr, PRINCIPAL)
+            kind="import",
+            site_id=site.name,
+            principal=PRINCIPAL,
+            params=deps.submitter().stage_upload(site.name, wxr, PRINCIPAL),
         )
         .operation.operation_id
     )

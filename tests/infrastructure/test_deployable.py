@@ -11,11 +11,17 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.aws.tables import table_specs
-from sitedispatch.domain.resources import FUNCTIONS, LAMBDA_MAX_TIMEOUT_S, QUEUES, SCHEDULES, SECRET_NAME_PREFIX
 from sitedispatch.api.app import OPERATOR_ROUTES
 from sitedispatch.api.app import routes as api_routes
-from sitedispatch.domain.resources import API_URL_VARIABLE
+from sitedispatch.aws.tables import table_specs
+from sitedispatch.domain.resources import (
+    API_URL_VARIABLE,
+    FUNCTIONS,
+    LAMBDA_MAX_TIMEOUT_S,
+    QUEUES,
+    SCHEDULES,
+    SECRET_NAME_PREFIX,
+)
 from stacks.bundling import import_closure
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize

@@ -253,8 +253,8 @@ def test_the_caller_is_the_verified_identity_never_the_request(cloud: Cloud) -> 
     """On AWS API Gateway puts the SigV4-verified ARN into the request context; the function reads nothing else
     (an X-Sitedispatch-As header is ignored), and an assumed role is one principal across sessions."""
     import functions.api as api
-    from sitedispatch.local.gateway import http_api_event
     from sitedispatch.local.esm import LambdaContext
+    from sitedispatch.local.gateway import http_api_event
     from tests.conftest import fresh_functions
 
     fresh_functions()

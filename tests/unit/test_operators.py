@@ -194,7 +194,10 @@ def test_a_principal_sees_and_acts_only_on_its_own_sites(harness: Harness) -> No
         (lambda: controls.cancel(TENANT_B, mine, "nope"), lambda: controls.cancel(TENANT_B, missing_op, "nope")),
         (lambda: controls.site(TENANT_B, "a-site"), lambda: controls.site(TENANT_B, missing_site)),
         (lambda: controls.history(TENANT_B, "a-site"), lambda: controls.history(TENANT_B, missing_site)),
-        (lambda: controls.live_route(TENANT_B, "a-site", "/"), lambda: controls.live_route(TENANT_B, missing_site, "/")),
+        (
+            lambda: controls.live_route(TENANT_B, "a-site", "/"),
+            lambda: controls.live_route(TENANT_B, missing_site, "/"),
+        ),
         (
             lambda: controls.set_paused(TENANT_B, "a-site", True, "nope"),
             lambda: controls.set_paused(TENANT_B, missing_site, True, "nope"),
