@@ -7,7 +7,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,27 @@ IMPORT_SITES = 3
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wxr"
 THEME_TEST_DATA = FIXTURES / "themeunittestdata.wordpress.xml"  # WordPress's theme unit test data
 BUNDLED_WXR = FIXTURES / "fixture-1.2.xml"
+
+
+class DemoApi:
+    """The demo's two callers of the local HTTP API: the producer `demo` and an operator."""
+
+    def __init__(self, url: str) -> None:
+        from sitedispatch.client import ApiClient
+
+        self.producer = ApiClient(url, identity="demo")
+        self.operator = ApiClient(url, identity="operator")
+
+    def submit(self, kind: str, site: str, params: dict[str, Any], key: str | None = None) -> Operation:
+        from sitedispatch.cli.output import typed
+
+        headers = {"Idempotency-Key": key} if key else {}
+        submitted = self.producer.call(
+            "POST", "/operations", body={"kind": kind, "site_id": site, "params": params}, headers=headers
+        )
+        body = self.producer.call("GET", f"/operations/{submitted['operation_id']}")
+        names = {f.name for f in fields(Operation)}
+        return typed(Operation, {k: v for k, v in body.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -59,12 +80,12 @@ def run_demo(
     per_worker = math.ceil(n_sites / WORKER_PROCESSES)
     with LocalRuntime(workdir) as runtime:
         console.print(
-            f"[bold]starting the local runtime[/]: moto server, {WORKER_PROCESSES} workers x {per_worker} "
-            f"environments (logs in {workdir}/)"
+            f"[bold]starting the local runtime[/]: moto server, the HTTP API, {WORKER_PROCESSES} workers x "
+            f"{per_worker} environments (logs in {workdir}/)"
         )
         # 120 s functions: a real WordPress import of the theme test data takes ~30-80 s on this machine (a shorter
         # timeout still completes, by a second attempt that finds the items the first one created)
-        env = runtime.start_cloud(
+        runtime.start_cloud(
             0,
             function_timeout_s=120,
             policy={"reference_latency_s": latency_s, "max_queued_per_site": 3, "pause_deferral_s": 2},
@@ -73,32 +94,26 @@ def run_demo(
             runtime.start_worker("operations", per_worker)
         runtime.start_worker("bulk", IMPORT_SITES)
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
-        os.environ.update(env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
-        submitter = deps.submitter()
+        api = DemoApi(runtime.start_api())
+        os.environ.update(runtime.env)
+        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]  # the report's reads (what an operator sees)
         sites = [f"demo-site-{i:02d}" for i in range(1, n_sites + 1)]
         console.print(f"submitting {n_sites} provisions at once (each takes ~{latency_s:g}s of simulated work)")
         t0 = time.time()
         with ThreadPoolExecutor(max_workers=n_sites) as pool:
             submitted = list(
                 pool.map(
-                    lambda s: (
-                        submitter.submit(
-                            kind="provision",
-                            site_id=s,
-                            principal="demo",
-                            idempotency_key=f"demo-{s}",
-                            params={"title": f"Demo {s}", "admin_email": f"admin@{s}.example"},
-                        ).operation
+                    lambda s: api.submit(
+                        "provision", s, {"title": f"Demo {s}", "admin_email": f"admin@{s}.example"}, f"demo-{s}"
                     ),
                     sites,
                 )
             )
         final = _follow(deps, submitted, console, timeout_s)
-        imports = _import_phase(deps, console, sites[:IMPORT_SITES], timeout_s)
-        flow = _flow_control_phase(deps, console, sites[-1], timeout_s)
-        dead_letter = _dead_letter_phase(deps, console, sites[IMPORT_SITES], workdir, timeout_s)
-        real = _wordpress_phase(deps, console, workdir, timeout_s, wordpress)
+        imports = _import_phase(deps, api, console, sites[:IMPORT_SITES], timeout_s)
+        flow = _flow_control_phase(deps, api, console, sites[-1], timeout_s)
+        dead_letter = _dead_letter_phase(deps, api, console, sites[IMPORT_SITES], workdir, timeout_s)
+        real = _wordpress_phase(deps, api, console, workdir, timeout_s, wordpress)
 
     runs = [
         SiteRun(
@@ -141,20 +156,15 @@ def run_demo(
     return 0 if ok else 1
 
 
-def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeout_s: float) -> list[dict[str, Any]]:
+def _import_phase(
+    deps: Dependencies, api: DemoApi, console: Console, sites: list[str], timeout_s: float
+) -> list[dict[str, Any]]:
     """Import WordPress's theme unit test data into a few sites at once and wait for each to be live."""
     source = THEME_TEST_DATA if THEME_TEST_DATA.exists() else BUNDLED_WXR
     console.print(f"importing {source.name} into {len(sites)} sites at once, then publishing every route")
-    submitter = deps.submitter()
     started = time.time()
     ops = {
-        site: submitter.submit(
-            kind="import",
-            site_id=site,
-            principal="demo",
-            idempotency_key=f"import-{site}",
-            params=submitter.stage_upload(site, source),
-        ).operation.operation_id
+        site: api.submit("import", site, api.producer.upload(site, source), f"import-{site}").operation_id
         for site in sites
     }
     deadline = time.monotonic() + timeout_s
@@ -197,32 +207,26 @@ def _import_phase(deps: Dependencies, console: Console, sites: list[str], timeou
     ]
 
 
-def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout_s: float) -> dict[str, Any]:
+def _flow_control_phase(
+    deps: Dependencies, api: DemoApi, console: Console, site: str, timeout_s: float
+) -> dict[str, Any]:
     """Backpressure and supersession, visibly: hold a site, queue publishes past its limit, release it."""
     from sitedispatch.domain.errors import Backpressure
-    from sitedispatch.operator.controls import Caller
-
-    operator = Caller("demo-operator", operator=True)
 
     console.print(
         f"[bold]flow control[/]: {site} paused; publishes queued until its limit "
         f"({deps.settings.max_queued_per_site}) is reached"
     )
-    deps.controls().set_paused(operator, site, True, "demo: holding the queue")
-    submitter = deps.submitter()
+    api.operator.call("POST", f"/sites/{site}/pause", body={"reason": "demo: holding the queue"})
     accepted: list[str] = []
     refusal = None
     for n in range(deps.settings.max_queued_per_site + 1):
         try:
-            accepted.append(
-                submitter.submit(
-                    kind="publish", site_id=site, principal="demo", params={}, idempotency_key=f"publish-{n}"
-                ).operation.operation_id
-            )
+            accepted.append(api.submit("publish", site, {}, f"publish-{n}").operation_id)
         except Backpressure as error:
             refusal = error
-            console.print(f"  refused (exit 75 in the CLI): {error}")
-    deps.controls().set_paused(operator, site, False, "demo: releasing the queue")
+            console.print(f"  refused (429, exit 75 in the CLI): {error}")
+    api.operator.call("POST", f"/sites/{site}/resume", body={"reason": "demo: releasing the queue"})
     console.print(f"  {site} resumed: the older queued publishes are superseded by the newest")
     deadline = time.monotonic() + timeout_s
     final = []
@@ -244,32 +248,21 @@ def _flow_control_phase(deps: Dependencies, console: Console, site: str, timeout
 
 
 def _dead_letter_phase(
-    deps: Dependencies, console: Console, site: str, workdir: Path, timeout_s: float
+    deps: Dependencies, api: DemoApi, console: Console, site: str, workdir: Path, timeout_s: float
 ) -> dict[str, Any]:
     """A poisoned input goes dead with evidence; the evidence's recovery command, with the file fixed, completes it."""
-    from sitedispatch.domain.model import Kind
     from sitedispatch.local.synthetic import write_wxr
-    from sitedispatch.operator.controls import Caller
 
-    operator = Caller("demo-operator", operator=True)
     good = workdir / "export.xml"
     write_wxr(good, posts=20, seed=11)
     broken = workdir / "export-truncated.xml"
     broken.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # an export cut off half way
-    submitter = deps.submitter()
     console.print(f"[bold]dead letters[/]: importing a truncated WXR export into {site}")
-    op_id = submitter.submit(
-        kind="import",
-        site_id=site,
-        principal="demo",
-        idempotency_key=f"import-{site}",
-        params=submitter.stage_upload(site, broken),
-    ).operation.operation_id
+    op_id = api.submit("import", site, api.producer.upload(site, broken), f"import-{site}").operation_id
     op = _wait_terminal(deps, op_id, timeout_s)
-    controls = deps.controls()
     if op is None or op.status != Status.DEAD:
         return {"operation_id": op_id, "dead": False, "recovered": False}
-    evidence = controls.evidence(operator, op_id)
+    evidence = api.operator.call("GET", f"/dead-letters/{op_id}")
     console.print(
         f"  {op_id} is dead after {evidence['attempt']} attempt: {evidence['error_code']}: {evidence['error_message']}"
     )
@@ -278,9 +271,13 @@ def _dead_letter_phase(
         f"{evidence['input_digest'][:12]}…, traceback digest {evidence['traceback_digest']})"
     )
     console.print(f"  recovery: [bold]{evidence['recovery_command']}[/]")
-    fixed = submitter.store_input(Kind.IMPORT, site, submitter.stage_upload(site, good))
-    report = controls.redrive(operator, operation_id=op_id, new_input=fixed, reason="demo: re-exported the file")
-    console.print(f"  redriven with the complete export ({report.dlq_messages_removed} DLQ message removed)")
+    fixed = api.operator.upload(site, good)
+    report = api.operator.call(
+        "POST",
+        "/dead-letters/redrive",
+        body={"operation_id": op_id, "input": fixed, "reason": "demo: re-exported the file"},
+    )
+    console.print(f"  redriven with the complete export ({report['dlq_messages_removed']} DLQ message removed)")
     final = _wait_terminal(deps, op_id, timeout_s)
     recovered = final is not None and final.status == Status.SUCCEEDED
     console.print(
@@ -293,16 +290,16 @@ def _dead_letter_phase(
         "error_code": evidence["error_code"],
         "recovery_command": evidence["recovery_command"],
         "recovered": recovered,
-        "dlq_messages_removed": report.dlq_messages_removed,
+        "dlq_messages_removed": report["dlq_messages_removed"],
     }
 
 
 def _wordpress_phase(
-    deps: Dependencies, console: Console, workdir: Path, timeout_s: float, wanted: bool | None
+    deps: Dependencies, api: DemoApi, console: Console, workdir: Path, timeout_s: float, wanted: bool | None
 ) -> dict[str, Any]:
     """A real WordPress (Debian's packages): registered, provisioned, the theme test data imported through REST,
     then crawled into a publication."""
-    from sitedispatch.domain.model import WORDPRESS_DRIVER, SiteConnection
+    from sitedispatch.domain.model import WORDPRESS_DRIVER
     from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, missing_programs
 
     missing = missing_programs()
@@ -318,15 +315,20 @@ def _wordpress_phase(
             f"[bold]a real WordPress[/] at {site.url} (MariaDB + php -S, the sitedispatch mu-plugin), "
             f"registered with driver wordpress"
         )
-        submitter = deps.submitter()
-        submitter.register_site(site_id, "demo", SiteConnection(WORDPRESS_DRIVER, site.url, site.credential_ref))
+        registration = {
+            "site_id": site_id,
+            "driver": WORDPRESS_DRIVER,
+            "url": site.url,
+            "credential": site.credential_ref,
+        }
+        api.producer.call("POST", "/sites", body=registration)
         result: dict[str, Any] = {"url": site.url}
         for kind, params in (
             ("provision", {"title": "Demo WordPress", "admin_email": "admin@demo.example"}),
-            ("import", submitter.stage_upload(site_id, THEME_TEST_DATA)),
+            ("import", api.producer.upload(site_id, THEME_TEST_DATA)),
         ):
             started = time.monotonic()
-            op = submitter.submit(kind=kind, site_id=site_id, principal="demo", params=params).operation
+            op = api.submit(kind, site_id, params)
             done = _wait_terminal(deps, op.operation_id, timeout_s * 2)
             took = time.monotonic() - started
             commit = deps.commits.get(op.operation_id)

@@ -336,6 +336,39 @@ def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, d
     assert any("scheduled-announcement" in route for route in live_routes(deps, site.name))
 
 
+def test_anonymous_requests_with_a_huge_fence_change_nothing(
+    wordpress: LocalWordPress, dispatcher: Dependencies, tmp_path: Path
+) -> None:
+    """The fence is the dispatcher's: a request of anyone else carrying the header neither moves nor meets it."""
+    import urllib3
+
+    from sitedispatch.domain.errors import StaleFence
+
+    deps = dispatcher
+    site = wordpress.add_site("wp-anon")
+    register(deps, site)
+    assert run(deps, "provision", site.name, PROVISION).status == Status.SUCCEEDED
+    before = int(origin(site).info()["fence"])
+    huge = {"X-Sitedispatch-Fence": "999999999999", "Content-Type": "application/json"}
+    http = urllib3.PoolManager()
+    post = http.request("POST", f"{site.url}/wp-json/wp/v2/posts", body=b'{"title": "x"}', headers=huge)
+    cron = http.request("GET", f"{site.url}/wp-cron.php", headers=huge)
+    assert post.status == 401 and cron.status == 200
+    assert int(origin(site).info()["fence"]) == before  # ignored, not stored
+
+    # the dispatcher still imports and runs due events, each under a fresh fence
+    wxr = tmp_path / "small.xml"
+    write_wxr(wxr, posts=3, seed=5)
+    imported = run(deps, "import", site.name, deps.submitter().stage_upload(site.name, wxr, PRINCIPAL))
+    assert imported.status == Status.SUCCEEDED, imported.error
+    assert run(deps, "wp_cron", site.name, {"due_minute": int(time.time() // 60)}).status == Status.SUCCEEDED
+    highest = int(origin(site).info()["fence"])
+    assert before < highest < 999999999999
+    # and a stale fence from the dispatcher is still refused (409)
+    with pytest.raises(StaleFence):
+        origin(site, fence=highest - 1).rest("POST", "/wp/v2/posts", {"title": "stale", "status": "draft"})
+
+
 def test_a_failed_route_fetch_leaves_the_previous_publication_live(
     wordpress: LocalWordPress, dispatcher: Dependencies
 ) -> None:

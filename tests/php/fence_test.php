@@ -67,6 +67,33 @@ $_SERVER['HTTP_X_SITEDISPATCH_FENCE'] = '1';
 check('reads are never refused', rest_do_request($get)->get_status() === 200);
 unset($_SERVER['HTTP_X_SITEDISPATCH_FENCE']);
 
+// only the dispatcher's fence counts: anyone else's header is ignored, never stored
+$before = highest();
+wp_set_current_user(0);
+$response = rest_write('999999999999');
+check('an anonymous write with a huge fence is refused by WordPress (401), not by the fence', $response->get_status() === 401,
+    'status ' . $response->get_status());
+check('an anonymous request never moves the fence', highest() === $before, 'highest ' . highest());
+$subscriber = wp_insert_user(['user_login' => 'fence-sub', 'user_pass' => wp_generate_password(), 'role' => 'subscriber']);
+wp_set_current_user($subscriber);
+rest_write('999999999999');
+check('a user who may not import never moves the fence', highest() === $before, 'highest ' . highest());
+wp_set_current_user(1);
+$cron = new WP_REST_Request('POST', '/sitedispatch/v1/cron');
+$_SERVER['HTTP_X_SITEDISPATCH_FENCE'] = (string) ($before - 1);
+$stale = rest_do_request($cron);
+$stale = is_wp_error($stale) ? rest_convert_error_to_response($stale) : $stale;
+check('due events through REST are fenced: a stale fence gets 409', $stale->get_status() === 409,
+    'status ' . $stale->get_status());
+$_SERVER['HTTP_X_SITEDISPATCH_FENCE'] = (string) ($before + 1);
+$answer = rest_do_request($cron);
+check('due events run under a current fence', $answer->get_status() === 200 && isset($answer->get_data()['ran']),
+    'status ' . $answer->get_status());
+unset($_SERVER['HTTP_X_SITEDISPATCH_FENCE']);
+wp_set_current_user(0);
+check('an anonymous caller may not run due events through REST', rest_do_request($cron)->get_status() === 401);
+wp_set_current_user(1);
+
 // two writers racing: each child process tries its fence many times; the stored value must end at the maximum and
 // no lower fence may be accepted after a higher one was stored (a check-then-set would let both win).
 $GLOBALS['wpdb']->update($GLOBALS['wpdb']->options, ['option_value' => '100'], ['option_name' => 'sitedispatch_fence']);

@@ -3,8 +3,8 @@
 A revision of a WordPress site is a snapshot document naming what the mu-plugin reports (WordPress version,
 permalinks, a digest of everything pages render from): equal digests, equal revision. Its publication is a crawl of
 the origin into the revision's immutable objects, with the same receipts and monotonic promotion as the reference
-driver. Every write (REST, wp-cron.php) carries the lease's fence; the mu-plugin refuses a stale one (409), which
-the worker treats as a lost lease: nothing is committed.
+driver. Every write (REST, and due events through the mu-plugin's REST route) carries the lease's fence; the
+mu-plugin refuses a stale one (409), which the worker treats as a lost lease: nothing is committed.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class WordPressDriver:
         return self._snapshot(ctx, self.origin(ctx.site, ctx.fence).info(), {})
 
     def wp_cron(self, ctx: HandlerContext, payload: WpCronInput) -> Mutation:
-        """Run the site's due events now (wp-cron.php, fenced); publish if that changed what pages show."""
+        """Run the site's due events now (authenticated and fenced); publish if that changed what pages show."""
         origin = self.origin(ctx.site, ctx.fence)
         origin.run_cron()
         after = origin.info()  # one read: what changed is measured against the head's snapshot, not a second read

@@ -25,6 +25,7 @@ MU_PLUGIN = Path(__file__).with_name("mu-plugin") / "sitedispatch.php"  # what a
 FENCE_HEADER = "X-Sitedispatch-Fence"
 STALE_FENCE_CODE = "sitedispatch_stale_fence"
 INFO_PATH = "/wp-json/sitedispatch/v1/info"
+CRON_PATH = "/sitedispatch/v1/cron"  # under /wp-json
 TIMEOUT_S = 30.0
 PAGE_SIZE = 100
 USER_AGENT = "sitedispatch/1.0 (+https://github.com/sitedispatch)"
@@ -135,12 +136,9 @@ class WordPressOrigin:
             raise
 
     def run_cron(self) -> None:
-        """Run WordPress's due events now (wp-cron.php), fenced like a write."""
-        headers = {"User-Agent": USER_AGENT}
-        if self.fence is not None:
-            headers[FENCE_HEADER] = str(self.fence)
-        response = self._request("GET", f"{self.base_url}/wp-cron.php", headers, None)
-        self._raise_for(response, "GET /wp-cron.php")
+        """Run WordPress's due events now: the mu-plugin's REST route, authenticated and fenced like a write (never
+        wp-cron.php, which authenticates no one)."""
+        self.rest("POST", CRON_PATH, {})
 
     # -- public pages -----------------------------------------------------------------------------------------------
 

@@ -3,9 +3,12 @@
  * Plugin Name: sitedispatch
  * Description: What the sitedispatch WordPress driver needs from a site: fenced writes (a dispatcher write whose
  *   X-Sitedispatch-Fence is lower than the highest fence this site has seen is refused with HTTP 409), the source-guid
- *   meta that makes imports idempotent, and one endpoint describing the site (version, permalinks, due events, a
- *   digest of everything a page renders from).
- * Version: 1.0.0
+ *   meta that makes imports idempotent, due events run through an authenticated, fenced route, and one endpoint
+ *   describing the site (version, permalinks, due events, a digest of everything a page renders from).
+ *   The fence is the dispatcher's: only an authenticated user who may import (the `import` capability, which the
+ *   dispatcher's application password must have) moves or is checked against it. On any other request the header is
+ *   ignored: an anonymous request carrying a huge fence changes nothing (it would otherwise lock the dispatcher out).
+ * Version: 1.1.0
  * License: MIT
  *
  * Install: copy this file to wp-content/mu-plugins/. It has no settings.
@@ -19,6 +22,7 @@ const SITEDISPATCH_FENCE_OPTION = 'sitedispatch_fence';
 const SITEDISPATCH_FENCE_HEADER = 'HTTP_X_SITEDISPATCH_FENCE';
 const SITEDISPATCH_SOURCE_META = 'sitedispatch_source';
 const SITEDISPATCH_NAMESPACE = 'sitedispatch/v1';
+const SITEDISPATCH_CAPABILITY = 'import';  // what the dispatcher does: import content, run the site's due events
 
 /**
  * Compare-and-set on the highest fence seen: accept $fence when no higher one has been seen, and remember it.
@@ -49,10 +53,12 @@ function sitedispatch_accept_fence(int $fence): array
     return [($moved > 0) || $highest === $fence, $highest];
 }
 
-/** The fence a request carries, or null when it carries none (people editing in wp-admin are never fenced). */
+/** The fence a request of the dispatcher carries, or null: when it carries none (people editing in wp-admin are
+ * never fenced), or when whoever sent it is not a user who may do what the dispatcher does (anyone else's header
+ * is ignored, never stored). Called once WordPress knows the request's user (REST authentication has run). */
 function sitedispatch_request_fence(): ?int
 {
-    if (!isset($_SERVER[SITEDISPATCH_FENCE_HEADER])) {
+    if (!isset($_SERVER[SITEDISPATCH_FENCE_HEADER]) || !current_user_can(SITEDISPATCH_CAPABILITY)) {
         return null;
     }
     $raw = trim((string) $_SERVER[SITEDISPATCH_FENCE_HEADER]);
@@ -84,23 +90,37 @@ add_filter('rest_pre_dispatch', function ($result, $server, $request) {
     return sitedispatch_fence_refusal($fence) ?? $result;
 }, 10, 3);
 
-// wp-cron.php runs events (publishing scheduled posts): a stale dispatcher must not run them either.
-if (defined('DOING_CRON') && DOING_CRON) {
-    add_action('init', function () {
-        $fence = sitedispatch_request_fence();
-        if ($fence === null) {
-            return;
+/**
+ * Run the due events now, as wp-cron.php would (publishing scheduled posts, ...). The dispatcher calls this through
+ * REST, authenticated and fenced (POST is checked in rest_pre_dispatch like any write), never through wp-cron.php,
+ * which anyone may request and which authenticates no one: a fence header sent there is ignored.
+ *
+ * @return int the events run
+ */
+function sitedispatch_run_due_events(): int
+{
+    if (!defined('DOING_CRON')) {
+        define('DOING_CRON', true);
+    }
+    $ran = 0;
+    $now = microtime(true);
+    foreach ((array) _get_cron_array() as $timestamp => $hooks) {
+        if ($timestamp > $now) {
+            break;
         }
-        $refused = sitedispatch_fence_refusal($fence);
-        if ($refused !== null) {
-            $data = $refused->get_error_data();
-            status_header($data['status']);
-            header('Content-Type: application/json');
-            echo wp_json_encode(['code' => $refused->get_error_code(), 'message' => $refused->get_error_message(),
-                'data' => $data]);
-            exit;
+        foreach ((array) $hooks as $hook => $events) {
+            foreach ((array) $events as $event) {
+                $args = $event['args'] ?? [];
+                if (!empty($event['schedule'])) {
+                    wp_reschedule_event($timestamp, $event['schedule'], $hook, $args);
+                }
+                wp_unschedule_event($timestamp, $hook, $args);
+                do_action_ref_array($hook, $args);
+                $ran++;
+            }
         }
-    }, 0);
+    }
+    return $ran;
 }
 
 // The source key of an imported post or comment (WXR guid#post-ID, plus #comment-ID for a comment), writable
@@ -175,7 +195,7 @@ function sitedispatch_info(): array
         $imported[$source] = (int) $id;
     }
     return [
-        'plugin' => '1.0.0',
+        'plugin' => '1.1.0',
         'wordpress_version' => $wp_version,
         'home' => home_url('/'),
         'permalink_structure' => (string) get_option('permalink_structure'),
@@ -195,6 +215,15 @@ function sitedispatch_info(): array
 }
 
 add_action('rest_api_init', function () {
+    register_rest_route(SITEDISPATCH_NAMESPACE, '/cron', [
+        'methods' => 'POST',
+        'callback' => function () {
+            return rest_ensure_response(['ran' => sitedispatch_run_due_events()]);
+        },
+        'permission_callback' => function () {
+            return current_user_can(SITEDISPATCH_CAPABILITY);
+        },
+    ]);
     register_rest_route(SITEDISPATCH_NAMESPACE, '/info', [
         'methods' => 'GET',
         'callback' => function () {
