@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+.PHONY: demo test unit integration acceptance infrastructure openapi synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ acceptance: $(STAMP)
 
 infrastructure: $(STAMP) $(LAMBDA_WHEELS)
 	$(PY) -m pytest -q tests/infrastructure
+
+openapi: $(STAMP)  ## regenerate openapi.json from the API's routes and models (make test compares it)
+	$(PY) -m sitedispatch.api.openapi > openapi.json
 
 synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, no network, no Docker
 	$(PY) app.py

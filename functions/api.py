@@ -16,6 +16,9 @@ from sitedispatch.observability import logger, metrics, tracer
 
 @lru_cache(maxsize=1)
 def app() -> APIGatewayHttpResolver:
+    """One resolver per process. Powertools keeps the event being resolved on its router class
+    (`BaseRouter.current_event`): one request at a time per process, as Lambda runs them (the local gateway gives
+    each concurrent request its own process, or serializes them)."""
     return create_app(dependencies)
 
 

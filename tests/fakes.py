@@ -18,6 +18,7 @@ from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
     Conflict,
+    InvalidInput,
     LeaseHeld,
     LimitReached,
     NotFound,
@@ -616,7 +617,7 @@ class MemoryBlobStore:
         if not isinstance(body, bytes):
             body = body.read()
         if sha256 is not None and hashlib.sha256(body).hexdigest() != sha256:
-            raise ValueError(f"BadDigest: {key}")  # what S3 answers a body that is not the declared digest
+            raise InvalidInput(f"{key}: the body is not the declared SHA-256", field="sha256")  # S3's BadDigest
         with self.lock:
             if key in self.objects:
                 return False

@@ -8,7 +8,7 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
-from sitedispatch.domain.errors import NotFound, TransientError
+from sitedispatch.domain.errors import InvalidInput, NotFound, TransientError
 from sitedispatch.domain.ports import SignedUpload, StoredObject
 
 
@@ -35,6 +35,9 @@ class S3BlobStore:
             code = exc.response.get("Error", {}).get("Code")
             if code == "PreconditionFailed":
                 return False
+            if code == "BadDigest":
+                refused = f"s3://{self.bucket}/{key}: the body is not the declared SHA-256"
+                raise InvalidInput(refused, field="sha256") from None
             if code == "ConditionalRequestConflict":
                 # Two writers raced on the same key; S3 says retry. Content-addressed keys make the retry a no-op.
                 raise TransientError(

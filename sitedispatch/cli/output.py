@@ -162,7 +162,7 @@ def render_status(report: Any) -> None:
         table(
             "estimated delay per site (busiest first)",
             ["site", "backlog", "operation time (s)", "estimated delay (s)"],
-            [[d.site_id, d.backlog, d.operation_s, d.estimated_delay_s] for d in report.delay_by_site],
+            [[d.site_id, d.backlog, d.operation_s, d.paused or d.estimated_delay_s] for d in report.delay_by_site],
         )
     if report.delay_by_principal:
         table(

@@ -31,6 +31,45 @@ MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10
 LOCAL_ACCOUNT = "123456789012"
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+Invoke = Callable[[dict[str, Any]], dict[str, Any]]
+DEFAULT_ENVIRONMENTS = 4  # API function environments of `local api`: requests served at once (a long poll holds one)
+
+
+def _context(timeout_s: float) -> Any:
+    from sitedispatch.local.esm import LambdaContext
+
+    return LambdaContext("Api", timeout_s, 512, os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), time.time())
+
+
+def serialized(handler: Handler, timeout_s: float) -> Invoke:
+    """One execution environment in this process: requests run one at a time (Powertools' resolver holds the
+    current request on its class, so two at once in one process would read each other's)."""
+    lock = threading.Lock()
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            return handler(event, _context(timeout_s))
+
+    return invoke
+
+
+def _invoke_in_environment(event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    from functions.api import handler
+
+    return handler(event, _context(timeout_s))
+
+
+@contextmanager
+def environments(count: int, timeout_s: float) -> Iterator[Invoke]:
+    """`count` execution environments, each a process running one request at a time, as Lambda scales a function."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("forkserver"))
+    try:
+        yield lambda event: pool.submit(_invoke_in_environment, event, timeout_s).result()
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def http_api_event(
@@ -95,9 +134,7 @@ def _gateway_error(status: int, code: str, message: str) -> dict[str, Any]:
     }
 
 
-def make_handler(invoke: Handler, timeout_s: float) -> type[BaseHTTPRequestHandler]:
-    from sitedispatch.local.esm import LambdaContext
-
+def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     log = sys.stdout  # as it is when the gateway starts (a test's CliRunner swaps sys.stdout later)
 
     def emit(**line: Any) -> None:
@@ -126,11 +163,8 @@ def make_handler(invoke: Handler, timeout_s: float) -> type[BaseHTTPRequestHandl
                 )
                 return
             event = http_api_event(self.command, self.path, headers, body, caller)
-            context = LambdaContext(
-                "Api", timeout_s, 512, os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), time.time()
-            )
             try:
-                response = invoke(event, context)
+                response = invoke(event)
             except Exception as exc:  # an unhandled error in the function: API Gateway answers 500
                 emit(level="ERROR", message="function error", error=repr(exc))
                 response = _gateway_error(500, "internal", "Internal Server Error")
@@ -162,9 +196,10 @@ def default_handler() -> Handler:
 
 
 @contextmanager
-def running_gateway(invoke: Handler | None = None, port: int = 0, timeout_s: float = 29.0) -> Iterator[str]:
-    """The gateway in a thread of this process (tests); its URL. Stopped on exit."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(invoke or default_handler(), timeout_s))
+def running_gateway(invoke: Invoke | None = None, port: int = 0, timeout_s: float = 29.0) -> Iterator[str]:
+    """The gateway's HTTP server in a thread of this process; its URL. Stopped on exit. By default the function
+    runs in this process, one request at a time (tests)."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(invoke or serialized(default_handler(), timeout_s)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
     thread.start()
@@ -184,16 +219,17 @@ def add_to_env_file(path: Path, key: str, value: str) -> None:
     write_env_file(path, env)
 
 
-def serve(port: int, env_file: Path | None) -> None:
-    """Run the gateway until SIGTERM/SIGINT; prints one JSON line {"ready": ..., "url": ...} when it answers, and
-    records the URL in the local runtime's env file (where the CLI finds it)."""
+def serve(port: int, env_file: Path | None, count: int = DEFAULT_ENVIRONMENTS, timeout_s: float = 29.0) -> None:
+    """Run the gateway until SIGTERM/SIGINT, the function in `count` environments (processes); prints one JSON line
+    {"ready": ..., "url": ...} when it answers, and records the URL in the local runtime's env file (where the CLI
+    finds it)."""
     from sitedispatch.local.cloud import check_port_free
 
     check_port_free(port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with running_gateway(port=port) as url:
+    with environments(count, timeout_s) as invoke, running_gateway(invoke, port=port) as url:
         if env_file:
             add_to_env_file(env_file, API_URL_VARIABLE, url)
         print(json.dumps({"ready": True, "url": url}), flush=True)

@@ -60,6 +60,11 @@ from sitedispatch.operations.retry_budget import RetryBudget
 
 SUPERSESSION_SCAN = 50
 
+# Permanent errors that are the destination's, not the operation's: they count towards pausing the site.
+DESTINATION_FAILURES = frozenset(
+    {"wordpress_unauthorized", "credential_invalid", "credential_missing", "mu_plugin_missing"}
+)
+
 
 @dataclass
 class WorkerDeps:
@@ -324,7 +329,12 @@ class OperationsWorker:
         return Result(Outcome.RETRYING, error.code, delay_s=delay)
 
     def _count_failure(self, op: Operation, error: ErrorInfo) -> None:
-        """Site health: N failed attempts in a row pause the site, so one broken site stops consuming attempts."""
+        """Site health: N failures of the destination in a row pause the site, so one broken site stops consuming
+        attempts. What counts: an error that may pass (unreachable, unavailable, a timeout: retried) or one of the
+        destination refusing us (credentials, the mu-plugin); never an operation's own permanent error (its input,
+        a site not yet provisioned), which says nothing about the site and would pause it for everyone's work."""
+        if not (error.retryable or error.code in DESTINATION_FAILURES):
+            return
         site = self.d.sites.record_failure(
             op.site_id,
             self.d.settings.auto_pause_failures,
@@ -345,8 +355,7 @@ class OperationsWorker:
         """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
         transition carrying its compact copy, then the DLQ message carrying its key."""
         d = self.d
-        if error.code != "site_not_registered":
-            self._count_failure(op, error)
+        self._count_failure(op, error)
         site = d.sites.get(op.site_id)
         lane = lane_for(op.kind)
         evidence = build_evidence(

@@ -31,7 +31,8 @@ class SiteDelay:
     site_id: str
     backlog: int
     operation_s: float  # the site's measured average operation time (or the default before one is measured)
-    estimated_delay_s: float  # for work submitted now: the backlog, one at a time
+    estimated_delay_s: float | None  # for work submitted now: the backlog, one at a time (None while paused)
+    paused: str | None = None  # "paused: REASON": nothing runs until it is resumed, so no estimate is given
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,12 @@ def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings)
     delays = []
     for site_id, backlog in _busiest(Counter(op.site_id for op in waiting)):
         site_s = operation_seconds(sites, site_id, settings.default_operation_s)
-        delays.append(SiteDelay(site_id, backlog, round(site_s, 2), estimated_wait_s(backlog, site_s)))
+        site = sites.get(site_id)
+        if site is not None and site.paused:
+            reason = f"paused: {site.pause_reason or 'no reason given'}"
+            delays.append(SiteDelay(site_id, backlog, round(site_s, 2), None, reason))
+        else:
+            delays.append(SiteDelay(site_id, backlog, round(site_s, 2), estimated_wait_s(backlog, site_s)))
     return delays
 
 

@@ -64,6 +64,25 @@ def test_submit_is_202_with_location_then_200_for_the_same_and_409_for_another_i
     assert conflict.status == 409 and conflict.body["error"] == "idempotency_conflict"
 
 
+def test_concurrent_requests_are_each_their_own(api: str, cloud: Cloud) -> None:
+    """Requests served at once (a burst of submits for different sites) never read each other's bodies."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = as_(api, "tenant-a")
+    sites = [f"burst-{n:02d}" for n in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        replies = list(
+            pool.map(
+                lambda site: client.request(
+                    "POST", "/operations", body={"kind": "provision", "site_id": site, "params": PROVISION}
+                ),
+                sites,
+            )
+        )
+    assert [r.status for r in replies] == [202] * 12
+    assert [r.body["site_id"] for r in replies] == sites and len({r.body["operation_id"] for r in replies}) == 12
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "field"),
     [
@@ -140,6 +159,17 @@ def test_429_carries_retry_after_and_the_limit(cloud: Cloud, monkeypatch: pytest
         assert int(reply.headers["Retry-After"]) >= reply.body["retry_after_s"]
 
 
+def test_a_paused_sites_work_says_paused_not_an_estimate(api: str, cloud: Cloud) -> None:
+    provisioned(api, cloud, "held-site")
+    client = as_(api, "tenant-a")
+    client.call("POST", "/sites/held-site/pause", body={"reason": "maintenance window"})
+    op = client.call("POST", "/operations", body={"kind": "publish", "site_id": "held-site", "params": {}})
+    detail = client.call("GET", f"/operations/{op['operation_id']}")
+    assert detail["waiting_because"] == "paused: maintenance window" and detail["estimated_delay_s"] is None
+    [row] = [d for d in client.call("GET", "/status")["delay_by_site"] if d["site_id"] == "held-site"]
+    assert row["paused"] == "paused: maintenance window" and row["estimated_delay_s"] is None
+
+
 def test_the_long_poll_returns_when_the_operation_ends_or_at_its_timeout(api: str, cloud: Cloud) -> None:
     import threading
     import time
@@ -177,7 +207,7 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
         if "{" not in path:
             continue
         concrete, missing = path.format(**ids), path.format(**missing_ids)
-        body = {} if method == "POST" else None
+        body: dict[str, Any] | None = {} if method == "POST" else None
         theirs, absent = b.request(method, concrete, body=body), b.request(method, missing, body=body)
         assert theirs.status == absent.status == 404, (method, path, theirs, absent)
         assert theirs.body["message"] == absent.body["message"].replace(missing_ids["operation_id"], dead).replace(

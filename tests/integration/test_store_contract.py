@@ -388,6 +388,22 @@ def test_blob_compare_and_swap(stores: Stores) -> None:
     assert blobs.get("big.bin") == big
 
 
+def test_a_blob_written_with_its_digest_is_described_by_it_and_another_body_is_refused(stores: Stores) -> None:
+    import hashlib
+
+    from sitedispatch.domain.errors import InvalidInput
+
+    blobs, body = stores.blobs, b"<rss>an export</rss>"
+    digest = hashlib.sha256(body).hexdigest()
+    assert blobs.describe("uploads/x.xml") is None
+    with pytest.raises(InvalidInput):
+        blobs.put_if_absent("uploads/x.xml", b"another body", "application/xml", sha256=digest)
+    assert blobs.describe("uploads/x.xml") is None  # nothing stored
+    assert blobs.put_if_absent("uploads/x.xml", io.BytesIO(body), "application/xml", sha256=digest) is True
+    described = blobs.describe("uploads/x.xml")
+    assert described is not None and (described.size, described.sha256) == (len(body), digest)
+
+
 def test_an_attempt_under_an_older_fence_never_overwrites_a_newer_one(stores: Stores) -> None:
     stores.operations.create(new_op())
     assert stores.operations.start_attempt("op_1", 2, NOW).fence == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.operator.controls import Caller
 from tests.factories import PROVISION, present
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
 
 
 def refused(harness: Harness, **kwargs: object) -> Backpressure:
@@ -252,6 +255,27 @@ def test_consecutive_failures_pause_the_site_automatically_with_a_reason() -> No
     result, _ = harness.deliver(op_id)
     assert result.reason == "site_paused"
     assert harness.world.operations.get(op_id).attempt == 3  # type: ignore[union-attr]
+
+
+def test_an_operations_own_permanent_errors_never_pause_its_site() -> None:
+    """Found by a new user: 300 publishes for sites never provisioned went dead one by one, then each site paused
+    itself and the rest waited. A poisoned input or an unprovisioned site says nothing about the destination."""
+    harness = Harness(auto_pause_failures=3)
+    harness.provisioned()
+    for n in range(5):
+        result = harness.import_file(FIXTURES / "malformed.xml", key=f"poisoned-{n}")
+        assert result.outcome == Outcome.DEAD and result.reason == "wxr_malformed"
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and not site.paused and site.consecutive_failures == 0
+
+    def refused(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
+        raise PermanentError("application password revoked", code="wordpress_unauthorized")
+
+    harness.wrap(Kind.PUBLISH, refused)
+    for n in range(3):  # the destination refusing us does pause it
+        assert harness.run("publish", key=f"p{n}").outcome == Outcome.DEAD
+    site = harness.world.sites.get("acme-blog")
+    assert site is not None and site.paused and "wordpress_unauthorized" in (site.pause_reason or "")
 
 
 def test_a_success_resets_the_failure_count(harness: Harness) -> None:
