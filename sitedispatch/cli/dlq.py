@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, ReasonOpt, SiteFilterOpt, parse_age, parse_params
 from sitedispatch.cli.context import client
 from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
-from sitedispatch.client import ApiClient
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Kind
-from sitedispatch.operator.controls import RedriveReport
+
+if TYPE_CHECKING:  # the CLI imports only what a command needs (the core's controls pull in Powertools)
+    from sitedispatch.client import ApiClient
+    from sitedispatch.operator.controls import RedriveReport
 
 app = typer.Typer(help="Dead operations: list, evidence, redrive.", no_args_is_help=True)
 
@@ -153,6 +155,8 @@ def redrive_command(
                 "input": new_input,
             }
             report = api.call("POST", "/dead-letters/redrive", body=body)
+        from sitedispatch.operator.controls import RedriveReport
+
         render_report(typed(RedriveReport, report), json)
 
 

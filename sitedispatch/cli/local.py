@@ -11,8 +11,7 @@ import typer
 
 from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, load_local_env
 from sitedispatch.cli.output import console, reported
-from sitedispatch.domain.resources import QUEUES
-from sitedispatch.local.cloud import DEFAULT_FUNCTION_TIMEOUT_S
+from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, QUEUES
 
 app = typer.Typer(
     help="Run the whole system on this machine (moto server + event source mapping emulation).", no_args_is_help=True

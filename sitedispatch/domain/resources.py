@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 ENV_PREFIX = "SITEDISPATCH_"  # every setting's environment variable starts with it
 API_URL_VARIABLE = f"{ENV_PREFIX}API_URL"  # where a client finds the API (not a function setting: clients only)
+DEFAULT_FUNCTION_TIMEOUT_S = 30  # the local runtime's function timeout (its queues' visibility is 6x this)
 
 # The queues' redrive policy is a backstop only: the worker dead-letters by itself after the attempt budget.
 # Deferrals (paused site, held lease) also raise SQS's receive count, so the backstop sits far above the budget.

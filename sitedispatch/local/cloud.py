@@ -17,6 +17,7 @@ from typing import Any
 from sitedispatch.aws.tables import TableSpec, table_specs
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import (
+    DEFAULT_FUNCTION_TIMEOUT_S,
     QUEUES,
     REDRIVE_BACKSTOP_RECEIVES,
     RETENTION_S,
@@ -36,7 +37,6 @@ FAKE_AWS = {
     "AWS_REGION": LOCAL_REGION,
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-DEFAULT_FUNCTION_TIMEOUT_S = 30
 # The local cloud's function timeout (queue visibility is 6x it), read by `local worker` as its default timeout.
 FUNCTION_TIMEOUT_ENV = "SITEDISPATCH_LOCAL_FUNCTION_TIMEOUT_S"
 
