@@ -37,9 +37,9 @@ def main(
         ),
     ] = None,
 ) -> None:
-    from sitedispatch.observability import to_stderr
+    if ctx.invoked_subcommand == "demo":  # the demo reads the stores in this process: their logs stay off stdout
+        from sitedispatch.observability import to_stderr
 
-    if ctx.invoked_subcommand != "local":  # local workers log like Lambda functions: INFO, to stdout
         to_stderr()
     use_env_file(env_file)
     use_stack(stack)

@@ -75,7 +75,10 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
 
 
 def test_the_cli_drives_the_running_local_runtime(runtime: LocalRuntime) -> None:
+    """The CLI, a process of its own, finds the runtime's API through the env file and drives it over HTTP (the
+    local API in its own process, its function in environments of their own)."""
     runtime.start_cloud(0)
+    runtime.start_api()
     runtime.start_worker("operations", 2)
     cli = [sys.executable, "-m", "sitedispatch", "--env-file", str(runtime.env_file)]
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
