@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure openapi synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+.PHONY: demo test unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ $(LAMBDA_WHEELS): requirements-lambda.lock $(STAMP)
 
 lambda-wheels: $(LAMBDA_WHEELS)
 
+# checkov (a third party's rule set over the synthesized template) in its own environment from its own lock: its
+# dependencies would otherwise move the project's pins. tests/infrastructure runs it.
+CHECKOV := .venv-checkov/.installed-$(shell sha256sum tools/checkov.lock | cut -c1-16)
+$(CHECKOV): tools/checkov.lock
+	test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet --disable-pip-version-check --require-hashes -r tools/checkov.lock
+	rm -f .venv-checkov/.installed-* && touch $@
+
+checkov: $(CHECKOV)
+
 demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
 	$(VENV)/bin/sitedispatch demo
 
@@ -35,7 +45,7 @@ demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared wi
 # printed; below the floor in pyproject.toml ([tool.coverage.report] fail_under) the run fails.
 COVERAGE := --cov --cov-report=term
 
-test: $(STAMP) $(LAMBDA_WHEELS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
+test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
 	$(PY) -m pytest -q --durations=10 $(COVERAGE)
 
 unit: $(STAMP)
@@ -47,7 +57,7 @@ integration: $(STAMP)
 acceptance: $(STAMP)
 	$(PY) -m pytest -q tests/acceptance
 
-infrastructure: $(STAMP) $(LAMBDA_WHEELS)
+infrastructure: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV)
 	$(PY) -m pytest -q tests/infrastructure
 
 openapi: $(STAMP)  ## regenerate openapi.json from the API's routes and models (make test compares it)

@@ -18,6 +18,7 @@ from sitedispatch.domain.settings import Settings
 
 from .access import AccessPolicies
 from .api import DispatchApi
+from .checkov import acknowledge_checkov
 from .functions import DispatchFunctions
 from .monitoring import DispatchMonitoring
 from .nag import apply_nag
@@ -66,6 +67,7 @@ class SiteDispatchStack(Stack):
         )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         apply_nag(self)
+        acknowledge_checkov(self, self.storage.access_logs)
 
     def function_environment(self) -> dict[str, str]:
         """The Settings fields that locate resources, as the environment variables Settings reads."""

@@ -261,6 +261,14 @@ def test_an_operations_own_permanent_errors_never_pause_its_site() -> None:
     """Found by a new user: 300 publishes for sites never provisioned went dead one by one, then each site paused
     itself and the rest waited. A poisoned input or an unprovisioned site says nothing about the destination."""
     harness = Harness(auto_pause_failures=3)
+    for n in range(6):  # work for a site never provisioned ends on its own, saying how to provision
+        result = harness.run("publish", site="bare-site", key=f"early-{n}")
+        assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
+    bare = harness.world.sites.get("bare-site")
+    assert bare is not None and not bare.paused and bare.consecutive_failures == 0
+    [dead, *_] = harness.world.operations.list(site_id="bare-site", status=Status.DEAD)
+    assert (dead.evidence or {})["recovery_command"].startswith("sitedispatch submit provision --site bare-site")
+
     harness.provisioned()
     for n in range(5):
         result = harness.import_file(FIXTURES / "malformed.xml", key=f"poisoned-{n}")
