@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, load_local_env
+from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, deps, load_local_env
 from sitedispatch.cli.output import console, reported
 from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, QUEUES
 
@@ -76,7 +76,7 @@ def worker(
     from sitedispatch.local.esm import run_worker
 
     with reported(False):
-        load_local_env()  # started in another shell: find the running local runtime as the other commands do
+        deps()  # started in another shell: find the running local runtime as the other commands do, or say so
     if queue not in QUEUES:
         raise typer.BadParameter(f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
     raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout, batch_size=batch_size, handler=handler))
@@ -92,7 +92,7 @@ def scheduler(
     from sitedispatch.local.scheduler import run_scheduler
 
     with reported(False):
-        load_local_env()
+        deps()
     raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))  # type: ignore[call-arg]
 
 

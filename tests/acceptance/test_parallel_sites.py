@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,33 @@ def test_the_cli_drives_the_running_local_runtime(runtime: LocalRuntime) -> None
     assert json.loads(waited.stdout)["status"] == "succeeded"
     status = subprocess.run([*cli, "status", "--json"], capture_output=True, text=True, env=clean_env, timeout=60)
     assert status.returncode == 0 and json.loads(status.stdout)["backlog_by_status"]["queued"] == 0
+
+
+def test_a_worker_and_the_scheduler_started_in_another_shell_find_the_running_runtime(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    """Started by hand in another shell (no environment), they read .sitedispatch/local.env as the CLI does."""
+    runtime.start_cloud(0)
+    shell = tmp_path / "shell"
+    (shell / ".sitedispatch").mkdir(parents=True)
+    (shell / ".sitedispatch" / "local.env").write_text(runtime.env_file.read_text())
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
+    scheduler = subprocess.run(
+        [sys.executable, "-m", "sitedispatch", "local", "scheduler", "--once"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        cwd=shell,
+        timeout=120,
+    )
+    assert scheduler.returncode == 0, scheduler.stdout[-1000:] + scheduler.stderr[-1000:]
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "sitedispatch", "local", "scheduler", "--once"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert elsewhere.returncode != 0 and "sitedispatch local up" in elsewhere.stderr + elsewhere.stdout
+    assert "Traceback" not in elsewhere.stderr
