@@ -73,6 +73,8 @@ API_VERSION = "1"
 # What only operators may call: the producer policy does not grant these routes at all (and the core refuses them).
 OPERATOR_ROUTES = frozenset({("PUT", "/quotas"), ("DELETE", "/quotas"), ("POST", "/reconcile")})
 MAX_WAIT_S = 20.0  # a long poll well inside API Gateway's 30 s integration timeout
+# The audit log is read one day partition at a time: a bounded look back bounds the reads of one request.
+MAX_AUDIT_S = 90 * 86_400
 WAIT_POLL_S = 0.5
 BODY_OVERHEAD_BYTES = 16 * 1024  # a submit's envelope around its input
 
@@ -326,7 +328,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
 
     @app.get("/audit", summary="Audit entries, newest first (a principal's own actions)")
     def audit(
-        since_s: Annotated[float, Query(ge=0, description="how far back, in seconds")] = 86_400.0,
+        since_s: Annotated[float, Query(ge=0, le=MAX_AUDIT_S, description="how far back, in seconds")] = 86_400.0,
         actor: Annotated[str | None, Query()] = None,
         action: Annotated[str | None, Query()] = None,
         target: Annotated[str | None, Query()] = None,

@@ -280,9 +280,10 @@ def _dead_letter_phase(
     console.print(f"  redriven with the complete export ({report['dlq_messages_removed']} DLQ message removed)")
     final = _wait_terminal(deps, op_id, timeout_s)
     recovered = final is not None and final.status == Status.SUCCEEDED
+    audit = api.operator.call("GET", "/audit", query={"target": op_id, "since_s": 3600})
     console.print(
         f"  {op_id}: {final.status.value if final else 'missing'} in epoch {final.epoch if final else '?'}"
-        f"; audit: {[e.action + ':' + e.outcome for e in deps.audit.list(0, time.time(), target=op_id)]}"
+        f"; audit: {[e['action'] + ':' + e['outcome'] for e in audit]}"
     )
     return {
         "operation_id": op_id,
