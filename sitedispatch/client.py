@@ -8,20 +8,22 @@ exceptions, rebuilt from the API's one error body, so a caller handles `Backpres
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
-from sitedispatch.domain.errors import InvalidInput, Unreachable, error_from_document
+from sitedispatch.domain.errors import Unreachable, error_from_document
 
+if TYPE_CHECKING:
+    from sitedispatch.domain.model import Operation
+
+T = TypeVar("T")
 IDENTITY_HEADER = "X-Sitedispatch-As"
-READ_CHUNK = 1 << 20
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -116,15 +118,10 @@ class ApiClient:
     def upload(self, site_id: str, path: Path) -> dict[str, Any]:
         """Stage a file for an import (hash it, ask for an upload, PUT it unless the same file is there): the
         import's params."""
-        try:
-            size = path.stat().st_size
-            digest = hashlib.sha256()
-            with path.open("rb") as fh:
-                while chunk := fh.read(READ_CHUNK):
-                    digest.update(chunk)
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
-        grant = self.call("POST", "/uploads", body={"site_id": site_id, "sha256": digest.hexdigest(), "bytes": size})
+        from sitedispatch.operations.uploads import file_digest
+
+        size, digest = file_digest(path)
+        grant = self.call("POST", "/uploads", body={"site_id": site_id, "sha256": digest, "bytes": size})
         if not grant["present"]:
             upload = grant["upload"]
             with path.open("rb") as fh:
@@ -137,6 +134,29 @@ class ApiClient:
             if response.status >= 300:
                 raise Unreachable(f"S3 refused the upload ({response.status}): {response.data[:300]!r}")
         return dict(grant["import_params"])
+
+
+def typed(cls: type[T], value: Any) -> T:
+    """An API body as the core's dataclass it was serialized from."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls).validate_python(value)
+
+
+def operation_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """An operation's own fields of a body that may carry more (GET /operations/{id} adds the estimate)."""
+    from dataclasses import fields
+
+    from sitedispatch.domain.model import Operation
+
+    names = {f.name for f in fields(Operation)}
+    return {k: v for k, v in body.items() if k in names}
+
+
+def operation_of(body: dict[str, Any]) -> Operation:
+    from sitedispatch.domain.model import Operation
+
+    return typed(Operation, operation_fields(body))
 
 
 def _query_value(value: Any) -> str:

@@ -233,8 +233,10 @@ class Dependencies:
             SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace)
         )
 
+    @cached_property
     def upload_signer(self) -> UploadSigner:
-        """Presigned uploads (SigV4: the checksum headers are signed) with this process's credentials."""
+        """Presigned uploads (SigV4: the checksum headers are signed) with this process's credentials; one client
+        per container, not one per upload request."""
         from botocore.config import Config
 
         from sitedispatch.aws.s3 import S3UploadSigner
@@ -259,13 +261,6 @@ class Dependencies:
                 self.publications,
             )
         )
-
-    def caller_identity(self) -> str:
-        """Who is calling, as AWS knows it (STS GetCallerIdentity, an assumed role without its session name): the
-        principal on AWS, and what the audit records."""
-        from sitedispatch.domain.model import stable_identity
-
-        return stable_identity(str(self.session.client("sts").get_caller_identity()["Arn"]))
 
     def reconciler(self) -> Reconciler:
         from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter

@@ -19,7 +19,6 @@ XRAY = (
     "X-Ray's PutTraceSegments and PutTelemetryRecords (added by active tracing) support no resource-level "
     "permissions: AWS documents Resource '*' for them"
 )
-STS = "sts:GetCallerIdentity supports no resource-level permissions (the CLI records the caller in the audit)"
 OBJECTS = (
     "object keys are per site and per content digest, unknown until run time; the wildcard is confined to "
     "this stack's bucket and the prefix the code writes"

@@ -12,7 +12,8 @@ This module only translates HTTP to the core's calls and the core's answers and 
     413              a body over the route's limit
     429 + Retry-After  backpressure (`retry_after_s`, `estimated_delay_s`, the limit and its value in the body)
 
-Every error body is `ErrorBody` (`sitedispatch.domain.errors.error_document`).
+Every error body is `ErrorBody` (written by `sitedispatch.domain.errors.error_document`), in the OpenAPI document
+for every route.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sitedispatch.api.models import (
     SubmitRequest,
     SubmittedOperation,
     UploadRequest,
+    error_responses,
 )
 from sitedispatch.domain.errors import (
     Backpressure,
@@ -49,8 +51,8 @@ from sitedispatch.domain.errors import (
     NotFound,
     SiteDispatchError,
     TooLarge,
-    Unreachable,
     error_document,
+    http_status,
 )
 from sitedispatch.domain.model import AuditEntry, Kind, Operation, Site, SiteConnection, Status, stable_identity
 from sitedispatch.operations.uploads import UploadGrant, grant_upload
@@ -77,31 +79,19 @@ MAX_WAIT_S = 20.0  # a long poll well inside API Gateway's 30 s integration time
 MAX_AUDIT_S = 90 * 86_400
 WAIT_POLL_S = 0.5
 BODY_OVERHEAD_BYTES = 16 * 1024  # a submit's envelope around its input
-
-
-def status_for(exc: SiteDispatchError) -> int:
-    if isinstance(exc, TooLarge):
-        return 413
-    if isinstance(exc, InvalidInput):
-        return 422
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, Backpressure):
-        return 429
-    if isinstance(exc, Unreachable):
-        return 503
-    return 500
+ERRORS = error_responses()
+SUBMIT_RESPONSES = {
+    **ERRORS,
+    200: {"description": "the same submit again (same key, same input): the existing operation"},
+    202: {"description": "accepted: a new operation (Location names it)"},
+}
 
 
 def error_response(exc: SiteDispatchError) -> Response[Any]:
     headers = {}
     if isinstance(exc, Backpressure):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    return Response(status_for(exc), content_types.APPLICATION_JSON, error_document(exc), headers=headers)
+    return Response(http_status(exc), content_types.APPLICATION_JSON, error_document(exc), headers=headers)
 
 
 def _field_of(error: dict[str, Any]) -> str | None:
@@ -109,11 +99,8 @@ def _field_of(error: dict[str, Any]) -> str | None:
     return ".".join(where) or None
 
 
-def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # noqa: C901  (one closure per route)
+def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # noqa: C901  (one closure per route)
     app = APIGatewayHttpResolver(enable_validation=True)
-
-    def deps() -> Dependencies:
-        return provide()
 
     def caller() -> Caller:
         iam = app.current_event.request_context.authorizer.iam
@@ -124,7 +111,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
 
     @app.exception_handler(SiteDispatchError)
     def refused(exc: SiteDispatchError) -> Response[Any]:
-        if status_for(exc) >= 500:
+        if http_status(exc) >= 500:
             obs.logger.exception("request failed", extra={"error_code": exc.code})
         return error_response(exc)
 
@@ -149,7 +136,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
 
     # -- operations -----------------------------------------------------------------------------------------
 
-    @app.post("/operations", summary="Submit one operation for a site", responses={202: {"description": "accepted"}})
+    @app.post("/operations", summary="Submit one operation for a site", responses=SUBMIT_RESPONSES)
     def submit(
         body: SubmitRequest,
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)] = None,
@@ -176,7 +163,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             )
         return Response(200, content_types.APPLICATION_JSON, view)
 
-    @app.get("/operations", summary="List operations, newest first (a principal's own)")
+    @app.get("/operations", responses=ERRORS, summary="List operations, newest first (a principal's own)")
     def list_operations(
         site_id: Annotated[str | None, Query()] = None,
         status: Annotated[Status | None, Query()] = None,
@@ -196,11 +183,17 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
         estimate = estimated_delay_for(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
         return OperationDetail.of(op, estimated_delay_s=estimate.delay_s, estimate=estimate)
 
-    @app.get("/operations/<operation_id>", summary="One operation (a waiting one with its estimated delay)")
+    @app.get(
+        "/operations/<operation_id>", responses=ERRORS, summary="One operation (a waiting one with its estimated delay)"
+    )
     def get_operation(operation_id: str) -> OperationDetail:
         return detail(deps().controls().operation(caller(), operation_id))
 
-    @app.get("/operations/<operation_id>/wait", summary="Long poll: the operation once terminal, or at the timeout")
+    @app.get(
+        "/operations/<operation_id>/wait",
+        responses=ERRORS,
+        summary="Long poll: the operation once terminal, or at the timeout",
+    )
     def wait_operation(
         operation_id: str, timeout_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = MAX_WAIT_S
     ) -> OperationDetail:
@@ -212,7 +205,11 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             op = controls.operation(who, operation_id)
         return detail(op)
 
-    @app.post("/operations/<operation_id>/cancel", summary="Cancel a queued operation, or a running one cooperatively")
+    @app.post(
+        "/operations/<operation_id>/cancel",
+        responses=ERRORS,
+        summary="Cancel a queued operation, or a running one cooperatively",
+    )
     def cancel_operation(operation_id: str, body: ReasonRequest) -> Operation:
         return deps().controls().cancel(caller(), operation_id, body.reason)
 
@@ -223,7 +220,9 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
         op = d.controls().operation(who, operation_id)
         return d.submitter().store_input(op.kind, op.site_id, who.identity, new_input)  # the caller's own upload
 
-    @app.post("/operations/<operation_id>/replay", summary="Replay a dead operation in a new attempt epoch")
+    @app.post(
+        "/operations/<operation_id>/replay", responses=ERRORS, summary="Replay a dead operation in a new attempt epoch"
+    )
     def replay_operation(operation_id: str, body: ReplayRequest) -> RedriveReport:
         return redrive_one(caller(), operation_id, body, "replay")
 
@@ -243,34 +242,36 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
 
     # -- sites ------------------------------------------------------------------------------------------------
 
-    @app.post("/sites", summary="Register a site with its driver, before its first operation")
+    @app.post("/sites", responses=ERRORS, summary="Register a site with its driver, before its first operation")
     def register_site(body: RegisterSiteRequest) -> Site:
         connection = SiteConnection(body.driver, body.url, body.credential)
         return deps().submitter().register_site(body.site_id, caller().identity, connection)
 
-    @app.get("/sites/<site_id>", summary="A site: owner, head, lease, fence, pause")
+    @app.get("/sites/<site_id>", responses=ERRORS, summary="A site: owner, head, lease, fence, pause")
     def get_site(site_id: str) -> Site:
         return deps().controls().site(caller(), site_id)
 
-    @app.get("/sites/<site_id>/history", summary="The site's commits and publications, newest first")
+    @app.get("/sites/<site_id>/history", responses=ERRORS, summary="The site's commits and publications, newest first")
     def site_history(site_id: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> SiteHistory:
         return deps().controls().history(caller(), site_id, limit)
 
-    @app.get("/sites/<site_id>/live", summary="The live content of one route of the site")
+    @app.get("/sites/<site_id>/live", responses=ERRORS, summary="The live content of one route of the site")
     def live_route(site_id: str, route: Annotated[str, Query(max_length=2048)] = "/") -> LiveRoute:
         return deps().controls().live_route(caller(), site_id, route)
 
-    @app.post("/sites/<site_id>/pause", summary="Pause a site: its queued operations wait, no attempt spent")
+    @app.post(
+        "/sites/<site_id>/pause", responses=ERRORS, summary="Pause a site: its queued operations wait, no attempt spent"
+    )
     def pause_site(site_id: str, body: ReasonRequest) -> Site:
         return deps().controls().set_paused(caller(), site_id, True, body.reason or "paused by operator")
 
-    @app.post("/sites/<site_id>/resume", summary="Resume a paused site")
+    @app.post("/sites/<site_id>/resume", responses=ERRORS, summary="Resume a paused site")
     def resume_site(site_id: str, body: ReasonRequest) -> Site:
         return deps().controls().set_paused(caller(), site_id, False, body.reason or None)
 
     # -- dead letters -----------------------------------------------------------------------------------------
 
-    @app.get("/dead-letters", summary="Dead operations with their evidence, newest first")
+    @app.get("/dead-letters", responses=ERRORS, summary="Dead operations with their evidence, newest first")
     def dead_letters(
         site_id: Annotated[str | None, Query()] = None,
         kind: Annotated[Kind | None, Query()] = None,
@@ -295,11 +296,11 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             for op in deps().controls().dead_letters(caller(), where, limit=limit)
         ]
 
-    @app.get("/dead-letters/<operation_id>", summary="The evidence document of a dead operation")
+    @app.get("/dead-letters/<operation_id>", responses=ERRORS, summary="The evidence document of a dead operation")
     def evidence(operation_id: str) -> dict[str, Any]:
         return deps().controls().evidence(caller(), operation_id)
 
-    @app.post("/dead-letters/redrive", summary="Queue dead operations again (dry run: what would be)")
+    @app.post("/dead-letters/redrive", responses=ERRORS, summary="Queue dead operations again (dry run: what would be)")
     def redrive(body: RedriveRequest) -> RedriveReport:
         who = caller()
         chosen = [bool(body.operation_id), bool(body.site_id), bool(body.error_code), body.all]
@@ -326,7 +327,7 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
 
     # -- audit, quotas, status, uploads, reconcile --------------------------------------------------------------
 
-    @app.get("/audit", summary="Audit entries, newest first (a principal's own actions)")
+    @app.get("/audit", responses=ERRORS, summary="Audit entries, newest first (a principal's own actions)")
     def audit(
         since_s: Annotated[float, Query(ge=0, le=MAX_AUDIT_S, description="how far back, in seconds")] = 86_400.0,
         actor: Annotated[str | None, Query()] = None,
@@ -346,12 +347,12 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             limit=limit,
         )
 
-    @app.get("/quotas", summary="A principal's limits in effect and its use of them")
+    @app.get("/quotas", responses=ERRORS, summary="A principal's limits in effect and its use of them")
     def get_quota(principal: Annotated[str | None, Query()] = None) -> PrincipalLimits:
         who = caller()
         return deps().controls().limits(who, principal or who.identity)
 
-    @app.put("/quotas", summary="Override a principal's limits (operators only)")
+    @app.put("/quotas", responses=ERRORS, summary="Override a principal's limits (operators only)")
     def set_quota(body: QuotaRequest) -> PrincipalLimits:
         return (
             deps()
@@ -365,26 +366,34 @@ def create_app(provide: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  
             )
         )
 
-    @app.delete("/quotas", summary="Remove a principal's override (operators only)")
+    @app.delete("/quotas", responses=ERRORS, summary="Remove a principal's override (operators only)")
     def clear_quota(
         principal: Annotated[str, Query()], reason: Annotated[str, Query(max_length=1000)] = ""
     ) -> PrincipalLimits:
         return deps().controls().clear_quota(caller(), principal, reason)
 
-    @app.get("/status", summary="Queue depths and ages, the backlog and estimated delays (a principal's own rows)")
+    @app.get(
+        "/status",
+        responses=ERRORS,
+        summary="Queue depths and ages, the backlog and estimated delays (a principal's own rows)",
+    )
     def status() -> StatusReport:
         d, who = deps(), caller()
         principal = d.controls().visible_principal(who)
         return collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), principal)
 
-    @app.post("/uploads", summary="A presigned upload of one file for an import, bound to the caller and its digest")
+    @app.post(
+        "/uploads",
+        responses=ERRORS,
+        summary="A presigned upload of one file for an import, bound to the caller and its digest",
+    )
     def upload(body: UploadRequest) -> UploadGrant:
         d, who = deps(), caller()
         return grant_upload(
-            d.blobs, d.upload_signer(), d.settings.max_upload_bytes, who.identity, body.site_id, body.sha256, body.bytes
+            d.blobs, d.upload_signer, d.settings.max_upload_bytes, who.identity, body.site_id, body.sha256, body.bytes
         )
 
-    @app.post("/reconcile", summary="Run one reconciler sweep now (operators only)")
+    @app.post("/reconcile", responses=ERRORS, summary="Run one reconciler sweep now (operators only)")
     def reconcile(body: ReconcileRequest) -> Sweep:
         who = caller()
         if not who.operator:
@@ -409,7 +418,7 @@ def oversized(event: dict[str, Any], limit: int) -> dict[str, Any] | None:
         return None
     refusal = TooLarge(f"the body is {size} bytes, over this API's {limit}-byte limit", field="body")
     return {
-        "statusCode": status_for(refusal),
+        "statusCode": http_status(refusal),
         "headers": {"Content-Type": content_types.APPLICATION_JSON},
         "body": json.dumps(error_document(refusal)),
         "isBase64Encoded": False,

@@ -111,9 +111,9 @@ class DeadLetterView:
     evidence: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class ErrorBody:
-    """Every error of every route: `error` is a stable code, `message` one line for a person."""
+class ErrorBody(BaseModel):
+    """Every error of every route: `error` is a stable code, `message` one line for a person; a refused field is
+    named in `field`; a 429 carries the limit and when to retry (also as the Retry-After header)."""
 
     error: str
     message: str
@@ -123,3 +123,21 @@ class ErrorBody:
     maximum: int | None = None
     retry_after_s: float | None = None
     estimated_delay_s: float | None = None
+
+
+def error_responses() -> dict[int, Any]:
+    """The error statuses every route may answer, each with the one error body (for the OpenAPI document)."""
+    described = {
+        400: "the body is not JSON",
+        403: "an operators' route, or an unsigned request",
+        404: "missing, or another tenant's",
+        409: "an idempotency or state conflict",
+        413: "the body is over the limit",
+        422: "a field is invalid (named in `field`)",
+        429: "a limit is full: nothing was written; retry after Retry-After",
+    }
+    errors = {
+        status: {"description": text, "content": {"application/json": {"model": ErrorBody}}}
+        for status, text in described.items()
+    }
+    return {200: {"description": "OK"}, **errors}  # no content given: the route's return model describes it

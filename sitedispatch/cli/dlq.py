@@ -9,7 +9,8 @@ import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, ReasonOpt, SiteFilterOpt, parse_age, parse_params
 from sitedispatch.cli.context import client
-from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
+from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.client import typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Kind
 

@@ -10,7 +10,8 @@ import typer
 from sitedispatch.cli import audit, dlq, local, ops, quotas, sites
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.context import client, producer, use_env_file, use_stack
-from sitedispatch.cli.output import console, emit_json, render_status, reported, typed
+from sitedispatch.cli.output import console, emit_json, render_status, reported
+from sitedispatch.client import typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import ENV_PREFIX
 

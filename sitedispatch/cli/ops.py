@@ -10,7 +10,8 @@ import typer
 from sitedispatch.cli.args import AsOpt, InputFileOpt, JsonOpt, SiteFilterOpt
 from sitedispatch.cli.context import client
 from sitedispatch.cli.dlq import redrive_command
-from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, reported, table, typed, when
+from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, reported, table, when
+from sitedispatch.client import operation_fields, operation_of, typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Operation, Status
 
@@ -64,20 +65,13 @@ def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
         if json:
             emit_json(body)
             return
-        op = typed(Operation, _operation_fields(body))
+        op = operation_of(body)
         render(op)
         if body.get("waiting_because"):
             console.print(f"waiting: {body['waiting_because']}")
         elif body.get("estimate") is not None:
             estimate = typed(DelayEstimate, body["estimate"])
             console.print(f"estimated delay: about {estimate.delay_s:g}s ({describe_estimate(op, estimate)})")
-
-
-def _operation_fields(body: dict[str, Any]) -> dict[str, Any]:
-    from dataclasses import fields
-
-    names = {f.name for f in fields(Operation)}
-    return {k: v for k, v in body.items() if k in names}
 
 
 @app.command("list")
@@ -124,7 +118,7 @@ def wait(
             body = api.call(
                 "GET", f"/operations/{operation_id}/wait", query={"timeout_s": round(min(WAIT_SLICE_S, left), 3)}
             )
-        emit_json(_operation_fields(body)) if json else render(typed(Operation, _operation_fields(body)))
+        emit_json(operation_fields(body)) if json else render(operation_of(body))
         if not Status(body["status"]).terminal:
             console.print(f"[yellow]still {body['status']} after {timeout:g}s[/]")
         if body["status"] != Status.SUCCEEDED.value:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -25,8 +25,6 @@ from sitedispatch.domain.errors import (
     error_document,
 )
 
-T = TypeVar("T")
-
 EXIT_OK = 0
 EXIT_INVALID = 2
 EXIT_NOT_FOUND = 3
@@ -35,13 +33,6 @@ EXIT_BACKPRESSURE = 75
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def typed(cls: type[T], value: Any) -> T:
-    """An API body as the core's dataclass it was serialized from (the renderers take those)."""
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(cls).validate_python(value)
 
 
 def exit_code_for(exc: SiteDispatchError) -> int:

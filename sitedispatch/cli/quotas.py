@@ -8,7 +8,8 @@ import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
 from sitedispatch.cli.context import client
-from sitedispatch.cli.output import console, emit_json, reported, table, typed, when
+from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.client import typed
 
 app = typer.Typer(
     help="Principals' limits: read them, override them (operators), clear overrides.", no_args_is_help=True

@@ -194,14 +194,26 @@ def error_from_document(doc: dict[str, Any], status: int) -> SiteDispatchError:
     return error
 
 
+# Each error's HTTP status, most specific first: the API answers with it, a client maps a status back with it.
+HTTP_STATUS: tuple[tuple[type[SiteDispatchError], int], ...] = (
+    (TooLarge, 413),
+    (InvalidInput, 422),
+    (NotFound, 404),
+    (Forbidden, 403),
+    (Conflict, 409),
+    (Backpressure, 429),
+    (Unreachable, 503),
+)
+
+
+def http_status(exc: SiteDispatchError) -> int:
+    return next((status for cls, status in HTTP_STATUS if isinstance(exc, cls)), 500)
+
+
+# What a status stands for when the body names no code of ours (API Gateway's own refusals, a proxy in between).
 STATUS_ERRORS: dict[int, type[SiteDispatchError]] = {
+    **{status: cls for cls, status in reversed(HTTP_STATUS)},
     400: InvalidInput,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: TooLarge,
-    422: InvalidInput,
     502: Unreachable,
-    503: Unreachable,
     504: Unreachable,
 }

@@ -7,7 +7,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +40,13 @@ class DemoApi:
         self.operator = ApiClient(url, identity="operator")
 
     def submit(self, kind: str, site: str, params: dict[str, Any], key: str | None = None) -> Operation:
-        from sitedispatch.cli.output import typed
+        from sitedispatch.client import operation_of
 
         headers = {"Idempotency-Key": key} if key else {}
         submitted = self.producer.call(
             "POST", "/operations", body={"kind": kind, "site_id": site, "params": params}, headers=headers
         )
-        body = self.producer.call("GET", f"/operations/{submitted['operation_id']}")
-        names = {f.name for f in fields(Operation)}
-        return typed(Operation, {k: v for k, v in body.items() if k in names})
+        return operation_of(self.producer.call("GET", f"/operations/{submitted['operation_id']}"))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from sitedispatch.client import IDENTITY_HEADER
+from sitedispatch.domain.errors import Forbidden, SiteDispatchError, TooLarge, error_document, http_status
 from sitedispatch.domain.resources import API_URL_VARIABLE
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs
@@ -126,11 +127,12 @@ def http_api_event(
     }
 
 
-def _gateway_error(status: int, code: str, message: str) -> dict[str, Any]:
+def _gateway_error(refusal: SiteDispatchError) -> dict[str, Any]:
+    """What API Gateway answers itself (an unsigned request, a body over its limit), in the API's one error body."""
     return {
-        "statusCode": status,
+        "statusCode": http_status(refusal),
         "headers": {"Content-Type": "application/json"},
-        "body": json.dumps({"error": code, "message": message}),
+        "body": json.dumps(error_document(refusal)),
     }
 
 
@@ -146,7 +148,7 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
-                self._reply(_gateway_error(413, "too_large", f"the body is over API Gateway's {MAX_BODY_BYTES} bytes"))
+                self._reply(_gateway_error(TooLarge(f"the body is over API Gateway's {MAX_BODY_BYTES} bytes", "body")))
                 self.close_connection = True
                 return
             body = self.rfile.read(length) if length else b""
@@ -155,10 +157,10 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
             if not caller:
                 self._reply(
                     _gateway_error(
-                        403,
-                        "forbidden",
-                        f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
-                        "on AWS, sign the request with SigV4",
+                        Forbidden(
+                            f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
+                            "on AWS, sign the request with SigV4"
+                        )
                     )
                 )
                 return
@@ -167,7 +169,7 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
                 response = invoke(event)
             except Exception as exc:  # an unhandled error in the function: API Gateway answers 500
                 emit(level="ERROR", message="function error", error=repr(exc))
-                response = _gateway_error(500, "internal", "Internal Server Error")
+                response = _gateway_error(SiteDispatchError("Internal Server Error"))
             self._reply(response)
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import uuid
 from dataclasses import dataclass, replace
@@ -33,7 +32,13 @@ from sitedispatch.drivers.wordpress.credentials import check_reference
 from sitedispatch.operations.admission import backpressure, limits_for
 from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
 from sitedispatch.operations.pace import Pace
-from sitedispatch.operations.uploads import UPLOAD_CONTENT_TYPE, check_upload, import_params, upload_key
+from sitedispatch.operations.uploads import (
+    UPLOAD_CONTENT_TYPE,
+    check_upload,
+    file_digest,
+    import_params,
+    upload_key,
+)
 
 ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
 
@@ -57,9 +62,6 @@ class SubmitDeps:
 
 def input_key(site_id: str, digest: str) -> str:
     return f"inputs/{site_id}/{digest}.json"
-
-
-UPLOAD_READ_BYTES = 1 << 20
 
 
 class Submitter:
@@ -185,22 +187,15 @@ class Submitter:
         input that names it. The queue message never carries the file."""
         if not SITE_ID_PATTERN.match(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
-        try:
-            size = path.stat().st_size
-            digest = hashlib.sha256()
-            with path.open("rb") as fh:
-                while chunk := fh.read(UPLOAD_READ_BYTES):
-                    digest.update(chunk)
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
+        size, digest = file_digest(path)
         if size > self.d.settings.max_upload_bytes:
             raise InvalidInput(
                 f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit", field="input-file"
             )
-        key = upload_key(principal, site_id, digest.hexdigest())
+        key = upload_key(principal, site_id, digest)
         with path.open("rb") as fh:
-            self.d.blobs.put_if_absent(key, fh, UPLOAD_CONTENT_TYPE, sha256=digest.hexdigest())
-        return import_params(key, digest.hexdigest(), size)
+            self.d.blobs.put_if_absent(key, fh, UPLOAD_CONTENT_TYPE, sha256=digest)
+        return import_params(key, digest, size)
 
     @staticmethod
     def _same_or_conflict(existing: Operation, digest: str) -> Submitted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sitedispatch.domain.errors import InvalidInput
@@ -13,6 +14,22 @@ from sitedispatch.domain.ports import BlobStore, SignedUpload, UploadSigner
 
 UPLOAD_CONTENT_TYPE = "application/xml"
 UPLOAD_GRANT_S = 900  # a grant's URL works for 15 minutes
+
+
+READ_CHUNK = 1 << 20  # files are hashed a megabyte at a time, never read whole
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, hex SHA-256) of a file to upload, streamed; a file that cannot be read is InvalidInput."""
+    try:
+        size = path.stat().st_size
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            while chunk := fh.read(READ_CHUNK):
+                digest.update(chunk)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}", field="input-file") from None
+    return size, digest.hexdigest()
 
 
 def owner_slug(principal: str) -> str:

@@ -12,7 +12,7 @@ from sitedispatch.domain.ports import OperationStore, SiteStore
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.domain.settings import Settings
 from sitedispatch.operations.admission import estimated_wait_s
-from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
+from sitedispatch.operations.estimates import principal_operation_s
 from sitedispatch.operations.pace import Pace
 
 
@@ -142,8 +142,8 @@ def _busiest(counts: Counter[Any]) -> list[tuple[Any, int]]:
 def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings) -> list[SiteDelay]:
     delays = []
     for site_id, backlog in _busiest(Counter(op.site_id for op in waiting)):
-        site_s = operation_seconds(sites, site_id, settings.default_operation_s)
-        site = sites.get(site_id)
+        site = sites.get(site_id)  # one read: its measured pace and whether it is paused
+        site_s = site.avg_operation_s if site is not None and site.avg_operation_s else settings.default_operation_s
         if site is not None and site.paused:
             reason = f"paused: {site.pause_reason or 'no reason given'}"
             delays.append(SiteDelay(site_id, backlog, round(site_s, 2), None, reason))

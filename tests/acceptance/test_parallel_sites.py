@@ -126,22 +126,13 @@ def test_a_worker_and_the_scheduler_started_in_another_shell_find_the_running_ru
     (shell / ".sitedispatch").mkdir(parents=True)
     (shell / ".sitedispatch" / "local.env").write_text(runtime.env_file.read_text())
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
-    scheduler = subprocess.run(
-        [sys.executable, "-m", "sitedispatch", "local", "scheduler", "--once"],
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        cwd=shell,
-        timeout=120,
-    )
+
+    def scheduler_once(cwd: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "sitedispatch", "local", "scheduler", "--once"]
+        return subprocess.run(command, capture_output=True, text=True, env=clean_env, cwd=cwd, timeout=120)
+
+    scheduler = scheduler_once(shell)
     assert scheduler.returncode == 0, scheduler.stdout[-1000:] + scheduler.stderr[-1000:]
-    elsewhere = subprocess.run(
-        [sys.executable, "-m", "sitedispatch", "local", "scheduler", "--once"],
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    elsewhere = scheduler_once(tmp_path)
     assert elsewhere.returncode != 0 and "sitedispatch local up" in elsewhere.stderr + elsewhere.stdout
     assert "Traceback" not in elsewhere.stderr
