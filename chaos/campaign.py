@@ -143,7 +143,7 @@ class Campaign:
             # Freeze durable state before reading it: with workers and schedules still running, a check reading
             # operations, commits and counters at different instants could see an operation mid-commit (seed 53).
             runtime.stop_many([c for c in runtime.children if c.name != "cloud"])
-            self.report.figures = check_after(self.deps, self.sites, self.ledger, self.violations)
+            self.report.figures = check_after(self.deps, self.deps.settings, self.sites, self.ledger, self.violations)
             phase("check")
             self.report.figures.update(
                 samples=sampler.samples,

@@ -20,6 +20,7 @@ from typing import Any
 
 from sitedispatch.domain.errors import NotFound
 from sitedispatch.domain.model import RUNNABLE, PublicationStatus, Status, sha256_hex
+from sitedispatch.domain.settings import Settings
 from sitedispatch.operations.admission import is_admission_counter, recount
 from sitedispatch.publication.live import object_key, receipt_key
 
@@ -123,7 +124,9 @@ class DriverLedger:
     started_at: float = field(default_factory=time.time)
 
 
-def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: Violations) -> dict[str, int]:
+def check_after(
+    deps: Any, settings: Settings, sites: list[str], ledger: DriverLedger, violations: Violations
+) -> dict[str, int]:
     """The invariants on the final durable state. Returns figures for the report."""
     ops = {}
     for status in Status:
@@ -167,7 +170,7 @@ def check_after(deps: Any, sites: list[str], ledger: DriverLedger, violations: V
             _check_evidence(deps, op, violations)
 
     counters = {k: v for k, v in deps.operations.counters().items() if is_admission_counter(k)}
-    expected = recount([op for op in ops.values() if op.status in RUNNABLE])
+    expected = recount(settings, [op for op in ops.values() if op.status in RUNNABLE])
     for name in sorted(counters.keys() | expected.keys()):
         if counters.get(name, 0) != expected.get(name, 0):
             violations.add("counters equal the recount", f"{name}: {counters.get(name, 0)} != {expected.get(name, 0)}")

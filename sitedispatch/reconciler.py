@@ -245,7 +245,7 @@ class Reconciler:
         started = d.clock.now()
         observed = {k: v for k, v in d.operations.counters().items() if is_admission_counter(k)}
         outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
-        expected = recount(outstanding)
+        expected = recount(self.d.settings, outstanding)
         repaired = 0
         for counter in sorted(observed.keys() | expected.keys()):
             have, want = observed.get(counter, 0), expected.get(counter, 0)

@@ -24,6 +24,7 @@ from sitedispatch.domain.errors import (
     NotFound,
     NotRunnable,
     StaleFence,
+    UnclaimedSite,
 )
 from sitedispatch.domain.model import (
     RUNNABLE,
@@ -53,6 +54,7 @@ from sitedispatch.domain.ports import (
     PublicationQueue,
     PublicationStore,
     QuotaStore,
+    SiteOwner,
     SiteStore,
     Slot,
     StoredObject,
@@ -93,6 +95,7 @@ class MemoryDb:
     counter_expiry: dict[str, float] = field(default_factory=dict)  # the TTL of per-minute counts
 
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
+    counter_owner: dict[str, str] = field(default_factory=dict)  # a site's owner, kept on its admission counter
 
     def check_room(self, counter: str, default: int) -> None:
         """The stores' admission condition: below the counter's own maximum, else the deployment's."""
@@ -129,14 +132,22 @@ class MemoryOperationStore:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
         with self.db.lock:
-            for counter, maximum in limits:
-                self.db.check_room(counter, maximum)
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
+            for counter, maximum in limits:
+                if owner is not None and counter == owner.counter:
+                    named = self.db.counter_owner.get(counter)
+                    if named is None and not owner.claim:
+                        raise UnclaimedSite(counter)
+                    if named is not None and named != op.principal:
+                        raise Conflict(f"site {op.site_id} belongs to another principal")
+                self.db.check_room(counter, maximum)
             for counter, _ in limits:
                 self.db.bump(counter, 1, op.created_at)
+            if owner is not None:
+                self.db.counter_owner.setdefault(owner.counter, op.principal)
             self.db.operations[op.operation_id] = op
 
     def counter(self, counter_id: str) -> int:
@@ -156,6 +167,10 @@ class MemoryOperationStore:
 
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
+
+    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
+        with self.db.lock:
+            return self.db.operations.get(operation_id), self.db.sites.get(site_id)
 
     def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: Any) -> None:
         if not ok:
@@ -298,7 +313,7 @@ class MemoryOperationStore:
                 self.db.bump(counter, 1, now)
             changes: dict[str, Any] = {}
             if new_input is not None:
-                changes = {"input_key": new_input[0], "input_digest": new_input[1]}
+                changes = {"input_key": new_input[0], "input_digest": new_input[1], "inline_input": None}
             self.db.operations[operation_id] = replace(
                 op,
                 status=Status.ACCEPTED,

@@ -11,18 +11,20 @@ from typing import Any
 
 from pynamodb.expressions.update import Action
 
+from sitedispatch.aws.sites import to_site
 from sitedispatch.aws.tables import Models, OperationItem
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
     conditionally,
     get_item,
+    get_items,
     transaction,
     under_limit,
 )
-from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence
-from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Operation, Status
-from sitedispatch.domain.ports import Slot
+from sitedispatch.domain.errors import AlreadyExists, Conflict, LimitReached, NotRunnable, StaleFence, UnclaimedSite
+from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Operation, Site, Status
+from sitedispatch.domain.ports import SiteOwner, Slot
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
@@ -64,6 +66,7 @@ def to_operation(item: OperationItem) -> Operation:
         superseded_by=item.superseded_by,
         running_slot=item.running_slot,
         evidence=item.evidence,
+        inline_input=item.inline_input,
     )
 
 
@@ -71,8 +74,9 @@ class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Operation
         self.C = models.Counter
+        self.S = models.Site
 
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
         M = self.M
         item = M(
             op.operation_id,
@@ -88,31 +92,51 @@ class DynamoOperationStore:
             attempt=op.attempt,
             attempt_budget=op.attempt_budget,
             epoch=op.epoch,
+            inline_input=op.inline_input,
         )
         try:
             with transaction(M) as tx:
                 tx.save(ROW, item, condition=M.operation_id.does_not_exist())
-                self._admit(tx, limits, op.created_at)
+                self._admit(tx, limits, op.created_at, owner, op.principal)
         except TransactionFailed as failed:
             raise failed.mapped(
-                [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits)]
+                [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits, owner, op.principal)]
             ) from failed.cause
 
-    def _admit(self, tx: NamedTransaction, limits: Sequence[tuple[str, int]], now: float) -> None:
+    def _admit(
+        self,
+        tx: NamedTransaction,
+        limits: Sequence[tuple[str, int]],
+        now: float,
+        owner: SiteOwner | None = None,
+        principal: str = "",
+    ) -> None:
         C = self.C
         for counter, maximum in limits:
-            tx.update(
-                f"counter:{counter}",
-                C(counter),
-                [C.value.add(1), C.changed_at.set(now)],
-                condition=under_limit(C, maximum),
-            )
+            actions: list[Action] = [C.value.add(1), C.changed_at.set(now)]
+            condition = under_limit(C, maximum)
+            if owner is not None and counter == owner.counter:
+                if owner.claim:
+                    actions.append(C.owner.set(C.owner | principal))  # if_not_exists: the first claim stays
+                    condition &= C.owner.does_not_exist() | (C.owner == principal)
+                else:
+                    condition &= C.owner == principal
+            tx.update(f"counter:{counter}", C(counter), actions, condition=condition)
 
-    def _limit_errors(self, limits: Sequence[tuple[str, int]]) -> list[tuple[str, Any]]:
-        return [
-            (f"counter:{counter}", lambda c=counter, m=maximum: self._limit_reached(c, m))
-            for counter, maximum in limits
-        ]
+    def _limit_errors(
+        self, limits: Sequence[tuple[str, int]], owner: SiteOwner | None = None, principal: str = ""
+    ) -> list[tuple[str, Any]]:
+        def refusal(counter: str, maximum: int) -> Exception:
+            if owner is not None and counter == owner.counter:
+                item = get_item(self.C, counter)
+                named = item.owner if item is not None else None
+                if named is None and not owner.claim:
+                    return UnclaimedSite(counter)
+                if named is not None and named != principal:
+                    return Conflict(f"site {counter.split('#', 1)[1]} belongs to another principal")
+            return self._limit_reached(counter, maximum)
+
+        return [(f"counter:{counter}", lambda c=counter, m=maximum: refusal(c, m)) for counter, maximum in limits]
 
     def counter(self, counter_id: str) -> int:
         item = get_item(self.C, counter_id)
@@ -140,6 +164,13 @@ class DynamoOperationStore:
     def get(self, operation_id: str) -> Operation | None:
         item = get_item(self.M, operation_id)
         return None if item is None else to_operation(item)
+
+    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
+        op_item, site_item = get_items((self.M, operation_id), (self.S, site_id))
+        return (
+            None if op_item is None else to_operation(op_item),  # type: ignore[arg-type]
+            None if site_item is None else to_site(site_item),  # type: ignore[arg-type]
+        )
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         M = self.M
@@ -333,7 +364,7 @@ class DynamoOperationStore:
             M.started_at.remove(),
         ]
         if new_input is not None:
-            actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1])]
+            actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1]), M.inline_input.remove()]
         try:
             with transaction(M) as tx:
                 tx.update(ROW, M(operation_id), actions, condition=(M.status == Status.DEAD.value) & (M.epoch == epoch))

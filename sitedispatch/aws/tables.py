@@ -69,6 +69,7 @@ class OperationItem(Model):
     superseded_by = UnicodeAttribute(null=True)
     running_slot = UnicodeAttribute(null=True)
     evidence = JSONAttribute(null=True)
+    inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
 
@@ -141,6 +142,8 @@ class CounterItem(Model):
     minute = NumberAttribute(null=True)  # per-minute buckets (operations/minute_counts.py): their minute
     total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
     maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
+    owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
+    pace_s = NumberAttribute(null=True)  # running#LANE#PRINCIPAL: the principal's recent operation time (EWMA)
     # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
     max_outstanding = NumberAttribute(null=True)
     max_running = NumberAttribute(null=True)

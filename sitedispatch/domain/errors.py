@@ -117,6 +117,13 @@ class LimitReached(SiteDispatchError):
         self.maximum = maximum  # in effect: an operator's quota on this counter, else the deployment's
 
 
+class UnclaimedSite(SiteDispatchError):
+    """A store's submit transaction found no owner on the site's counter (a first submit, or a site registered
+    before owners were kept there): the core checks the registration and submits again claiming it."""
+
+    code = "unclaimed_site"
+
+
 class OperationFailure(SiteDispatchError):
     """Raised by handlers. Subclasses decide between retry and dead."""
 

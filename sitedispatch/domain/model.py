@@ -114,6 +114,7 @@ class Operation:
     superseded_by: str | None = None
     running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
     evidence: dict[str, Any] | None = None  # when dead: the compact evidence (the full document is in S3)
+    inline_input: str | None = None  # a small input kept in the row (its canonical JSON); larger ones: input_key
 
     @property
     def dedup_id(self) -> str:

@@ -37,6 +37,16 @@ def checked_registration(site: Site, principal: str, connection: SiteConnection 
 
 
 @dataclass(frozen=True)
+class SiteOwner:
+    """The counter (a site's admission counter) that names a site's owner, checked in the submit transaction so a
+    submit reads nothing first. `claim`: record the principal when the counter names no one yet (the caller has
+    checked the site's registration)."""
+
+    counter: str
+    claim: bool = False
+
+
+@dataclass(frozen=True)
 class Slot:
     """A place under a running cap: `counter` may count at most `maximum` attempts at once."""
 
@@ -51,9 +61,11 @@ class Clock(Protocol):
 
 
 class OperationStore(Protocol):
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = ()) -> None:
+    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
         """Insert, and in the same transaction add 1 to each (counter, maximum) while under its maximum. Raises
-        AlreadyExists if the id is taken, LimitReached (writing nothing) if a counter is full."""
+        AlreadyExists if the id is taken (first, whatever else failed), LimitReached (writing nothing) if a counter
+        is full. With `owner`, the transaction also requires its counter to name the op's principal as the site's
+        owner (UnclaimedSite when it names none, writing nothing; with `owner.claim` it records it then)."""
 
     def counter(self, counter_id: str) -> int: ...
 
@@ -64,6 +76,9 @@ class OperationStore(Protocol):
         `quiet_since` (so a recount that raced with traffic never overwrites it). False when it moved."""
 
     def get(self, operation_id: str) -> Operation | None: ...
+
+    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
+        """The operation and a site (the one a message names), both current, in one round trip."""
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""

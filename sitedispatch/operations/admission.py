@@ -9,17 +9,47 @@ principal's limits (`Quota`, `sitedispatch quotas set`).
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sitedispatch.domain.errors import Backpressure, LimitReached
 from sitedispatch.domain.model import Operation, Quota, lane_for
-from sitedispatch.domain.ports import Slot
+from sitedispatch.domain.ports import OperationStore, Slot
 from sitedispatch.domain.resources import operation_lanes
 from sitedispatch.domain.settings import Settings
 
 GLOBAL = "global"
+# The global limit is kept on shards, so no one item is written by every operation (DynamoDB takes ~1,000 writes a
+# second per partition): an operation occupies the shard its id hashes to, each shard holding its share of the
+# maximum. Sums are read only on a refusal and by the recount.
+MAX_GLOBAL_SHARDS = 16
+MIN_SHARD_CAPACITY = 500  # fewer shards for a small limit: a shard of a few operations would refuse early
+
+
+def global_shards(maximum: int) -> int:
+    return max(1, min(MAX_GLOBAL_SHARDS, maximum // MIN_SHARD_CAPACITY))
+
+
+def global_counter(operation_id: str, shards: int) -> str:
+    """The global shard an operation occupies (one shard: the single `global` counter)."""
+    if shards <= 1:
+        return GLOBAL
+    return f"{GLOBAL}#{zlib.crc32(operation_id.encode()) % shards}"
+
+
+def global_counters(shards: int) -> list[str]:
+    return [GLOBAL] if shards <= 1 else [f"{GLOBAL}#{n}" for n in range(shards)]
+
+
+def shard_maximum(maximum: int, shards: int) -> int:
+    return -(-maximum // shards)
+
+
+def global_outstanding(operations: OperationStore, settings: Settings) -> int:
+    """Accepted, not yet terminal, in all: the sum of the global shards."""
+    return sum(operations.counter(c) for c in global_counters(global_shards(settings.max_outstanding_global)))
 
 
 RUNNING_PREFIX = "running#"
@@ -69,20 +99,26 @@ def quota_bounds(principal: str, quota: Quota | None) -> dict[str, int | None]:
     }
 
 
-def counters_for(op: Operation) -> tuple[str, ...]:
+def counters_for(settings: Settings, op: Operation) -> tuple[str, ...]:
     """The counters an operation occupies from acceptance until it is terminal."""
-    return (GLOBAL, principal_counter(op.principal), site_counter(op.site_id))
+    return (
+        global_counter(op.operation_id, global_shards(settings.max_outstanding_global)),
+        principal_counter(op.principal),
+        site_counter(op.site_id),
+    )
 
 
 def is_admission_counter(counter_id: str) -> bool:
-    return counter_id == GLOBAL or counter_id.startswith((principal_counter(""), site_counter(""), RUNNING_PREFIX))
+    return counter_id == GLOBAL or counter_id.startswith(
+        (f"{GLOBAL}#", principal_counter(""), site_counter(""), RUNNING_PREFIX)
+    )
 
 
-def recount(outstanding: Iterable[Operation]) -> dict[str, int]:
+def recount(settings: Settings, outstanding: Iterable[Operation]) -> dict[str, int]:
     """What the admission and running counters must hold, from the operations that are not terminal."""
     expected: Counter[str] = Counter()
     for op in outstanding:
-        expected.update(counters_for(op))
+        expected.update(counters_for(settings, op))
         if op.running_slot:
             expected[op.running_slot] += 1
     return dict(expected)
@@ -98,8 +134,14 @@ class Limit:
 
 def limits_for(settings: Settings, op: Operation) -> tuple[Limit, ...]:
     """The deployment's limits (a store applies an operator's quota kept on a counter instead, see QuotaStore)."""
+    shards = global_shards(settings.max_outstanding_global)
     return (
-        Limit(GLOBAL, settings.max_outstanding_global, "global", settings.expected_concurrency),
+        Limit(
+            global_counter(op.operation_id, shards),
+            shard_maximum(settings.max_outstanding_global, shards),
+            "global",
+            settings.expected_concurrency,
+        ),
         Limit(
             principal_counter(op.principal),
             settings.max_outstanding_per_principal,

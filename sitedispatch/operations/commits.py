@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from sitedispatch.domain.model import Commit, Lease, Operation, Publication, PublicationStatus, Site
 from sitedispatch.domain.ports import PreparedCommit
+from sitedispatch.domain.settings import Settings
 from sitedispatch.kinds.contract import Mutation
 from sitedispatch.operations.admission import counters_for
 
 AVERAGE_WEIGHT = 0.3  # of the latest operation in the site's running average of operation time
 
 
-def prepare_commit(op: Operation, site: Site, lease: Lease, mutation: Mutation, now: float) -> PreparedCommit:
+def prepare_commit(
+    settings: Settings, op: Operation, site: Site, lease: Lease, mutation: Mutation, now: float
+) -> PreparedCommit:
     """The commit record (version = head + 1, under our fence), the publication it asks for (its outbox row), the
     operation's result, the counters and running slot it releases, and the site's updated pace and due time."""
     commit = Commit(
@@ -49,7 +52,7 @@ def prepare_commit(op: Operation, site: Site, lease: Lease, mutation: Mutation, 
         expected_version=site.head_version,
         result=result,
         publication=publication,
-        counters=counters_for(op),
+        counters=counters_for(settings, op),
         avg_operation_s=round(average, 3),
         slot=op.running_slot,
         next_due_at=mutation.next_due_at,

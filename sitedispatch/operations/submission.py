@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch import observability as obs
-from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached
+from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached, UnclaimedSite
 from sitedispatch.domain.model import (
     DRIVERS,
     REFERENCE_DRIVER,
@@ -25,11 +25,11 @@ from sitedispatch.domain.model import (
     operation_id_for,
     sha256_hex,
 )
-from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteOwner, SiteStore
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.drivers.wordpress.credentials import check_reference
-from sitedispatch.operations.admission import backpressure, limits_for
+from sitedispatch.operations.admission import GLOBAL, backpressure, global_outstanding, limits_for, site_counter
 from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.uploads import (
@@ -58,6 +58,11 @@ class SubmitDeps:
     queue: OperationQueue
     clock: Clock
     pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
+
+
+# An input this small is kept in the operation's row: no S3 write at submit, no read at the attempt. Larger ones go
+# to S3 (a DynamoDB write is billed per KB of the whole row, and the row is written at every transition).
+INLINE_INPUT_BYTES = 1024
 
 
 def input_key(site_id: str, digest: str) -> str:
@@ -114,14 +119,8 @@ class Submitter:
         body, digest = self._validated(kind_enum, params, raw_size, principal, site_id)
         key = idempotency_key or uuid.uuid4().hex
         operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
-
-        existing = d.operations.get(operation_id)
-        if existing is not None:
-            return self._same_or_conflict(existing, digest)
-
         now = d.clock.now()
-        d.sites.register(site_id, principal, now)
-        d.blobs.put_if_absent(input_key(site_id, digest), body)
+        inline = len(body) <= INLINE_INPUT_BYTES
         op = Operation(
             operation_id=operation_id,
             site_id=site_id,
@@ -134,29 +133,54 @@ class Submitter:
             created_at=now,
             updated_at=now,
             attempt_budget=d.settings.attempt_budget,
+            inline_input=body.decode() if inline else None,
         )
-        limits = limits_for(d.settings, op)
+        if not inline:
+            d.blobs.put_if_absent(op.input_key, body)
         try:
-            d.operations.create(op, [(limit.counter, limit.maximum) for limit in limits])
-        except LimitReached as full:
-            obs.count("Backpressured")
-            limit = next(limit for limit in limits if limit.counter == full.counter)
-            per_operation = operation_seconds(d.sites, site_id, d.settings.default_operation_s)
-            if limit.name == "principal" and d.pace is not None:
-                _, per_operation = principal_operation_s(d.pace, lane_for(kind_enum), principal, now, per_operation)
-            raise backpressure(limit, full, per_operation) from None
+            self._create(op)
         except AlreadyExists:
-            # A concurrent submit with the same key won the race.
+            # The same key again (a client's retry, or a concurrent submit that won the race): never a new one.
             existing = d.operations.get(operation_id)
             assert existing is not None
             return self._same_or_conflict(existing, digest)
         # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
         sent_at = d.clock.now()
         d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id, lane_for(kind_enum))
-        d.operations.mark_queued(operation_id, sent_at)
+        queued = d.operations.mark_queued(operation_id, sent_at)
         obs.count("OperationAccepted")
-        refreshed = d.operations.get(operation_id) or op
-        return Submitted(refreshed, created=True)
+        # The row as written (no read back): queued, unless a fast worker moved it on first.
+        return Submitted(
+            replace(op, status=Status.QUEUED, queued_at=sent_at, updated_at=sent_at) if queued else op, True
+        )
+
+    def _create(self, op: Operation) -> None:
+        """One transaction: the row (unless its id exists), every admission counter under its maximum, and the
+        site's owner checked on its counter. The first submit to a site (its counter names no owner yet) registers
+        the site and submits again, claiming it."""
+        d = self.d
+        limits = limits_for(d.settings, op)
+        bounds = [(limit.counter, limit.maximum) for limit in limits]
+        owner = site_counter(op.site_id)
+        try:
+            try:
+                d.operations.create(op, bounds, SiteOwner(owner))
+            except UnclaimedSite:
+                d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's site
+                d.operations.create(op, bounds, SiteOwner(owner, claim=True))
+        except LimitReached as full:
+            obs.count("Backpressured")
+            limit = next(limit for limit in limits if limit.counter == full.counter)
+            if limit.name == "global":
+                full = LimitReached(
+                    GLOBAL, global_outstanding(d.operations, d.settings), d.settings.max_outstanding_global
+                )
+            per_operation = operation_seconds(d.sites, op.site_id, d.settings.default_operation_s)
+            if limit.name == "principal" and d.pace is not None:
+                _, per_operation = principal_operation_s(
+                    d.pace, lane_for(op.kind), op.principal, op.created_at, per_operation
+                )
+            raise backpressure(limit, full, per_operation) from None
 
     def _validated(
         self, kind: Kind, params: dict[str, Any], raw_size: int | None, principal: str, site_id: str

@@ -93,7 +93,7 @@ class OperationsWorker:
         """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
         `request_id` (the Lambda request) goes into dead-letter evidence."""
         self.request_id = request_id
-        op = self.d.operations.get(message.operation_id)
+        op, site = self.d.operations.get_with_site(message.operation_id, message.site_id)
         if op is None:
             return self._ack("unknown_operation", message)
         obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
@@ -105,7 +105,6 @@ class OperationsWorker:
                 # a redelivery of the operation is the earliest chance to send it again.
                 self._send_pending_publication(op.site_id, int(op.result["publication"]["seq"]))
             return self._ack(f"already_{op.status.value}", message)
-        site = self.d.sites.get(op.site_id)
         if site is None:
             error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
             return self._dead(op, None, error, message)
@@ -177,7 +176,7 @@ class OperationsWorker:
         try:
             if handler is None:
                 raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
-            payload = load_input(op.kind, d.blobs.get(op.input_key))
+            payload = load_input(op.kind, op_input(d.blobs, op))
             driver = driver_for(d.drivers, site)
             ctx = HandlerContext(
                 site=site,
@@ -194,7 +193,7 @@ class OperationsWorker:
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
-            prepared = prepare_commit(op, site, lease, mutation, now)
+            prepared = prepare_commit(d.settings, op, site, lease, mutation, now)
             d.commits.commit(prepared, now)
             commit, publication = prepared.commit, prepared.publication
         except AlreadyCommitted:
@@ -259,7 +258,7 @@ class OperationsWorker:
                 op.operation_id,
                 Status.SUPERSEDED,
                 self.d.clock.now(),
-                counters_for(op),
+                counters_for(self.d.settings, op),
                 from_statuses=(Status.ACCEPTED, Status.QUEUED),
                 reason=f"superseded by {newer.operation_id}",
                 superseded_by=newer.operation_id,
@@ -279,7 +278,7 @@ class OperationsWorker:
                 op.operation_id,
                 Status.CANCELLED,
                 self.d.clock.now(),
-                counters_for(op),
+                counters_for(self.d.settings, op),
                 from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
                 reason=op.cancel_requested or "cancelled",
                 slot=op.running_slot,
@@ -375,7 +374,7 @@ class OperationsWorker:
                 fence,
                 error,
                 d.clock.now(),
-                counters_for(op),
+                counters_for(self.d.settings, op),
                 slot=op.running_slot,
                 evidence=evidence.row(),
             )
@@ -426,6 +425,11 @@ class OperationsWorker:
         obs.count("DuplicateAcknowledged")
         obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
         return Result(Outcome.ACKED, reason)
+
+
+def op_input(blobs: BlobStore, op: Operation) -> bytes:
+    """The operation's input: kept in its row when small, else in S3 at its input key."""
+    return op.inline_input.encode() if op.inline_input is not None else blobs.get(op.input_key)
 
 
 def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:

@@ -418,7 +418,7 @@ class Controls:
                     op.operation_id,
                     Status.CANCELLED,
                     d.clock.now(),
-                    counters_for(op),
+                    counters_for(self.d.settings, op),
                     from_statuses=(Status.ACCEPTED, Status.QUEUED),
                     reason=reason or "cancelled",
                     slot=op.running_slot,

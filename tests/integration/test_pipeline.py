@@ -14,6 +14,8 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import IdempotencyConflict
 from sitedispatch.domain.model import QueueMessage, Status, sha256_hex
 from sitedispatch.local.esm import LambdaContext, settle, sqs_event
+from sitedispatch.operations.submission import INLINE_INPUT_BYTES
+from sitedispatch.operations.worker import op_input
 from tests.conftest import Cloud
 from tests.factories import PROVISION, present
 
@@ -59,13 +61,19 @@ def submit(cloud: Cloud, site: str, key: str | None = None, **params: str) -> st
     )
 
 
+LONG_URL = "https://example.org/" + "a" * INLINE_INPUT_BYTES
+
+
 def test_submit_stores_input_row_and_a_site_grouped_message(cloud: Cloud) -> None:
     op_id = submit(cloud, "acme-blog", key="k1")
 
     op = cloud.deps.operations.get(op_id)
     assert op is not None and op.status == Status.QUEUED
-    assert sha256_hex(cloud.deps.blobs.get(op.input_key)) == op.input_digest
-    [message] = receive(cloud)
+    assert sha256_hex(op_input(cloud.deps.blobs, op)) == op.input_digest and op.inline_input is not None
+    large = cloud.deps.operations.get(submit(cloud, "acme-blog", key="k2", url=LONG_URL))
+    assert large is not None and large.inline_input is None  # over the inline size: in S3
+    assert sha256_hex(cloud.deps.blobs.get(large.input_key)) == large.input_digest
+    message, _ = receive(cloud)
     assert json.loads(message["Body"]) == {"operation_id": op_id, "site_id": "acme-blog"}
     assert message["Attributes"]["MessageGroupId"] == "acme-blog"
     assert message["Attributes"]["MessageDeduplicationId"] == f"{op_id}-e0"
@@ -80,9 +88,9 @@ def test_idempotent_resubmit_and_conflict_against_dynamodb(cloud: Cloud) -> None
 
 
 def test_a_failing_site_in_a_batch_does_not_fail_another_sites_messages(cloud: Cloud, entrypoint: Any) -> None:
-    # Given two operations of site A, the first of which cannot load its input, and one of site B
-    a1 = submit(cloud, "site-a", key="a1")
-    a2 = submit(cloud, "site-a", key="a2", title="Second")
+    # Given two operations of site A, the first of which cannot load its input (kept in S3), and one of site B
+    a1 = submit(cloud, "site-a", key="a1", url=LONG_URL)
+    a2 = submit(cloud, "site-a", key="a2", title="Second", url=LONG_URL)
     b1 = submit(cloud, "site-b", key="b1")
     broken = cloud.deps.operations.get(a1)
     assert broken is not None

@@ -19,6 +19,7 @@ from sitedispatch.domain.errors import (
     NotFound,
     NotRunnable,
     StaleFence,
+    UnclaimedSite,
 )
 from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
 from sitedispatch.domain.ports import (
@@ -31,6 +32,7 @@ from sitedispatch.domain.ports import (
     PublicationQueue,
     PublicationStore,
     QuotaStore,
+    SiteOwner,
     SiteStore,
     Slot,
 )
@@ -189,6 +191,32 @@ def test_create_is_conditional(stores: Stores) -> None:
     stores.operations.create(new_op())
     with pytest.raises(AlreadyExists):
         stores.operations.create(new_op())
+
+
+def test_the_owner_on_a_sites_counter_is_checked_claimed_once_and_names_the_site(stores: Stores) -> None:
+    counter = "site#acme-blog"
+    with pytest.raises(UnclaimedSite):  # nobody named yet: nothing written
+        stores.operations.create(new_op("op_1"), [(counter, 5)], SiteOwner(counter))
+    assert stores.operations.get("op_1") is None and stores.operations.counter(counter) == 0
+    stores.operations.create(new_op("op_1"), [(counter, 5)], SiteOwner(counter, claim=True))
+    stores.operations.create(new_op("op_2"), [(counter, 5)], SiteOwner(counter))  # named: checked, not claimed
+    intruder = replace(new_op("op_3"), principal="intruder")
+    for claim in (False, True):
+        with pytest.raises(Conflict, match="belongs to another principal"):
+            stores.operations.create(intruder, [(counter, 5)], SiteOwner(counter, claim=claim))
+    assert stores.operations.get("op_3") is None and stores.operations.counter(counter) == 2
+    with pytest.raises(AlreadyExists):  # a repeat is named as such before anything else
+        stores.operations.create(new_op("op_1"), [(counter, 2)], SiteOwner(counter))
+
+
+def test_an_operation_and_its_site_are_read_together(stores: Stores) -> None:
+    assert stores.operations.get_with_site("op_1", "acme-blog") == (None, None)
+    stores.sites.register("acme-blog", "p", NOW)
+    stores.operations.create(new_op())
+    op, site = stores.operations.get_with_site("op_1", "acme-blog")
+    assert op == stores.operations.get("op_1") and site == stores.sites.get("acme-blog")
+    assert stores.operations.get_with_site("op_1", "other-site") == (op, None)
+    assert stores.operations.get_with_site("", "x" * 3000) == (None, None)
 
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])

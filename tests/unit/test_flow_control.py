@@ -13,7 +13,7 @@ from sitedispatch.domain.errors import Backpressure, Conflict, Forbidden, Invali
 from sitedispatch.domain.model import Kind, Status
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operations.admission import is_admission_counter, running_slot
+from sitedispatch.operations.admission import global_counter, global_shards, is_admission_counter, running_slot
 from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.operator.controls import Caller
 from tests.factories import PROVISION, present
@@ -66,7 +66,9 @@ def test_terminal_operations_release_their_counters() -> None:
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
     admission = {k: v for k, v in harness.world.db.counters.items() if is_admission_counter(k)}
-    assert admission == {"global": 0, "principal#tenant-a": 0, "site#acme-blog": 0, "running#operations#tenant-a": 0}
+    shard = global_counter(first, global_shards(harness.settings.max_outstanding_global))
+    assert shard.startswith("global#")  # the default limit is kept on shards
+    assert admission == {shard: 0, "principal#tenant-a": 0, "site#acme-blog": 0, "running#operations#tenant-a": 0}
     harness.submit(kind="publish", params={})  # accepted again
 
 

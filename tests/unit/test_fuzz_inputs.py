@@ -13,6 +13,7 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import IdempotencyConflict, InvalidInput
 from sitedispatch.domain.model import Kind, QueueMessage
 from sitedispatch.domain.schemas import load_input
+from sitedispatch.operations.worker import op_input
 from tests.conftest import examples
 from tests.factories import PROVISION
 from tests.fakes import RecordingVisibility
@@ -77,7 +78,7 @@ def test_a_submit_is_accepted_or_refused_with_a_field_naming_error(
     except IdempotencyConflict:
         return
     op = result.operation
-    stored = harness.world.blobs.get(op.input_key)
+    stored = op_input(harness.world.blobs, op)
     assert load_input(op.kind, stored).canonical_bytes() == stored  # the stored input is valid and canonical
     assert len(stored) <= harness.settings.max_input_bytes
 

@@ -32,7 +32,7 @@ def healthy() -> tuple[Harness, DriverLedger]:
 
 def violations_of(harness: Harness, ledger: DriverLedger) -> list[str]:
     found = Violations()
-    check_after(harness.world, SITES, ledger, found)
+    check_after(harness.world, harness.settings, SITES, ledger, found)
     return found.found
 
 

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
+from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import IdempotencyConflict, InvalidInput
 from sitedispatch.domain.model import Status, operation_id_for, sha256_hex, stable_identity
 from sitedispatch.domain.schemas import ProvisionInput
+from sitedispatch.operations.submission import INLINE_INPUT_BYTES
+from sitedispatch.operations.worker import op_input
 from tests.factories import PROVISION
 from tests.unit.conftest import Harness
 
@@ -18,7 +21,7 @@ def _nothing_written(h: Harness) -> bool:
     return not (w.db.operations or w.db.sites or w.blobs.objects or w.queue.sent)
 
 
-def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_message(harness: Harness) -> None:
+def test_accepted_operation_is_queued_with_its_input_and_a_site_grouped_message(harness: Harness) -> None:
     result = harness.submitter.submit(
         kind="provision", site_id="acme-blog", principal="tenant-a", params=PROVISION, idempotency_key="k1"
     )
@@ -26,13 +29,23 @@ def test_accepted_operation_is_queued_with_its_input_blob_and_a_site_grouped_mes
     op = result.operation
     assert result.created and op.status == Status.QUEUED and op.queued_at is not None
     assert op.operation_id == operation_id_for("tenant-a", "acme-blog", "provision", "k1")
-    stored = harness.world.blobs.get(op.input_key)
+    stored = op_input(harness.world.blobs, op)
     assert sha256_hex(stored) == op.input_digest
     assert ProvisionInput.model_validate_json(stored).title == "Acme Blog"
+    assert op.inline_input is not None and harness.world.blobs.objects == {}  # small: in the row, nothing in S3
     [sent] = harness.world.queue.sent
     assert json.loads(sent.message.to_body()) == {"operation_id": op.operation_id, "site_id": "acme-blog"}
     assert sent.dedup_id == f"{op.operation_id}-e0" and sent.lane == "operations"
     assert harness.world.sites.get("acme-blog").principal == "tenant-a"  # type: ignore[union-attr]
+
+
+def test_an_input_over_the_inline_size_is_stored_in_s3_and_read_from_there(harness: Harness) -> None:
+    params = {**PROVISION, "url": "https://example.org/" + "a" * INLINE_INPUT_BYTES}
+    op = harness.submitter.submit(kind="provision", site_id="acme-blog", principal="tenant-a", params=params).operation
+
+    assert op.inline_input is None and harness.world.blobs.get(op.input_key) == op_input(harness.world.blobs, op)
+    assert sha256_hex(harness.world.blobs.get(op.input_key)) == op.input_digest
+    assert harness.deliver(op.operation_id)[0].outcome == Outcome.SUCCEEDED
 
 
 def test_same_key_same_input_returns_the_same_operation_without_a_second_message(harness: Harness) -> None:
