@@ -32,6 +32,11 @@ PRICES: dict[str, float] = {
     "lambda_request": 0.20 / 1e6,
     "lambda_gb_second_arm": 0.0000133334,
 }
+# Temporal Cloud, for the same dispatch: its list price per million actions (Essentials, first tier, as last read:
+# 2024-11, not re-read offline) and the fewest actions one dispatched operation costs there (start the workflow,
+# schedule one activity; retries, signals, timers and heartbeats add more).
+TEMPORAL_PER_MILLION_ACTIONS = 50.0
+TEMPORAL_ACTIONS_PER_OPERATION = 2
 WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem"}
 READ_OPERATIONS = {"GetItem", "BatchGetItem", "Query", "Scan"}  # a batch: priced as one read here (its keys are 1-2)
 
@@ -40,10 +45,16 @@ class RequestCounter:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.transact_items = 0
+        self.route_objects = 0  # PutObject of a publication's route objects (what a site publishes, not dispatch)
+        self.paused = False  # the benchmark's own reads (is it done yet?) are not the operation's
 
     def __call__(self, params: Any, model: Any, **_: Any) -> None:
         """botocore's provide-client-params event: the operation model and its API parameters."""
+        if self.paused:
+            return
         self.counts[f"{model.service_model.service_name}:{model.name}"] += 1
+        if model.name == "PutObject" and "/revisions/" in str((params or {}).get("Key", "")):
+            self.route_objects += 1
         if model.name == "TransactWriteItems" and isinstance(params, dict):
             self.transact_items += len(params.get("TransactItems", []))
 
@@ -52,9 +63,11 @@ class RequestCounter:
             "requests": dict(sorted(self.counts.items())),
             "total": sum(self.counts.values()),
             "transact_items": self.transact_items,
+            "route_objects": self.route_objects,
         }
         self.counts.clear()
         self.transact_items = 0
+        self.route_objects = 0
         return snapshot
 
 
@@ -126,16 +139,20 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
     raise TimeoutError("queues still busy")
 
 
-def _finished(deps: Dependencies, operation_id: str, site: str) -> Any:
+def _finished(deps: Dependencies, counter: RequestCounter, operation_id: str, site: str) -> Any:
     from sitedispatch.domain.model import PublicationStatus
 
     def check() -> bool:
-        op = deps.operations.get(operation_id)
-        open_publications = [
-            p
-            for p in deps.publications.list(site, limit=5)
-            if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}
-        ]
+        counter.paused = True
+        try:
+            op = deps.operations.get(operation_id)
+            open_publications = [
+                p
+                for p in deps.publications.list(site, limit=5)
+                if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}
+            ]
+        finally:
+            counter.paused = False
         return op is not None and op.status.terminal and not open_publications
 
     return check
@@ -174,17 +191,21 @@ def measure() -> dict[str, Any]:
                 kind=kind, site_id=site, principal="bench", params=params, idempotency_key=key
             ).operation
             submitted = counter.reset()
-            finished = _finished(producer, op.operation_id, site)
+            finished = _finished(producer, counter, op.operation_id, site)
             invocations, seconds = _pump(producer, counter, finished)
             worked = counter.reset()
             total = Counter(submitted["requests"]) + Counter(worked["requests"])
             items = submitted["transact_items"] + worked["transact_items"]
+            routes = worked["route_objects"]
             results[key] = {
                 "kind": kind,
                 "submit": submitted,
                 "functions": worked,
                 "invocations": invocations,
                 "total_requests": sum(total.values()),
+                "route_objects": routes,
+                "overhead_requests": sum(total.values()) - routes,
+                "temporal_cloud_per_million_usd": TEMPORAL_ACTIONS_PER_OPERATION * TEMPORAL_PER_MILLION_ACTIONS,
                 "request_cost_per_million_usd": cost_per_million(dict(total), items, 0, 0.0),
                 "lambda_cost_per_million_usd": cost_per_million({}, 0, invocations, seconds),
                 "lambda_seconds_on_emulator": round(seconds, 3),
@@ -219,15 +240,27 @@ def measure() -> dict[str, Any]:
     return results
 
 
+def by_api(row: dict[str, Any]) -> str:
+    total = Counter(row["submit"]["requests"]) + Counter(row["functions"]["requests"])
+    return ", ".join(f"{name.split(':', 1)[1]} {n}" for name, n in sorted(total.items(), key=lambda kv: -kv[1]))
+
+
 def main() -> dict[str, Any]:
     results = measure()
+    print(
+        f"{'kind':>26} | submit | functions | total | route objects | overhead | requests $/M | Lambda $/M | "
+        f"Temporal Cloud $/M (>= {TEMPORAL_ACTIONS_PER_OPERATION} actions)",
+        flush=True,
+    )
     for key, row in results.items():
         print(
-            f"{key:>26}: {row['total_requests']} AWS requests ({row['submit']['total']} at submit), "
-            f"{row['invocations']} invocations; requests ${row['request_cost_per_million_usd']} per million "
-            f"operations, Lambda ${row['lambda_cost_per_million_usd']} (emulator timing: an upper bound)",
+            f"{key:>26} | {row['submit']['total']:>6} | {row['functions']['total']:>9} | {row['total_requests']:>5} | "
+            f"{row['route_objects']:>13} | {row['overhead_requests']:>8} | {row['request_cost_per_million_usd']:>12} | "
+            f"{row['lambda_cost_per_million_usd']:>10} | {row['temporal_cloud_per_million_usd']:>6}",
             flush=True,
         )
+    for key, row in results.items():
+        print(f"{key:>26}: {by_api(row)}", flush=True)
     return {"prices": {"read_on": PRICES_READ_ON, **PRICES}, "per_operation": results}
 
 

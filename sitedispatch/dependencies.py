@@ -123,9 +123,11 @@ class Dependencies:
 
     @cached_property
     def pace(self) -> Pace:
+        from sitedispatch.operations.minute_counts import MinuteCounts
         from sitedispatch.operations.pace import Pace
 
-        return Pace(self.minute_counts)
+        # a principal's own bucket (hot only past ~500 completions a second of one principal): one shard
+        return Pace(MinuteCounts(self.minute_counts.buckets, shards=1))
 
     @cached_property
     def quotas(self) -> QuotaStore:

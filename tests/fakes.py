@@ -650,7 +650,7 @@ class MemoryBlobStore:
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         body = self.objects.get(key)
-        return None if body is None else (body, hashlib.md5(body).hexdigest())
+        return None if body is None else (body, '"' + hashlib.md5(body).hexdigest() + '"')  # S3's ETag: quoted
 
     def describe(self, key: str) -> StoredObject | None:
         body = self.objects.get(key)

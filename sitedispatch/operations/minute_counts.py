@@ -9,11 +9,15 @@ share them: the retry budget (`retry_budget.py`) and each principal's pace (`pac
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 RING_MINUTES = 10
+# Each minute's count is spread over shards (a writer picks one at random; a reader sums them in the same one
+# BatchGetItem): the retry budget's bucket is written by every attempt, and one item takes ~1,000 writes a second.
+SHARDS = 8
 
 
 @dataclass(frozen=True)
@@ -37,23 +41,26 @@ def minute_of(now: float) -> int:
     return int(now // 60)
 
 
-def bucket_id(name: str, minute: int) -> str:
-    return f"{name}@{minute % RING_MINUTES}"
+def bucket_id(name: str, minute: int, shard: int = 0) -> str:
+    return f"{name}@{minute % RING_MINUTES}" + (f"#{shard}" if shard else "")
 
 
 class MinuteCounts:
-    def __init__(self, buckets: MinuteBuckets) -> None:
+    def __init__(self, buckets: MinuteBuckets, shards: int = SHARDS, rng: random.Random | None = None) -> None:
         self.buckets = buckets
+        self.shards = shards
+        self.rng = rng or random.Random()
 
     def add(self, name: str, now: float, count: int = 1, amount: int = 0) -> None:
         minute = minute_of(now)
-        self.buckets.add(bucket_id(name, minute), minute, count, amount)
+        self.buckets.add(bucket_id(name, minute, self.rng.randrange(self.shards)), minute, count, amount)
 
     def totals(self, name: str, now: float, minutes: int) -> tuple[int, int]:
         """(count, amount) over the current minute and the `minutes - 1` before it."""
         assert 0 < minutes < RING_MINUTES
         current = minute_of(now)
         window = range(current - minutes + 1, current + 1)
-        found = self.buckets.read([bucket_id(name, m) for m in window])
-        inside = [b for m in window if (b := found.get(bucket_id(name, m))) is not None and b.minute == m]
+        ids = {(m, shard): bucket_id(name, m, shard) for m in window for shard in range(self.shards)}
+        found = self.buckets.read(list(ids.values()))
+        inside = [b for (m, _), key in ids.items() if (b := found.get(key)) is not None and b.minute == m]
         return sum(b.count for b in inside), sum(b.amount for b in inside)

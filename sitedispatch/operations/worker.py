@@ -139,7 +139,7 @@ class OperationsWorker:
             return self._defer(visibility, wait, "lease_held")
         # Tie the message's visibility to the lease as soon as we hold it (heartbeats extend both): if this process
         # dies or stalls from here on, the message (and with it the site's FIFO group) is back within two leases
-        # rather than the queue's visibility timeout (6 x the function timeout).
+        # rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the interactive lane).
         visibility.change(d.settings.lease_seconds * 2)
 
         try:

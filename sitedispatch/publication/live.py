@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -42,25 +43,47 @@ def canonical(document: dict[str, Any]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def write_live_document(blobs: BlobStore, site: Site) -> bool:
-    """Make live.json say what the site's live pointer says, never moving it backwards (compare-and-swap on the
-    object's ETag). True when live.json is at least as new as `site` afterwards."""
-    if site.live_revision is None:
-        return False
-    document = canonical(
+def live_document(site_id: str, seq: int, revision_id: str) -> bytes:
+    return canonical(
         {
-            "site_id": site.site_id,
-            "revision_id": site.live_revision,
-            "seq": site.live_seq,
-            "receipt": receipt_key(site.site_id, site.live_revision),
-            "prefix": revision_prefix(site.site_id, site.live_revision),
+            "site_id": site_id,
+            "revision_id": revision_id,
+            "seq": seq,
+            "receipt": receipt_key(site_id, revision_id),
+            "prefix": revision_prefix(site_id, revision_id),
         }
     )
+
+
+def expected_etag(document: bytes) -> str:
+    """The ETag S3 gives a single-part PUT of these bytes, unencrypted or SSE-S3 (the bucket's): their MD5."""
+    return '"' + hashlib.md5(document, usedforsecurity=False).hexdigest() + '"'
+
+
+def write_live_document(blobs: BlobStore, site: Site, previous: Site | None = None) -> bool:
+    """Make live.json say what the site's live pointer says, never moving it backwards (compare-and-swap on the
+    object's ETag). True when live.json is at least as new as `site` afterwards.
+
+    `previous`, the site as it was before this promotion, names the document live.json should hold now; its ETag
+    is computed, not read, so the usual case is one conditional PUT. Anything else (a finisher that has not written
+    yet, a newer one that has) fails that condition and falls back to read-compare-swap."""
+    if site.live_revision is None:
+        return False
+    key = live_key(site.site_id)
+    document = live_document(site.site_id, site.live_seq, site.live_revision)
+    if previous is not None:
+        before = (
+            expected_etag(live_document(previous.site_id, previous.live_seq, previous.live_revision))
+            if previous.live_revision is not None
+            else None
+        )
+        if blobs.replace(key, document, before):
+            return True
     for _ in range(CAS_ATTEMPTS):
-        current = blobs.read_versioned(live_key(site.site_id))
+        current = blobs.read_versioned(key)
         if current is not None and json.loads(current[0]).get("seq", 0) >= site.live_seq:
             return True
-        if blobs.replace(live_key(site.site_id), document, current[1] if current else None):
+        if blobs.replace(key, document, current[1] if current else None):
             return True
     return False
 

@@ -14,7 +14,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
@@ -122,6 +122,10 @@ class PublicationWorker:
         plan = self._plan_for(site, message.revision_id)
         routes = plan.routes
         parts = chunks(routes, d.settings.publication_chunk_routes)
+        if message.step == "plan" and len(parts) <= 1:
+            # One chunk: rendered here, not fanned out (no plan write, chunk message, chunk receipt or fan-in)
+            entries = self._render(plan.source, publication, parts[0] if parts else [])
+            return self._finish(publication, site, routes, entries)
         if message.step == "plan":
             return self._plan(publication, len(parts))
         if publication.total_chunks != len(parts) or not 0 <= message.chunk < len(parts):
@@ -131,7 +135,7 @@ class PublicationWorker:
         done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
         if len(done.done_chunks) < len(parts):
             return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{len(parts)}")
-        return self._finish(done, routes, len(parts))
+        return self._finish(done, site, routes, self._chunk_entries(done, len(parts)))
 
     def _plan(self, publication: Publication, total: int) -> Result:
         d = self.d
@@ -142,6 +146,15 @@ class PublicationWorker:
         return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
 
     def _render_chunk(self, source: RouteSource, publication: Publication, chunk: int, part: list[Route]) -> None:
+        entries = self._render(source, publication, part)
+        total = publication.total_chunks or 0
+        self.d.blobs.put_if_absent(
+            chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
+            canonical({"chunk": chunk, "routes": entries}),
+        )
+
+    def _render(self, source: RouteSource, publication: Publication, part: list[Route]) -> list[dict[str, object]]:
+        """Store each route's object (immutable) and describe it for the receipt."""
         d = self.d
         prefix = revision_prefix(publication.site_id, publication.revision_id)
 
@@ -164,24 +177,27 @@ class PublicationWorker:
 
         with ThreadPoolExecutor(max_workers=PUT_CONCURRENCY) as pool:
             entries = list(pool.map(put, part))
-        total = publication.total_chunks or 0
-        d.blobs.put_if_absent(
-            chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
-            canonical({"chunk": chunk, "routes": entries}),
-        )
         obs.count("RoutesRendered", len(entries))
+        return entries
 
-    def _finish(self, publication: Publication, routes: list[Route], total: int) -> Result:
-        """Every chunk is done: receipt (only now, listing every route), then promotion, then live.json."""
-        d = self.d
+    def _chunk_entries(self, publication: Publication, total: int) -> list[dict[str, object]]:
         site_id, revision_id = publication.site_id, publication.revision_id
         entries: list[dict[str, object]] = []
         for chunk in range(total):
             try:
-                part = json.loads(d.blobs.get(chunk_receipt_key(site_id, revision_id, total, chunk)))
+                part = json.loads(self.d.blobs.get(chunk_receipt_key(site_id, revision_id, total, chunk)))
             except NotFound:
                 raise RuntimeError(f"chunk {chunk} marked done but its receipt is missing") from None
             entries.extend(part["routes"])
+        return entries
+
+    def _finish(
+        self, publication: Publication, before: Site, routes: list[Route], entries: list[dict[str, object]]
+    ) -> Result:
+        """Every route is stored: receipt (only now, listing every route), then promotion, then live.json.
+        `before` is the site as read when this step began."""
+        d = self.d
+        site_id, revision_id = publication.site_id, publication.revision_id
         if [e["route"] for e in entries] != [r.path for r in routes]:
             raise RuntimeError("chunk receipts do not cover the planned routes")
         receipt = canonical(
@@ -196,14 +212,17 @@ class PublicationWorker:
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
         now = d.clock.now()
         promoted = d.sites.promote(site_id, publication.seq, revision_id, now)
-        site = d.sites.get(site_id)
-        # A refused promotion is a newer publication's win, unless the pointer already names this one (an earlier
-        # promotion of it whose reply was lost): then it is published.
-        promoted = promoted or (site is not None and _is_live(site, publication))
+        if promoted:  # the pointer is ours: no need to read it back
+            site: Site | None = replace(before, live_seq=publication.seq, live_revision=revision_id, live_at=now)
+        else:
+            # A refused promotion is a newer publication's win, unless the pointer already names this one (an
+            # earlier promotion of it whose reply was lost): then it is published.
+            site = d.sites.get(site_id)
+            promoted = site is not None and _is_live(site, publication)
         status = PublicationStatus.PUBLISHED if promoted else PublicationStatus.SUPERSEDED
         d.publications.finish(site_id, publication.seq, status, now)
         if site is not None:
-            write_live_document(d.blobs, site)
+            write_live_document(d.blobs, site, previous=before)
         obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")
         if promoted:
             obs.seconds("PublicationLatency", now - publication.created_at)
