@@ -60,6 +60,7 @@ from sitedispatch.domain.ports import (
     StoredObject,
     Visibility,
     checked_registration,
+    foreign_site,
 )
 from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets
 
@@ -142,7 +143,7 @@ class MemoryOperationStore:
                     if named is None and not owner.claim:
                         raise UnclaimedSite(counter)
                     if named is not None and named != op.principal:
-                        raise Conflict(f"site {op.site_id} belongs to another principal")
+                        raise foreign_site(op.site_id)
                 self.db.check_room(counter, maximum)
             for counter, _ in limits:
                 self.db.bump(counter, 1, op.created_at)

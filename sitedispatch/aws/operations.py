@@ -22,9 +22,9 @@ from sitedispatch.aws.writes import (
     transaction,
     under_limit,
 )
-from sitedispatch.domain.errors import AlreadyExists, Conflict, LimitReached, NotRunnable, StaleFence, UnclaimedSite
+from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence, UnclaimedSite
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Operation, Site, Status
-from sitedispatch.domain.ports import SiteOwner, Slot
+from sitedispatch.domain.ports import SiteOwner, Slot, foreign_site
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
@@ -133,7 +133,7 @@ class DynamoOperationStore:
                 if named is None and not owner.claim:
                     return UnclaimedSite(counter)
                 if named is not None and named != principal:
-                    return Conflict(f"site {counter.split('#', 1)[1]} belongs to another principal")
+                    return foreign_site(counter.split("#", 1)[1])
             return self._limit_reached(counter, maximum)
 
         return [(f"counter:{counter}", lambda c=counter, m=maximum: refusal(c, m)) for counter, maximum in limits]

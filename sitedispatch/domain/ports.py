@@ -24,10 +24,15 @@ from sitedispatch.domain.model import (
 )
 
 
+def foreign_site(site_id: str) -> Conflict:
+    """The refusal of a site to anyone but its owner (registration, and the owner kept on the site's counter)."""
+    return Conflict(f"site {site_id} belongs to another principal")
+
+
 def checked_registration(site: Site, principal: str, connection: SiteConnection | None) -> Site:
     """The rule every SiteStore applies after its conditional create: a site has one owner and one connection."""
     if site.principal != principal:
-        raise Conflict(f"site {site.site_id} belongs to another principal")
+        raise foreign_site(site.site_id)
     if connection is not None and connection != site.connection:
         raise Conflict(
             f"site {site.site_id} is registered as {site.connection.describe()}; it cannot become "
