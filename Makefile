@@ -8,7 +8,9 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
 LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements-lambda.lock | cut -c1-16)
-LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version 3.14 --implementation cp
+# The Lambda runtime's Python (stacks/bundling.py LAMBDA_PYTHON; a test checks they agree).
+LAMBDA_PYTHON := 3.13
+LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version $(LAMBDA_PYTHON) --implementation cp
 
 .PHONY: demo test unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
@@ -18,7 +20,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-# The Lambda functions' wheels for their platform (Python 3.14, arm64), hash-checked, downloaded once: synthesis then
+# The Lambda functions' wheels for their platform (Python $(LAMBDA_PYTHON), arm64), hash-checked, downloaded once: synthesis then
 # bundles the asset from this directory with no network and no Docker.
 $(LAMBDA_WHEELS): requirements-lambda.lock $(STAMP)
 	rm -rf .cache/lambda-wheels && mkdir -p .cache/lambda-wheels
@@ -97,7 +99,7 @@ lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the p
 	$(VENV)/bin/pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra cdk --extra bench --extra dev --generate-hashes \
 		--python-version 3.11 -o requirements.lock
-	$(VENV)/bin/uv pip compile requirements-lambda.in --generate-hashes --python-version 3.14 \
+	$(VENV)/bin/uv pip compile requirements-lambda.in --generate-hashes --python-version $(LAMBDA_PYTHON) \
 		--python-platform aarch64-manylinux_2_28 --no-emit-package botocore --no-emit-package urllib3 \
 		--no-emit-package python-dateutil --no-emit-package six -o requirements-lambda.lock
 

@@ -61,7 +61,7 @@ def measure_fleet(
         env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s})
         runtime.start_workers([("operations", environments, None, None, None) for _ in range(workers)])
         os.environ.update(env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+        deps = Dependencies(Settings()).warm()
         submitter = deps.submitter()
         started = time.time()
         ops = [

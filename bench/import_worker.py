@@ -28,7 +28,7 @@ class NoVisibility:
 
 def main() -> None:
     operation_id, site_id = sys.argv[1], sys.argv[2]
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     started = time.perf_counter()
     result = deps.worker().process(QueueMessage(operation_id, site_id), NoVisibility())
     elapsed = time.perf_counter() - started

@@ -16,7 +16,7 @@ from .import_worker import peak_rss_kib
 
 def main() -> None:
     site_id, seq = sys.argv[1], int(sys.argv[2])
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     worker = deps.publication_worker()
     publication = deps.publications.get(site_id, seq)
     assert publication is not None

@@ -97,7 +97,7 @@ def measuring_runtime(workdir: Path, *queues: str) -> Iterator[tuple[LocalRuntim
         for queue in queues:
             runtime.start_worker(queue, 1)
         os.environ.update(env)
-        yield runtime, env, Dependencies(Settings()).warm()  # type: ignore[call-arg]
+        yield runtime, env, Dependencies(Settings()).warm()
 
 
 def child_report(env: dict[str, str], module: str, *args: str) -> dict[str, Any]:
@@ -174,7 +174,7 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
             runtime.start_worker("operations", 1)
             runtime.start_worker("bulk", 1)
             os.environ.update(env)
-            deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+            deps = Dependencies(Settings()).warm()
             site = f"pub-{n}"
             first = runtime.start_worker("publications", 1, name="first-publication")
             provisioned(deps, site)

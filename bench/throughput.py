@@ -36,7 +36,7 @@ def pipeline(workdir: Path, workers: int, operations: int) -> dict[str, Any]:
             },
         )
         os.environ.update(env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+        deps = Dependencies(Settings()).warm()
         submitter = deps.submitter()
         ids = [
             submitter.submit(

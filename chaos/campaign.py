@@ -121,7 +121,7 @@ class Campaign:
                 },
             )
             os.environ.update(env)
-            self.deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+            self.deps = Dependencies(Settings()).warm()
             self.submitter = self.deps.submitter()
             self.controls = self.deps.controls()
             self.files = self._files()

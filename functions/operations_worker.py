@@ -12,7 +12,6 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies, drop_malformed, fifo_processor
-from functions.runtime import warm as runtime_warm
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.delivery import Result
 from sitedispatch.domain.model import QueueMessage
@@ -32,10 +31,6 @@ class NotDone(Exception):
 @lru_cache(maxsize=1)
 def worker() -> OperationsWorker:
     return dependencies().worker()
-
-
-def warm() -> None:
-    runtime_warm(worker)
 
 
 def parse_message(body: str) -> QueueMessage | None:

@@ -11,7 +11,6 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies, drop_malformed, fifo_processor
-from functions.runtime import warm as runtime_warm
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.model import PublicationMessage
 from sitedispatch.observability import logger, metrics, tracer
@@ -23,10 +22,6 @@ processor = fifo_processor()  # a failed chunk is retried by redelivery, never b
 @lru_cache(maxsize=1)
 def worker() -> PublicationWorker:
     return dependencies().publication_worker()
-
-
-def warm() -> None:
-    runtime_warm(worker)
 
 
 @tracer.capture_method

@@ -7,6 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies
+from sitedispatch.domain.resources import SCHEDULES
 from sitedispatch.observability import logger, metrics, tracer
 
 
@@ -14,9 +15,11 @@ from sitedispatch.observability import logger, metrics, tracer
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    deps = dependencies()
     schedule = str(event.get("schedule", ""))
-    sweep = deps.reconciler().run(schedule)
+    if schedule not in SCHEDULES:  # refused before any client is built (the Reconciler would refuse it too)
+        logger.warning("unknown schedule skipped", extra={"schedule": schedule})
+        return {"schedule": schedule, "skipped": True, "repaired": {}, "truncated": False}
+    sweep = dependencies().reconciler().run(schedule)
     return {
         "schedule": schedule,
         "skipped": sweep is None,

@@ -54,10 +54,17 @@ class Dependencies:
     clock: SystemClock = field(default_factory=SystemClock)
 
     @cached_property
+    def botocore_session(self) -> Any:
+        """One botocore session for every client of the process, pynamodb's included (models)."""
+        import botocore.session
+
+        return botocore.session.get_session()
+
+    @cached_property
     def session(self) -> Any:
         import boto3
 
-        return boto3.session.Session(region_name=self.settings.region)
+        return boto3.session.Session(botocore_session=self.botocore_session, region_name=self.settings.region)
 
     @cached_property
     def sqs(self) -> Any:
@@ -82,6 +89,7 @@ class Dependencies:
                 s.audit_table,
             ),
             s.region,
+            session=self.botocore_session,
         )
 
     @cached_property
@@ -151,7 +159,7 @@ class Dependencies:
     def blobs(self) -> BlobStore:
         from sitedispatch.aws.s3 import S3BlobStore
 
-        return S3BlobStore(self.s3, self.settings.bucket)
+        return S3BlobStore(lambda: self.s3, self.settings.bucket)
 
     @cached_property
     def queue(self) -> OperationQueue:

@@ -26,7 +26,7 @@ from sitedispatch.domain.resources import (
     operation_lanes,
     operation_workers,
 )
-from sitedispatch.observability import NAMESPACE, SERVICE
+from sitedispatch.observability import POWERTOOLS_ENVIRONMENT
 
 from .bundling import ARCHITECTURE, RUNTIME, function_code
 from .queues import SiteQueues
@@ -115,12 +115,7 @@ class DispatchFunctions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
-            environment={
-                **environment,
-                "POWERTOOLS_SERVICE_NAME": SERVICE,
-                "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
-                "POWERTOOLS_LOG_LEVEL": "INFO",
-            },
+            environment={**environment, **POWERTOOLS_ENVIRONMENT},
             description=f"sitedispatch {role}",
         )
         self.log_groups[role] = log_group

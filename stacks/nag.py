@@ -32,6 +32,11 @@ SECRETS = (
     "wildcard is confined to this account's secrets under the sitedispatch/ prefix, which registration "
     "enforces"
 )
+RUNTIME = (
+    "Python 3.13, not 3.14: the asset ships bytecode, which only an interpreter of the runtime's version can "
+    "compile, and 3.13 is the newest on the machines that build it; without bytecode every cold start compiles "
+    "each module from source (measured: 1.41 s instead of 0.29 s to import the operations worker)"
+)
 SCHEDULE_DLQ = (
     "this queue is itself the dead-letter queue of the EventBridge schedules (failed invocations land "
     "here); a DLQ of a DLQ would only move the problem"
@@ -51,6 +56,7 @@ def apply_nag(stack: SiteDispatchStack) -> None:
     bucket = f"<{stack.get_logical_id(_cfn(stack.storage.bucket))}.Arn>"
     for role, function in stack.functions.functions.items():
         assert function.role is not None
+        acknowledge(_cfn(function), "L1", RUNTIME)
         policy = _cfn(function.role.node.find_child("DefaultPolicy"))
         acknowledge(policy, "IAM5", XRAY, "*")
         acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/sites/*" if role == "publications" else f"{bucket}/*")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
+from functools import cached_property
 from typing import IO, Any
 
 from botocore.exceptions import ClientError
@@ -18,9 +20,16 @@ def sha256_b64(hex_digest: str) -> str:
 
 
 class S3BlobStore:
-    def __init__(self, client: Any, bucket: str) -> None:
-        self.client = client
+    """`client` builds the S3 client on the first object read or written: an attempt claims its operation before
+    it touches S3, and building a client is ~50 ms of a cold environment's CPU."""
+
+    def __init__(self, client: Callable[[], Any], bucket: str) -> None:
+        self._build_client = client
         self.bucket = bucket
+
+    @cached_property
+    def client(self) -> Any:
+        return self._build_client()
 
     def put_if_absent(
         self, key: str, body: bytes | IO[bytes], content_type: str = "application/json", sha256: str | None = None

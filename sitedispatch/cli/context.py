@@ -116,7 +116,7 @@ def deps() -> Dependencies:
     if Settings.env_name("operations_queue_url") not in os.environ:
         load_local_env()
     try:
-        return Dependencies(Settings())  # type: ignore[call-arg]
+        return Dependencies(Settings())
     except ValidationError as exc:
         invalid = [problem for problem in exc.errors() if problem["type"] != "missing"]
         if not invalid:

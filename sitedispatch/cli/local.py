@@ -93,7 +93,7 @@ def scheduler(
 
     with reported(False):
         deps()
-    raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))  # type: ignore[call-arg]
+    raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))
 
 
 @app.command("up")

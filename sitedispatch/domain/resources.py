@@ -47,7 +47,6 @@ class FunctionSpec:
     timeout_s: int
     memory_mb: int
     batch_size: int  # event source mapping batch size (0: not queue-driven)
-    init: str | None = None  # "module.function" run once per execution environment before it takes work
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,6 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         timeout_s=120,
         memory_mb=1024,
         batch_size=1,
-        init="functions.operations_worker.warm",
     ),
     "publications": FunctionSpec(
         "publications",
@@ -74,7 +72,6 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         timeout_s=120,
         memory_mb=1024,
         batch_size=1,
-        init="functions.publication_worker.warm",
     ),
     # The bulk lane's consumer: the same code as the operations worker, given Lambda's longest timeout and a whole
     # vCPU (1,769 MB), because an import is the one operation that grows with its input. Measured here: a 100 MB
@@ -88,7 +85,6 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         timeout_s=LAMBDA_MAX_TIMEOUT_S,
         memory_mb=1769,
         batch_size=1,
-        init="functions.operations_worker.warm",
     ),
     "reconciler": FunctionSpec(
         "reconciler", "Reconciler", "functions.reconciler.handler", timeout_s=60, memory_mb=512, batch_size=0

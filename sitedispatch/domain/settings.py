@@ -6,18 +6,21 @@ so the CDK stack and the local runtime derive their environments from this model
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sitedispatch.domain.resources import ENV_PREFIX
 
 __all__ = ["ENV_PREFIX", "Settings"]
 
 
-class Settings(BaseSettings):
-    """What every function and the CLI need to find resources and apply policy."""
+class Settings(BaseModel):
+    """What every function and the CLI need to find resources and apply policy. A field not passed is read from its
+    environment variable; the values are validated (and converted from text) by pydantic."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     region: str = Field(default="us-east-1", description="AWS region of every resource")
     operations_queue_url: str
@@ -77,6 +80,13 @@ class Settings(BaseSettings):
         description="simulated service latency of the reference runtime's provisioning (a real WordPress install "
         "takes seconds); 0 in production code paths, set by demos and parallelism tests",
     )
+
+    def __init__(self, **values: Any) -> None:
+        # Reading the environment is eight lines, not a dependency: pydantic-settings cost every cold start ~44 ms
+        # of imports (its CLI, dotenv and cloud secret sources) for this loop.
+        fields = type(self).model_fields
+        found = {name: os.environ[self.env_name(name)] for name in fields if self.env_name(name) in os.environ}
+        super().__init__(**{**found, **values})
 
     @classmethod
     def env_name(cls, field: str) -> str:

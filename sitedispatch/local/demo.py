@@ -94,7 +94,7 @@ def run_demo(
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
         api = DemoApi(runtime.start_api())
         os.environ.update(runtime.env)
-        deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]  # the report's reads (what an operator sees)
+        deps = Dependencies(Settings()).warm()  # the report's reads (what an operator sees)
         sites = [f"demo-site-{i:02d}" for i in range(1, n_sites + 1)]
         console.print(f"submitting {n_sites} provisions at once (each takes ~{latency_s:g}s of simulated work)")
         t0 = time.time()

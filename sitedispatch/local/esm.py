@@ -158,8 +158,6 @@ class Environment:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides; Ctrl-C reaches the whole group
         signal.signal(signal.SIGALRM, self._timed_out)
-        if self.spec.init:
-            load_handler(self.spec.init)()
         self._inject_faults()
         sqs: Any = boto3.session.Session(region_name=self.region).client("sqs")
         arn = queue_arn_from_url(self.queue_url, self.region)
@@ -255,11 +253,12 @@ def run_worker(
         timeout_s=timeout_s or default_timeout,
         batch_size=batch_size or spec.batch_size,
         handler=handler or spec.handler,
-        init=None if handler else spec.init,
     )
-    settings = Settings()  # type: ignore[call-arg]
+    settings = Settings()
     queue_url = getattr(settings, queue.url_field)
-    function = load_handler(spec.handler)  # imported once in the host: every environment starts warm
+    # Imported once in the host, before the environments fork: each starts as a Lambda environment does after its
+    # init phase (the module imported, nothing else: no client, no request), without paying the import again.
+    function = load_handler(spec.handler)
     host = os.getpid()
     children: dict[int, int] = {}
     stopping = False
@@ -299,7 +298,7 @@ def run_worker(
     assert ready["r"] is not None and ready["w"] is not None
     os.close(ready["w"])
     initialised = 0
-    while initialised < concurrency:  # every environment has built its clients: the worker is warm
+    while initialised < concurrency:  # every environment has started and is about to poll
         chunk = os.read(ready["r"], concurrency)
         if not chunk:
             break

@@ -65,7 +65,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     runtime.start_worker("publications", 2)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     submitter = deps.submitter()
     submitter.submit(kind="provision", site_id="crash-site", principal="p", params=PROVISION)
     wait_for(

@@ -31,7 +31,7 @@ def test_one_provision_is_not_starved_by_three_hundred_imports(
     runtime.start_worker("publications", 2)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     submitter = deps.submitter()
     for site in A_SITES:
         submitter.submit(kind="provision", site_id=site, principal="tenant-a", params=PROVISION)
@@ -113,7 +113,7 @@ def test_within_one_lane_a_principals_flood_does_not_delay_anothers_one(
     env = runtime.start_cloud(0, policy={"reference_latency_s": latency_s, "max_running_per_principal": 2})
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     submitter = deps.submitter()
 
     # Given tenant A's burst of 100 provisions in the interactive lane, and right behind it tenant B's one, all queued

@@ -32,7 +32,7 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
     workers = [runtime.start_worker("operations", 3) for _ in range(4)]
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    deps = Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    deps = Dependencies(Settings()).warm()
     submitter = deps.submitter()
 
     # When ten provisions for ten unrelated sites are submitted together

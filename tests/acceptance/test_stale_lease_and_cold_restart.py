@@ -23,7 +23,7 @@ LEASE_S = 3
 def connect(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dependencies:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    return Dependencies(Settings()).warm()
 
 
 def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(

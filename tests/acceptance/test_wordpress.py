@@ -62,7 +62,7 @@ def dispatcher(runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> Depend
     )
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return Dependencies(Settings()).warm()  # type: ignore[call-arg]
+    return Dependencies(Settings()).warm()
 
 
 def origin(site: WordPressSite, fence: int | None = None) -> WordPressOrigin:

@@ -22,7 +22,7 @@ from sitedispatch.domain.resources import (
     SCHEDULES,
     SECRET_NAME_PREFIX,
 )
-from stacks.bundling import import_closure
+from stacks.bundling import LAMBDA_PYTHON, import_closure, runtime_interpreter
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
 
@@ -58,7 +58,7 @@ def test_functions_are_arm64_current_python_traced_and_log_with_retention(synthe
     log_groups = resources(template, "AWS::Logs::LogGroup")
     for spec in FUNCTIONS.values():
         [props] = [p for k, p in functions.items() if k.startswith(f"Functions{spec.logical_id}")]
-        assert props["Runtime"] == "python3.14" and props["Architectures"] == ["arm64"]
+        assert props["Runtime"] == f"python{LAMBDA_PYTHON}" and props["Architectures"] == ["arm64"]
         assert props["Handler"] == spec.handler and props["Timeout"] == spec.timeout_s
         assert props["MemorySize"] == spec.memory_mb and props["TracingConfig"] == {"Mode": "Active"}
         assert props["LoggingConfig"]["LogFormat"] == "JSON"
@@ -301,7 +301,7 @@ def test_cdk_nag_reports_no_unacknowledged_finding_and_every_acknowledgment_has_
     assert nag["suppressedViolations"]  # the acknowledged ones are listed, each with its reason
     assert all(len(v["reason"]) > 40 for v in nag["suppressedViolations"])
     rules = {v["ruleName"].split("[")[0] for v in nag["suppressedViolations"]}
-    assert rules <= {"AwsSolutions-IAM5", "AwsSolutions-SQS3"}
+    assert rules <= {"AwsSolutions-IAM5", "AwsSolutions-SQS3", "AwsSolutions-L1"}  # L1: stacks/nag.py RUNTIME
 
 
 def test_checkov_finds_nothing_unacknowledged_and_every_skip_says_why(synthesized_stack: Synthesized) -> None:
@@ -364,6 +364,21 @@ def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambd
     )
 
 
+def test_every_module_the_functions_import_ships_with_the_runtimes_bytecode(synthesized_stack: Synthesized) -> None:
+    """Lambda's /var/task is read-only: a module without its pyc is compiled from source at every cold start."""
+    [asset] = [p for p in synthesized_stack.outdir.glob("asset.*") if p.is_dir()]
+    tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
+    sources = [p for p in asset.rglob("*.py") if "__pycache__" not in p.parts]
+    missing = [p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.{tag}.pyc").is_file()]
+    foreign = [p for p in asset.rglob("*.pyc") if tag not in p.name]
+    assert runtime_interpreter() is not None, f"this machine has no Python {LAMBDA_PYTHON} to compile the asset with"
+    closure = {asset / p.relative_to(ROOT) for p in import_closure()}
+    assert not [p for p in missing if p in closure or "site-packages" in p.parts], missing[:5]
+    assert [p for p in missing if p.parts[len(asset.parts)] in {"pydantic", "aws_lambda_powertools", "pynamodb"}] == []
+    assert foreign == []
+    print(f"\nbytecode: {len(sources) - len(missing)} of {len(sources)} modules ({len(missing)} do not compile)")
+
+
 def test_the_entrypoints_import_without_the_local_runtime_or_the_cli() -> None:
     """What the asset leaves out is never imported on Lambda's paths."""
     blocked = ["moto", "typer", "rich", "flask", "werkzeug", "sitedispatch.local", "sitedispatch.cli", "psutil"]
@@ -372,3 +387,10 @@ def test_the_entrypoints_import_without_the_local_runtime_or_the_cli() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_wheels_the_makefile_downloads_are_for_the_runtime_the_stack_deploys() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    [version] = [line.split(":=")[1].strip() for line in makefile.splitlines() if line.startswith("LAMBDA_PYTHON :=")]
+    assert version == LAMBDA_PYTHON
+    assert f"Python {LAMBDA_PYTHON}" in (ROOT / "requirements-lambda.in").read_text()

@@ -74,7 +74,7 @@ def test_settings_names_and_environment_round_trip(monkeypatch: pytest.MonkeyPat
         Settings.env_name("no_such_field")
     for key, value in s.to_environment().items():
         monkeypatch.setenv(key, value)
-    assert Settings() == s  # type: ignore[call-arg]
+    assert Settings() == s
     with pytest.raises(Exception, match="frozen"):
         s.attempt_budget = 1
 
