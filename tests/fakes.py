@@ -216,6 +216,44 @@ class MemoryOperationStore:
                 self._update(operation_id, True, NotRunnable, running_slot=take.counter)
             return self.db.operations[operation_id]
 
+    def claim_and_start(
+        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+    ) -> tuple[Lease, Operation] | None:
+        with self.db.lock:
+            current_site = self.db.sites.get(site.site_id)
+            row = self.db.operations.get(op.operation_id)
+            fence = site.fence + 1
+            if (
+                current_site is None
+                or current_site.fence != site.fence
+                or not current_site.lease_free_for(op.operation_id, now)
+                or row is None
+                or row.status not in RUNNABLE
+                or row.attempt >= row.attempt_budget
+                or (row.fence is not None and row.fence >= fence)
+                or (slot is not None and row.running_slot is not None)
+                or (slot is None and row.running_slot != op.running_slot)
+            ):
+                return None
+            if slot is not None:
+                self.db.check_room(slot.counter, slot.maximum)
+                self.db.bump(slot.counter, 1, now)
+            self.db.sites[site.site_id] = replace(
+                current_site, fence=fence, lease_owner=op.operation_id, lease_expires_at=now + lease_s
+            )
+            started = replace(
+                row,
+                status=Status.RUNNING,
+                attempt=row.attempt + 1,
+                fence=fence,
+                started_at=now,
+                updated_at=now,
+                not_before=None,
+                running_slot=slot.counter if slot is not None else row.running_slot,
+            )
+            self.db.operations[op.operation_id] = started
+            return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
+
     def _holds_slot(self, op: Operation | None, slot: str | None) -> bool:
         return op is not None and op.running_slot == slot
 

@@ -23,11 +23,12 @@ from sitedispatch.aws.writes import (
     under_limit,
 )
 from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence, UnclaimedSite
-from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Operation, Site, Status
+from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
 from sitedispatch.domain.ports import SiteOwner, Slot, foreign_site
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
+LEASE = "lease"  # the site's lease, claimed in the transaction that starts the attempt
 
 
 def _error_dict(error: ErrorInfo) -> dict[str, Any]:
@@ -181,10 +182,9 @@ class DynamoOperationStore:
             )
         )
 
-    def start_attempt(
-        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
-    ) -> Operation:
-        M, C = self.M, self.C
+    def _attempt(self, fence: int, now: float) -> tuple[list[Action], Any]:
+        """Spending an attempt under `fence`: its updates and the row's condition."""
+        M = self.M
         actions: list[Action] = [
             M.status.set(Status.RUNNING.value),
             M.attempt.add(1),
@@ -199,6 +199,61 @@ class DynamoOperationStore:
             & (M.attempt < M.attempt_budget)
             & (M.fence.does_not_exist() | (M.fence < fence))
         )
+        return actions, runnable
+
+    def claim_and_start(
+        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+    ) -> tuple[Lease, Operation] | None:
+        M, C, S = self.M, self.C, self.S
+        fence = site.fence + 1
+        actions, runnable = self._attempt(fence, now)
+        as_read = (S.fence == site.fence) if site.fence else (S.fence.does_not_exist() | (S.fence == 0))
+        free = S.lease_owner.does_not_exist() | (S.lease_owner == op.operation_id) | (S.lease_expires_at <= now)
+        try:
+            with transaction(M) as tx:
+                tx.update(
+                    LEASE,
+                    S(site.site_id),
+                    [S.fence.set(fence), S.lease_owner.set(op.operation_id), S.lease_expires_at.set(now + lease_s)],
+                    condition=S.site_id.exists() & as_read & free,
+                )
+                if slot is None:  # the row takes no slot; one it held when read, it must still hold
+                    kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
+                    tx.update(ROW, M(op.operation_id), actions, condition=runnable & kept)
+                else:
+                    tx.update(
+                        ROW,
+                        M(op.operation_id),
+                        [*actions, M.running_slot.set(slot.counter)],
+                        condition=runnable & M.running_slot.does_not_exist(),
+                    )
+                    tx.update(
+                        "slot",
+                        C(slot.counter),
+                        [C.value.add(1), C.changed_at.set(now)],
+                        condition=under_limit(C, slot.maximum),
+                    )
+        except TransactionFailed as failed:
+            if slot is not None and failed.failed == {"slot"}:
+                raise self._limit_reached(slot.counter, slot.maximum) from failed.cause
+            return None
+        started = replace(
+            op,
+            status=Status.RUNNING,
+            attempt=op.attempt + 1,
+            fence=fence,
+            started_at=now,
+            updated_at=now,
+            not_before=None,
+            running_slot=slot.counter if slot is not None else op.running_slot,
+        )
+        return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
+
+    def start_attempt(
+        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+    ) -> Operation:
+        M, C = self.M, self.C
+        actions, runnable = self._attempt(fence, now)
         if slot is not None:
             try:
                 with transaction(M) as tx:

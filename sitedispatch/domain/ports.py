@@ -97,6 +97,16 @@ class OperationStore(Protocol):
         read it) saves re-reading the row after a slot was taken (what the conditions do not pin, a cancel request,
         the commit's own condition still honours)."""
 
+    def claim_and_start(
+        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+    ) -> tuple[Lease, Operation] | None:
+        """One write for what an attempt needs before it runs: the site's lease (fence + 1, while the site is as
+        `site` was read: its fence unchanged and its lease free for `op`) and the attempt (as start_attempt, taking
+        a new `slot`; without one, the row must hold the slot it held as `op` was read, or none). LimitReached when
+        the slot alone is full (nothing written). None, writing nothing, when the site or the row is not as read
+        (another claim meanwhile, not runnable): the caller then claims and starts in two steps, which tell those
+        apart."""
+
     def schedule_retry(
         self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
     ) -> None:

@@ -132,35 +132,10 @@ class OperationsWorker:
     ) -> Result:
         """Claim the site's lease (fence + 1), spend an attempt under it, and run the kind's handler."""
         d = self.d
-        try:
-            lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
-        except LeaseHeld as held:
-            wait = min(max(held.expires_at - now, 1.0), d.settings.defer_max_s)
-            return self._defer(visibility, wait, "lease_held")
-        # Tie the message's visibility to the lease as soon as we hold it (heartbeats extend both): if this process
-        # dies or stalls from here on, the message (and with it the site's FIFO group) is back within two leases
-        # rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the interactive lane).
-        visibility.change(d.settings.lease_seconds * 2)
-
-        try:
-            op = d.operations.start_attempt(op.operation_id, lease.fence, now, running_slot(d.settings, op), op)
-        except LimitReached:
-            # The principal already runs its share of this lane: give the environment to someone else.
-            d.sites.release_lease(lease)
-            obs.count("PrincipalRunningCapDeferred")
-            return self._defer(
-                visibility,
-                min(site.avg_operation_s or d.settings.defer_max_s, d.settings.defer_max_s),
-                "principal_running_cap",
-            )
-        except NotRunnable:
-            return self._not_runnable(op.operation_id, lease, message, visibility)
-        except Exception as exc:
-            # A transient failure before any attempt was spent (throttling, a 5xx, a transaction conflict): give the
-            # lease back and look again shortly, rather than hold both for two lease lengths.
-            d.sites.release_lease(lease)
-            obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
-            return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
+        started = self._claim(op, site, message, visibility, now)
+        if isinstance(started, Result):
+            return started
+        lease, op = started
         obs.bind(attempt=op.attempt, fence=lease.fence)
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
@@ -169,6 +144,74 @@ class OperationsWorker:
         if op.queued_at:
             obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
         return self._run(op, site, lease, message, visibility)
+
+    def _claim(
+        self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+    ) -> tuple[Lease, Operation] | Result:
+        """The lease and the attempt, in one transaction when the site and the row are as just read (the usual
+        case), else in two steps. Then the message's visibility is tied to the lease (heartbeats extend both): if
+        this process dies or stalls from here on, the message (and with it the site's FIFO group) is back within
+        two leases rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the
+        interactive lane)."""
+        d = self.d
+        if not site.lease_free_for(op.operation_id, now):  # held, as the consistent read just showed: no write
+            return self._lease_held(visibility, site.lease_expires_at or now, now)
+        # A row that still holds a running slot (its last attempt died) keeps it: no second one is taken.
+        slot = running_slot(d.settings, op) if op.running_slot is None else None
+        try:
+            started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
+        except LimitReached:
+            return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
+        except Exception as exc:
+            obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
+            return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
+        if started is None:
+            claimed = self._claim_then_start(op, site, message, visibility, now)
+            if isinstance(claimed, Result):
+                return claimed
+            started = claimed
+        visibility.change(d.settings.lease_seconds * 2)
+        return started
+
+    def _claim_then_start(
+        self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+    ) -> tuple[Lease, Operation] | Result:
+        """The two-step claim, when the site or the row changed since it was read: it tells apart another holder,
+        an attempt that died holding its slot (kept), and an operation that is no longer runnable."""
+        d = self.d
+        try:
+            lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
+        except LeaseHeld as held:
+            return self._lease_held(visibility, held.expires_at, now)
+        try:
+            return lease, d.operations.start_attempt(
+                op.operation_id, lease.fence, now, running_slot(d.settings, op), op
+            )
+        except LimitReached:
+            d.sites.release_lease(lease)
+            return self._principal_busy(site, visibility)
+        except NotRunnable:
+            return self._not_runnable(op.operation_id, lease, message, visibility)
+        except Exception as exc:
+            # A transient failure before any attempt was spent (throttling, a 5xx, a transaction conflict): give the
+            # lease back and look again shortly, rather than hold both for two lease lengths.
+            d.sites.release_lease(lease)
+            obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
+            return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
+
+    def _lease_held(self, visibility: Visibility, expires_at: float, now: float) -> Result:
+        wait = min(max(expires_at - now, 1.0), self.d.settings.defer_max_s)
+        return self._defer(visibility, wait, "lease_held")
+
+    def _principal_busy(self, site: Site, visibility: Visibility) -> Result:
+        """The principal already runs its share of this lane: give the environment to someone else."""
+        d = self.d
+        obs.count("PrincipalRunningCapDeferred")
+        return self._defer(
+            visibility,
+            min(site.avg_operation_s or d.settings.defer_max_s, d.settings.defer_max_s),
+            "principal_running_cap",
+        )
 
     def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
         d = self.d

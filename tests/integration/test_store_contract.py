@@ -472,6 +472,59 @@ def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores:
     assert stores.operations.counter(slot.counter) == 0
 
 
+def test_the_lease_and_the_attempt_are_taken_in_one_write_only_while_site_and_row_are_as_read(stores: Stores) -> None:
+    slot = Slot("running#operations#p", 1)
+    for site_id in ("site-1", "site-3"):
+        stores.sites.register(site_id, "p", NOW)
+    for op_id, site_id in (("op_1", "site-1"), ("op_2", "site-1"), ("op_3", "site-3")):
+        stores.operations.create(new_op(op_id, site_id))
+    op, site = stores.operations.get_with_site("op_1", "site-1")
+    assert op is not None and site is not None
+    taken = stores.operations.claim_and_start(op, site, NOW, 30, slot)
+    assert taken is not None
+    lease, started = taken
+    assert (lease.site_id, lease.owner, lease.fence, lease.expires_at) == ("site-1", "op_1", site.fence + 1, NOW + 30)
+    assert started == stores.operations.get("op_1")  # the answer is the row as written
+    assert (started.status, started.attempt, started.fence, started.running_slot) == (
+        Status.RUNNING,
+        1,
+        lease.fence,
+        slot.counter,
+    )
+    held = present(stores.sites.get("site-1"))
+    assert (held.fence, held.lease_owner) == (lease.fence, "op_1")
+    assert stores.operations.counter(slot.counter) == 1
+
+    # op_2 with the site as it was read before op_1's claim: nothing is written, the caller goes the long way
+    other = present(stores.operations.get("op_2"))
+    assert stores.operations.claim_and_start(other, site, NOW + 1, 30) is None
+    stores.sites.release_lease(lease)
+    assert stores.operations.claim_and_start(other, site, NOW + 1, 30) is None  # free again, but its fence moved
+    assert present(stores.sites.get("site-1")).fence == lease.fence
+    assert present(stores.operations.get("op_2")).attempt == 0
+
+    # op_3 on another site while the principal's one running slot is taken: refused, nothing written
+    op3, site3 = stores.operations.get_with_site("op_3", "site-3")
+    assert op3 is not None and site3 is not None
+    with pytest.raises(LimitReached):
+        stores.operations.claim_and_start(op3, site3, NOW + 2, 30, slot)
+    assert present(stores.sites.get("site-3")).lease_owner is None and present(stores.sites.get("site-3")).fence == 0
+    assert present(stores.operations.get("op_3")).attempt == 0
+
+    # op_1's process died holding the slot: the next attempt keeps it (no slot asked), only while it still holds it
+    op, site = stores.operations.get_with_site("op_1", "site-1")
+    assert op is not None and site is not None and op.running_slot == slot.counter
+    again = stores.operations.claim_and_start(op, site, NOW + 60, 30)
+    assert again is not None and again[1].attempt == 2 and again[1].running_slot == slot.counter
+    assert stores.operations.counter(slot.counter) == 1
+    stores.operations.schedule_retry("op_1", again[0].fence, ERR, NOW + 70, NOW + 61, slot=slot.counter)
+    stores.sites.release_lease(again[0])
+    _, site = stores.operations.get_with_site("op_1", "site-1")
+    assert site is not None
+    assert stores.operations.claim_and_start(op, site, NOW + 80, 30) is None  # op as read held a slot; no longer
+    assert stores.operations.counter(slot.counter) == 0
+
+
 def test_a_commit_releases_the_slot_it_names(stores: Stores) -> None:
     slot = Slot("running#operations#p", 5)
     stores.sites.register("acme-blog", "p", NOW)

@@ -10,7 +10,7 @@ import pytest
 from sitedispatch.domain.backoff import backoff_ceiling
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.errors import PermanentError, TransientError
-from sitedispatch.domain.model import Kind, Operation, Status
+from sitedispatch.domain.model import Kind, Status
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn
 from tests.unit.conftest import Harness
@@ -266,20 +266,30 @@ def test_stale_holder_is_refused_by_the_fence_while_the_new_holder_is_still_work
     assert site is not None and site.head_version == 0 and site.lease_owner == other
 
 
-def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(harness: Harness) -> None:
-    from sitedispatch.domain.errors import TransientError
-
+@pytest.mark.parametrize("path", ["one transaction", "two steps"])
+def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks_again_soon(
+    harness: Harness, path: str
+) -> None:
+    """The attempt starts in one transaction with the lease claim, or (when the site or the row changed since it
+    was read) in two steps: either way a transient failure leaves no lease held and no attempt spent."""
     op_id = harness.submit()
-    real = harness.world.operations.start_attempt
     calls = {"n": 0}
 
-    def throttled_once(*args: Any, **kwargs: Any) -> Operation:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise TransientError("throttled")
-        return real(*args, **kwargs)
+    def throttled_once(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise TransientError("throttled")
+            return real(*args, **kwargs)
 
-    harness.world.operations.start_attempt = throttled_once  # type: ignore[method-assign]
+        return call
+
+    store = harness.world.operations
+    if path == "one transaction":
+        store.claim_and_start = throttled_once(store.claim_and_start)  # type: ignore[method-assign]
+    else:
+        store.claim_and_start = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        store.start_attempt = throttled_once(store.start_attempt)  # type: ignore[method-assign]
     first, visibility = harness.deliver(op_id)
 
     assert (first.outcome, first.reason) == (Outcome.DEFERRED, "attempt_start_failed")
