@@ -24,7 +24,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, fleet, requests, throughput
+from . import coldstart, fleet, requests, sweeps, throughput
 
 T = TypeVar("T")
 
@@ -249,6 +249,7 @@ def main() -> None:
     }
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
+    (RESULTS / "sweeps.json").write_text(json.dumps({**meta, "quiet_fleet": sweeps.measure()}, indent=2))
     cold = coldstart.measure(dict(os.environ))
     (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from sitedispatch.operations.submission import Submitter
 
 RECOUNT_LIMIT = 100_000
-SITE_SCAN_LIMIT = 10_000
 STALE_LEASE_ERROR = "lease_expired"
 
 
@@ -116,16 +115,18 @@ class Reconciler:
     # -- reconcile -----------------------------------------------------------------------------------------------
 
     def reconcile(self) -> Sweep:
+        """Each step reads what may need repair, never every site: operations by status (what is in flight), the
+        by-open publications, the by-live sites and the by-held counters. A quiet fleet costs a few empty queries,
+        whatever its size."""
         sweep = Sweep("reconcile")
-        sites = self.d.sites.list(limit=SITE_SCAN_LIMIT)  # one scan serves every step below
-        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, sites)
+        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep)
         sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep)
-        sweep.repaired["publications_resumed"] = self.resume_publications(sites, sweep)
-        sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sites, sweep)
+        sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
+        sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
         sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters()
         return sweep
 
-    def resend_orphans(self, sweep: Sweep, sites: list[Site]) -> int:
+    def resend_orphans(self, sweep: Sweep) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""
         d, now = self.d, self.d.clock.now()
         resent = 0
@@ -136,12 +137,17 @@ class Reconciler:
                 self._send(op)
                 d.operations.mark_queued(op.operation_id, d.clock.now())
                 resent += 1
-        paused = {site.site_id for site in sites if site.paused}
+        paused: dict[str, bool] = {}  # read per site, only for candidates (a paused site's messages wait on purpose)
         for op in d.operations.list(status=Status.QUEUED, limit=RECOUNT_LIMIT):
             if self._out_of_time(sweep):
                 break
             untouched_since = max(op.updated_at, op.not_before or 0.0)
-            if untouched_since <= now - self.policy.queued_orphan_s and op.site_id not in paused:
+            if untouched_since > now - self.policy.queued_orphan_s:
+                continue
+            if op.site_id not in paused:
+                site = d.sites.get(op.site_id)
+                paused[op.site_id] = site is not None and site.paused
+            if not paused[op.site_id]:
                 self._send(op)
                 resent += 1
         return resent
@@ -185,48 +191,42 @@ class Reconciler:
             )
         return recovered
 
-    def resume_publications(self, sites: list[Site], sweep: Sweep) -> int:
+    def resume_publications(self, sweep: Sweep) -> int:
         """Lost fan-ins: a publication that stalled (its plan or some chunk messages lost, or its finisher died
-        after the last chunk) gets its missing steps sent again. Steps are idempotent."""
+        after the last chunk) gets its missing steps sent again. Steps are idempotent; one that a newer
+        publication overtook finishes as superseded, which takes it out of the by-open index."""
         d, now = self.d, self.d.clock.now()
         resumed = 0
-        for site in sites:
+        for publication in d.publications.open_before(now - self.policy.publication_stall_s):
             if self._out_of_time(sweep):
                 break
-            if site.head_version <= site.live_seq:
-                continue  # nothing newer than what is live
-            for publication in d.publications.list(site.site_id, limit=3):
-                if publication.status not in {PublicationStatus.PENDING, PublicationStatus.PLANNED}:
-                    continue
-                if publication.created_at > now - self.policy.publication_stall_s:
-                    continue
-                steps = (
-                    [PublicationMessage(site.site_id, publication.revision_id, publication.seq)]
-                    if publication.total_chunks is None
-                    else [
-                        PublicationMessage(site.site_id, publication.revision_id, publication.seq, chunk)
-                        for chunk in range(publication.total_chunks)
-                        if chunk not in publication.done_chunks
-                    ]
-                    or [
-                        PublicationMessage(
-                            site.site_id, publication.revision_id, publication.seq, publication.total_chunks - 1
-                        )
-                    ]
-                )  # all done, never finished
-                for step in steps:
-                    d.publication_queue.send(step)
-                resumed += 1
+            if publication.status not in {PublicationStatus.PENDING, PublicationStatus.PLANNED}:
+                continue  # finished a moment ago (the index lags the table)
+            site_id = publication.site_id
+            steps = (
+                [PublicationMessage(site_id, publication.revision_id, publication.seq)]
+                if publication.total_chunks is None
+                else [
+                    PublicationMessage(site_id, publication.revision_id, publication.seq, chunk)
+                    for chunk in range(publication.total_chunks)
+                    if chunk not in publication.done_chunks
+                ]
+                or [PublicationMessage(site_id, publication.revision_id, publication.seq, publication.total_chunks - 1)]
+            )  # all done, never finished
+            for step in steps:
+                d.publication_queue.send(step)
+            resumed += 1
         return resumed
 
-    def repair_live_pointers(self, sites: list[Site], sweep: Sweep) -> int:
-        """live.json is written after the promotion; a publisher that died in between left it behind."""
+    def repair_live_pointers(self, sweep: Sweep) -> int:
+        """live.json is written after the promotion; a publisher that died in between left it behind. Only the
+        sites promoted within the window are looked at (the by-live index)."""
         d, now = self.d, self.d.clock.now()
         repaired = 0
-        for site in sites:
+        for site in d.sites.promoted_since(now - self.policy.live_repair_window_s):
             if self._out_of_time(sweep):
                 break
-            if site.live_revision is None or (site.live_at or 0.0) < now - self.policy.live_repair_window_s:
+            if site.live_revision is None:
                 continue
             current = d.blobs.read_versioned(live_key(site.site_id))
             if current is not None and json.loads(current[0]).get("seq", 0) >= site.live_seq:
@@ -243,15 +243,20 @@ class Reconciler:
         `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin."""
         d = self.d
         started = d.clock.now()
-        observed = {k: v for k, v in d.operations.counters().items() if is_admission_counter(k)}
+        quiet_since = started - self.policy.counter_quiet_s
+        # Only counters moved since a recount last found them at zero and quiet can have drifted (by-held); those
+        # found so again leave the index, so a quiet fleet's recount reads nothing.
+        observed = {k: v for k, v in d.operations.held_counters().items() if is_admission_counter(k)}
         outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
         expected = recount(self.d.settings, outstanding)
+        missing = [k for k in expected.keys() - observed.keys()]  # a counter that lost its increments
+        observed.update({k: d.operations.counter(k) for k in missing})
         repaired = 0
         for counter in sorted(observed.keys() | expected.keys()):
             have, want = observed.get(counter, 0), expected.get(counter, 0)
-            if have != want and d.operations.repair_counter(
-                counter, have, want, started - self.policy.counter_quiet_s, d.clock.now()
-            ):
+            if have == want == 0:
+                d.operations.forget_counter(counter, quiet_since)
+            elif have != want and d.operations.repair_counter(counter, have, want, quiet_since, d.clock.now()):
                 obs.logger.warning("counter repaired", extra={"counter": counter, "was": have, "now": want})
                 repaired += 1
         return repaired

@@ -44,6 +44,6 @@ class DispatchTables(Construct):
                     index_name=index.name,
                     partition_key=_attribute(index.partition),
                     sort_key=_attribute(index.sort),
-                    projection_type=dynamodb.ProjectionType.ALL,
+                    projection_type=dynamodb.ProjectionType[index.projection],
                 )
             self.tables[role] = table

@@ -97,6 +97,7 @@ class MemoryDb:
 
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
     counter_owner: dict[str, str] = field(default_factory=dict)  # a site's owner, kept on its admission counter
+    held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
 
     def check_room(self, counter: str, default: int) -> None:
         """The stores' admission condition: below the counter's own maximum, else the deployment's."""
@@ -107,6 +108,8 @@ class MemoryDb:
     def bump(self, counter: str, delta: int, now: float) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + delta
         self.counters_changed_at[counter] = now
+        if delta > 0:
+            self.held.add(counter)
 
     def release(self, counters: Sequence[str], now: float) -> None:
         for counter in counters:
@@ -164,6 +167,21 @@ class MemoryOperationStore:
                 return False
             self.db.counters[counter_id] = value
             self.db.counters_changed_at[counter_id] = now
+            (self.db.held.discard if value == 0 else self.db.held.add)(counter_id)
+            return True
+
+    def held_counters(self) -> dict[str, int]:
+        with self.db.lock:
+            return {counter: self.db.counters.get(counter, 0) for counter in self.db.held}
+
+    def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
+        with self.db.lock:
+            changed_at = self.db.counters_changed_at.get(counter_id)
+            if counter_id not in self.db.held or self.db.counters.get(counter_id, 0) != 0:
+                return False
+            if changed_at is not None and changed_at > quiet_since:
+                return False
+            self.db.held.discard(counter_id)
             return True
 
     def get(self, operation_id: str) -> Operation | None:
@@ -441,6 +459,9 @@ class MemorySiteStore:
         due = [s for s in self.db.sites.values() if s.next_due_at is not None and s.next_due_at <= now]
         return sorted(due, key=lambda s: s.next_due_at or 0)[:limit]
 
+    def promoted_since(self, since: float, limit: int = 1000) -> list[Site]:
+        return [s for s in self.db.sites.values() if s.live_at is not None and s.live_at >= since][:limit]
+
     def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
         with self.db.lock:
             site = self.db.sites.get(site_id)
@@ -575,6 +596,11 @@ class MemoryPublicationStore:
                 status=status,
                 finished_at=now,
             )
+
+    def open_before(self, before: float, limit: int = 1000) -> list[Publication]:
+        open_ = (PublicationStatus.PENDING, PublicationStatus.PLANNED)
+        found = [p for p in self.db.publications.values() if p.status in open_ and p.created_at < before]
+        return sorted(found, key=lambda p: p.created_at)[:limit]
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         pubs = [p for (s, _), p in self.db.publications.items() if s == site_id]

@@ -4,7 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
-from sitedispatch.aws.tables import DUE_PARTITION, CommitItem, Models
+from sitedispatch.aws.tables import DUE_PARTITION, OPEN, CommitItem, Models, index_shard
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
 from sitedispatch.domain.errors import AlreadyCommitted, Conflict, NotRunnable, StaleFence
 from sitedispatch.domain.model import Commit, Kind, Status
@@ -94,6 +94,7 @@ class DynamoCommitStore:
                             operation_id=pub.operation_id,
                             status=pub.status.value,
                             created_at=pub.created_at,
+                            open=index_shard(OPEN, pub.site_id),
                         ),
                         condition=P.seq.does_not_exist(),
                     )

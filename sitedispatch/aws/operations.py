@@ -12,7 +12,7 @@ from typing import Any
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.sites import to_site
-from sitedispatch.aws.tables import Models, OperationItem
+from sitedispatch.aws.tables import HELD, Models, OperationItem, index_shard, index_shards
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
@@ -114,7 +114,7 @@ class DynamoOperationStore:
     ) -> None:
         C = self.C
         for counter, maximum in limits:
-            actions: list[Action] = [C.value.add(1), C.changed_at.set(now)]
+            actions = self._moved_up(counter, now)
             condition = under_limit(C, maximum)
             if owner is not None and counter == owner.counter:
                 if owner.claim:
@@ -139,6 +139,11 @@ class DynamoOperationStore:
 
         return [(f"counter:{counter}", lambda c=counter, m=maximum: refusal(c, m)) for counter, maximum in limits]
 
+    def _moved_up(self, counter_id: str, now: float) -> list[Action]:
+        """One more on a counter; it is in the by-held index (what the recount reads) until found zero and quiet."""
+        C = self.C
+        return [C.value.add(1), C.changed_at.set(now), C.held.set(index_shard(HELD, counter_id))]
+
     def counter(self, counter_id: str) -> int:
         item = get_item(self.C, counter_id)
         return 0 if item is None else int(item.value or 0)
@@ -152,14 +157,32 @@ class DynamoOperationStore:
     def counters(self, prefix: str = "") -> dict[str, int]:
         return {item.counter_id: int(item.value or 0) for item in self.C.scan() if item.counter_id.startswith(prefix)}
 
+    def held_counters(self) -> dict[str, int]:
+        ids = [item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)]
+        values: dict[str, int] = {}
+        for start in range(0, len(ids), 100):
+            for item in get_items(*((self.C, counter_id) for counter_id in ids[start : start + 100])):
+                if item is not None:
+                    values[item.counter_id] = int(item.value or 0)  # type: ignore[attr-defined]
+        return values
+
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         C = self.C
         unchanged = (C.value == observed) if observed else (C.value.does_not_exist() | (C.value == 0))
         quiet = C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)
+        held: Action = C.held.remove() if value == 0 else C.held.set(index_shard(HELD, counter_id))
         return conditionally(
             lambda: C(counter_id).update(
-                actions=[C.value.set(value), C.changed_at.set(now)], condition=unchanged & quiet
+                actions=[C.value.set(value), C.changed_at.set(now), held], condition=unchanged & quiet
             )
+        )
+
+    def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
+        C = self.C
+        zero = C.value.does_not_exist() | (C.value == 0)
+        quiet = C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)
+        return conditionally(
+            lambda: C(counter_id).update(actions=[C.held.remove()], condition=C.held.exists() & zero & quiet)
         )
 
     def get(self, operation_id: str) -> Operation | None:
@@ -230,7 +253,7 @@ class DynamoOperationStore:
                     tx.update(
                         "slot",
                         C(slot.counter),
-                        [C.value.add(1), C.changed_at.set(now)],
+                        self._moved_up(slot.counter, now),
                         condition=under_limit(C, slot.maximum),
                     )
         except TransactionFailed as failed:
@@ -266,7 +289,7 @@ class DynamoOperationStore:
                     tx.update(
                         "slot",
                         C(slot.counter),
-                        [C.value.add(1), C.changed_at.set(now)],
+                        self._moved_up(slot.counter, now),
                         condition=under_limit(C, slot.maximum),
                     )
             except TransactionFailed as failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from sitedispatch.aws.tables import Models, PublicationItem
+from sitedispatch.aws.tables import OPEN, Models, PublicationItem, index_shards
 from sitedispatch.aws.writes import conditionally, get_item
 from sitedispatch.domain.errors import Conflict, NotFound
 from sitedispatch.domain.model import Publication, PublicationStatus
@@ -61,9 +61,20 @@ class DynamoPublicationStore:
             self._update(
                 site_id,
                 seq,
-                [M.status.set(status.value), M.finished_at.set(now)],
+                [M.status.set(status.value), M.finished_at.set(now), M.open.remove()],
                 M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value),
             )
+
+    def open_before(self, before: float, limit: int = 1000) -> list[Publication]:
+        """Unfinished publications created before `before`, from the sparse by-open index (eventually consistent:
+        one finished a moment ago may still be listed; resuming it again is harmless, its steps are idempotent)."""
+        M = self.M
+        found = [
+            to_publication(item)
+            for shard in index_shards(OPEN)
+            for item in M.by_open.query(shard, M.created_at < before, limit=limit)
+        ]
+        return sorted(found, key=lambda p: p.created_at)[:limit]
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         return [to_publication(item) for item in self.M.query(site_id, scan_index_forward=False, limit=limit)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pynamodb.expressions.update import Action
 
-from sitedispatch.aws.tables import DUE_PARTITION, Models, SiteItem
-from sitedispatch.aws.writes import conditionally, get_item
+from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
+from sitedispatch.aws.writes import conditionally, get_item, get_items
 from sitedispatch.domain.errors import LeaseHeld, NotFound, StaleFence
 from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
 from sitedispatch.domain.ports import checked_registration
@@ -96,6 +96,21 @@ class DynamoSiteStore:
             )
         )
 
+    def promoted_since(self, since: float, limit: int = 1000) -> list[Site]:
+        """Sites promoted at or after `since`, from the sparse by-live index (keys only), then read consistently in
+        batches of 100: what a sweep reads grows with recent promotions, not with the fleet."""
+        M = self.M
+        ids = [
+            item.site_id
+            for shard in index_shards(LIVE)
+            for item in M.by_live.query(shard, M.live_at >= since, limit=limit)
+        ][:limit]
+        sites: list[Site] = []
+        for start in range(0, len(ids), 100):
+            batch = get_items(*((M, site_id) for site_id in ids[start : start + 100]))
+            sites.extend(to_site(item) for item in batch if isinstance(item, SiteItem))
+        return sites
+
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         """Earliest first, from the by-due index (eventually consistent on AWS: a just-committed head may be missed
         until the next minute's sweep, and a stale entry is harmless because wp_cron is idempotent per minute)."""
@@ -138,7 +153,12 @@ class DynamoSiteStore:
         M = self.M
         return conditionally(
             lambda: M(site_id).update(
-                actions=[M.live_seq.set(seq), M.live_revision.set(revision_id), M.live_at.set(now)],
+                actions=[
+                    M.live_seq.set(seq),
+                    M.live_revision.set(revision_id),
+                    M.live_at.set(now),
+                    M.live.set(index_shard(LIVE, site_id)),
+                ],
                 condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq)),
             )
         )

@@ -6,14 +6,30 @@ bound at import. The local runtime creates tables from these models and the CDK 
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, NumberSetAttribute, UnicodeAttribute
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 DUE_PARTITION = "due"  # sites with something due share one partition of the sparse by-due index
+
+# The reconciler's sparse indexes (what may need repair, never everything that exists): an item is in one while it
+# carries the index's key attribute, whose value spreads the index over INDEX_SHARDS partitions (so no one index
+# partition takes every write of the fleet) and a sweep queries each shard.
+INDEX_SHARDS = 8
+LIVE, OPEN, HELD = "live", "open", "held"  # recently promoted sites; unfinished publications; moved counters
+
+
+def index_shard(index: str, key: str) -> str:
+    """The sparse index partition an item with this key belongs to."""
+    return f"{index}#{zlib.crc32(key.encode()) % INDEX_SHARDS}"
+
+
+def index_shards(index: str) -> list[str]:
+    return [f"{index}#{n}" for n in range(INDEX_SHARDS)]
 
 
 @dataclass(frozen=True)
@@ -26,8 +42,9 @@ class TableNames:
     audit: str
 
 
-def _index_meta(name: str) -> Any:
-    return type("Meta", (), {"index_name": name, "projection": AllProjection(), "billing_mode": "PAY_PER_REQUEST"})
+def _index_meta(name: str, keys_only: bool = False) -> Any:
+    projection = KeysOnlyProjection() if keys_only else AllProjection()
+    return type("Meta", (), {"index_name": name, "projection": projection, "billing_mode": "PAY_PER_REQUEST"})
 
 
 # The item classes: their attributes and indexes, typed. Each deployment binds them to its own table names by
@@ -80,6 +97,16 @@ class SitesByDue(GlobalSecondaryIndex):
     next_due_at = NumberAttribute(range_key=True)
 
 
+class SitesByLive(GlobalSecondaryIndex):
+    """Sites by when they were last promoted: the live-pointer repair reads the recent ones, not every site. Keys
+    only: a site's item changes at every claim and commit, and a full projection would rewrite its entry each time
+    (the repair reads the sites themselves, consistently)."""
+
+    Meta = _index_meta("by-live", keys_only=True)
+    live = UnicodeAttribute(hash_key=True)
+    live_at = NumberAttribute(range_key=True)
+
+
 class SiteItem(Model):
     site_id = UnicodeAttribute(hash_key=True)
     principal = UnicodeAttribute()
@@ -101,7 +128,9 @@ class SiteItem(Model):
     endpoint = UnicodeAttribute(null=True)
     credential_ref = UnicodeAttribute(null=True)
     due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
+    live = UnicodeAttribute(null=True)  # index_shard(LIVE, site_id) once promoted: the by-live index's key
     by_due = SitesByDue()
+    by_live = SitesByLive()
 
 
 class CommitsBySite(GlobalSecondaryIndex):
@@ -123,6 +152,14 @@ class CommitItem(Model):
     by_site = CommitsBySite()
 
 
+class PublicationsByOpen(GlobalSecondaryIndex):
+    """Publications not finished yet, oldest first: the lost fan-ins a sweep resumes are among these."""
+
+    Meta = _index_meta("by-open")
+    open = UnicodeAttribute(hash_key=True)
+    created_at = NumberAttribute(range_key=True)
+
+
 class PublicationItem(Model):
     site_id = UnicodeAttribute(hash_key=True)
     seq = NumberAttribute(range_key=True)
@@ -133,6 +170,18 @@ class PublicationItem(Model):
     total_chunks = NumberAttribute(null=True)
     done_chunks = NumberSetAttribute(null=True)
     finished_at = NumberAttribute(null=True)
+    open = UnicodeAttribute(null=True)  # index_shard(OPEN, site_id) until finished: the by-open index's key
+    by_open = PublicationsByOpen()
+
+
+class CountersByHeld(GlobalSecondaryIndex):
+    """Counters moved up since a recount last found them at zero and quiet. Keys only: a counter's value changes
+    on every move, and a projected value would rewrite the index entry each time (the recount reads values from
+    the table, consistently)."""
+
+    Meta = _index_meta("by-held", keys_only=True)
+    held = UnicodeAttribute(hash_key=True)
+    counter_id = UnicodeAttribute(range_key=True)
 
 
 class CounterItem(Model):
@@ -144,6 +193,8 @@ class CounterItem(Model):
     maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
     owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
     pace_s = NumberAttribute(null=True)  # running#LANE#PRINCIPAL: the principal's recent operation time (EWMA)
+    held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
+    by_held = CountersByHeld()
     # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
     max_outstanding = NumberAttribute(null=True)
     max_running = NumberAttribute(null=True)
@@ -242,6 +293,7 @@ class IndexSpec:
     name: str
     partition: KeySpec
     sort: KeySpec | None
+    projection: str = "ALL"  # DynamoDB's ProjectionType: ALL or KEYS_ONLY
 
 
 @dataclass(frozen=True)
@@ -279,7 +331,8 @@ def table_specs() -> dict[str, TableSpec]:
 
         partition, sort = keys(schema["key_schema"])
         indexes = tuple(
-            IndexSpec(index["index_name"], *keys(index["key_schema"])) for index in schema["global_secondary_indexes"]
+            IndexSpec(index["index_name"], *keys(index["key_schema"]), index["projection"]["ProjectionType"])
+            for index in schema["global_secondary_indexes"]
         )
         specs[role] = TableSpec(TABLE_LOGICAL_IDS[role], partition, sort, indexes)
     return specs

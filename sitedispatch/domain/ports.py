@@ -76,9 +76,17 @@ class OperationStore(Protocol):
 
     def counters(self, prefix: str = "") -> dict[str, int]: ...
 
+    def held_counters(self) -> dict[str, int]:
+        """Every counter moved up since a recount last found it at zero and quiet, with its value: what a recount
+        compares (a counter nobody moved cannot have drifted). Grows with recent traffic, not with the fleet."""
+
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         """Set a drifted counter to `value`, only if it still holds `observed` and has not moved since
-        `quiet_since` (so a recount that raced with traffic never overwrites it). False when it moved."""
+        `quiet_since` (so a recount that raced with traffic never overwrites it). False when it moved. Set to zero,
+        it leaves `held_counters`."""
+
+    def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
+        """A counter at zero that has not moved since `quiet_since` leaves `held_counters` (until it moves again)."""
 
     def get(self, operation_id: str) -> Operation | None: ...
 
@@ -184,6 +192,10 @@ class SiteStore(Protocol):
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         """Sites whose head has a WordPress event or future post due at or before `now`, earliest first."""
 
+    def promoted_since(self, since: float, limit: int = 1000) -> list[Site]:
+        """Sites whose live pointer moved at or after `since` (an index: a promotion of a moment ago may be
+        missing until the index catches up)."""
+
     def list(self, limit: int = 100) -> list[Site]:
         """Up to `limit` sites, ordered by id."""
 
@@ -224,6 +236,10 @@ class PublicationStore(Protocol):
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         """-> published or superseded (from pending or planned only)."""
+
+    def open_before(self, before: float, limit: int = 1000) -> list[Publication]:
+        """Publications still pending or planned that were created before `before`, oldest first (an index: one
+        finished a moment ago may still be listed)."""
 
     def list(self, site_id: str, limit: int = 100) -> list[Publication]:
         """Newest sequence first."""

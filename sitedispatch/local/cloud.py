@@ -300,7 +300,7 @@ def table_definition(spec: TableSpec) -> dict[str, Any]:
             {
                 "IndexName": index.name,
                 "KeySchema": key_schema(index.partition, index.sort),
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": index.projection},
             }
             for index in spec.indexes
         ]

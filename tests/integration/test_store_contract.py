@@ -549,6 +549,43 @@ def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> No
     assert stores.operations.counter("site#never-seen") == 3
 
 
+def test_the_recount_sees_the_counters_moved_since_it_found_them_zero_and_quiet(stores: Stores) -> None:
+    ops = stores.operations
+    assert ops.held_counters() == {}
+    ops.create(new_op(), [("site#acme-blog", 10), ("principal#p", 10)])
+    assert ops.held_counters() == {"site#acme-blog": 1, "principal#p": 1}
+    assert not ops.forget_counter("site#acme-blog", NOW + 100)  # not zero: kept
+    ops.end("op_1", Status.CANCELLED, NOW + 1, ("site#acme-blog", "principal#p"), from_statuses=(Status.QUEUED,))
+    assert ops.held_counters() == {"site#acme-blog": 0, "principal#p": 0}  # zero, still listed until found quiet
+    assert not ops.forget_counter("site#acme-blog", NOW)  # moved after NOW: not quiet yet
+    assert ops.forget_counter("site#acme-blog", NOW + 100)
+    assert ops.held_counters() == {"principal#p": 0}
+    assert ops.repair_counter("principal#p", 0, 0, NOW + 100, NOW + 200)  # repaired to zero: out of the index
+    assert ops.held_counters() == {}
+    assert ops.repair_counter("site#drifted", 0, 2, NOW + 100, NOW + 200)  # repaired above zero: in it
+    assert ops.held_counters() == {"site#drifted": 2}
+
+
+def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes(stores: Stores) -> None:
+    from sitedispatch.domain.model import Publication, PublicationStatus
+
+    stores.sites.register("quiet-site", "p", NOW)
+    assert stores.sites.promoted_since(NOW - 3600) == [] and stores.publications.open_before(NOW + 3600) == []
+    lease = running(stores)
+    publication = Publication("acme-blog", 1, "r" * 64, "op_1", PublicationStatus.PENDING, NOW + 1)
+    stores.commits.commit(PreparedCommit(prepared(lease).commit, lease, 0, {}, publication), NOW + 1)
+    assert stores.publications.open_before(NOW + 1) == []  # created at NOW + 1: not before it
+    assert [p.seq for p in stores.publications.open_before(NOW + 2)] == [1]
+    stores.publications.plan("acme-blog", 1, 2, NOW + 2)
+    assert [p.total_chunks for p in stores.publications.open_before(NOW + 2)] == [2]  # planned: still open
+    assert stores.sites.promote("acme-blog", 1, "r" * 64, NOW + 5)
+    stores.publications.finish("acme-blog", 1, PublicationStatus.PUBLISHED, NOW + 5)
+    assert stores.publications.open_before(NOW + 3600) == []
+    [promoted] = stores.sites.promoted_since(NOW + 5)
+    assert promoted == stores.sites.get("acme-blog") and promoted.live_seq == 1
+    assert stores.sites.promoted_since(NOW + 6) == []
+
+
 def test_minute_buckets_add_within_their_minute_and_start_over_in_a_later_one(stores: Stores) -> None:
     buckets = stores.buckets
     buckets.add("attempts@3", 13, 1, 0)

@@ -67,14 +67,14 @@ def test_a_counter_that_moves_during_the_recount_is_not_overwritten(harness: Har
     harness.submit(site="one")
     harness.world.clock.advance(200)
     db = harness.world.db
-    read_counters = harness.world.operations.counters
+    read_counters = harness.world.operations.held_counters  # what the recount reads: the counters moved lately
 
-    def counters_then_a_submit_lands(prefix: str = "") -> dict[str, int]:
-        seen = read_counters(prefix)
+    def counters_then_a_submit_lands() -> dict[str, int]:
+        seen = read_counters()
         harness.submit(site="one", kind="publish", params={})  # lands between the read and the recount
         return seen
 
-    harness.world.operations.counters = counters_then_a_submit_lands  # type: ignore[method-assign]
+    harness.world.operations.held_counters = counters_then_a_submit_lands  # type: ignore[method-assign]
     repaired = reconciler(harness).repair_counters()  # read 1, recounts 2: the write is refused, not forced
 
     assert repaired == 0
