@@ -172,3 +172,58 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def model_parameters() -> dict[str, Any]:
     return {"aws_limits": asdict(AWS), "durations": asdict(AWS_DURATIONS)}
+
+
+def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, Any]]:
+    """Sustainable operations per second of the deployed stack and the limit that binds, for operations shaped as
+    the measured `kind` (its requests and write units from bench/requests.py) taking AWS_DURATIONS' time."""
+    from sitedispatch.domain.settings import Settings
+    from sitedispatch.operations.admission import global_shards
+    from stacks.functions import DEFAULT_MAX_CONCURRENCY
+
+    from .simulation import binding, ceilings
+
+    row = costs["per_operation"][kind]
+    per_op: dict[str, int] = {}
+    for part in ("submit", "functions"):
+        for name, count in row[part]["requests"].items():
+            per_op[name] = per_op.get(name, 0) + count
+    routes = row["route_objects"]
+    publication_s = AWS_DURATIONS.plan_s + routes * AWS_DURATIONS.route_s + AWS_DURATIONS.finish_s
+    shards = global_shards(Settings.model_fields["max_outstanding_global"].default)
+    raised = {"operations": 1000, "publications": 1000}  # the most one event source mapping takes
+    results = []
+    for name, concurrency, principals in (
+        ("deployed defaults, one principal", DEFAULT_MAX_CONCURRENCY, 1),
+        ("maximum concurrency raised to 1,000 per queue, one principal", raised, 1),
+        ("maximum concurrency raised to 1,000 per queue, 100 principals", raised, 100),
+    ):
+        rows = ceilings(
+            per_op,
+            row["write_units_by_table"],
+            AWS_DURATIONS.operation_s,
+            publication_s,
+            concurrency,
+            shards,
+            principals,
+        )
+        limit, first = binding(rows), binding(rows, sustained=False)
+        results.append(
+            {
+                "configuration": name,
+                "sustainable_ops_per_s": round(limit.ops_per_s, 1),
+                "binding_limit": limit.limit,
+                "new_deployment_ops_per_s": round(first.ops_per_s, 1),
+                "new_deployment_binding_limit": first.limit,
+                "ceilings": [
+                    {"limit": c.limit, "ops_per_s": round(c.ops_per_s, 1), "why": c.why, "ramp_up_only": c.initial}
+                    for c in rows
+                ],
+            }
+        )
+        print(
+            f"capacity ({name}): {limit.ops_per_s:.1f} operations/s sustained, bound by {limit.limit}; "
+            f"{first.ops_per_s:.1f} in a new deployment's first half hour ({first.limit})",
+            flush=True,
+        )
+    return results

@@ -47,6 +47,7 @@ class RequestCounter:
         self.transact_items = 0
         self.route_objects = 0  # PutObject of a publication's route objects (what a site publishes, not dispatch)
         self.paused = False  # the benchmark's own reads (is it done yet?) are not the operation's
+        self.write_units: Counter[str] = Counter()  # by table role (operations, sites, ...): 2 per transaction item
 
     def __call__(self, params: Any, model: Any, **_: Any) -> None:
         """botocore's provide-client-params event: the operation model and its API parameters."""
@@ -57,6 +58,11 @@ class RequestCounter:
             self.route_objects += 1
         if model.name == "TransactWriteItems" and isinstance(params, dict):
             self.transact_items += len(params.get("TransactItems", []))
+            for item in params.get("TransactItems", []):
+                for action in item.values():
+                    self.write_units[_table_role(str(action.get("TableName", "")))] += 2
+        elif model.name in WRITE_OPERATIONS and isinstance(params, dict):
+            self.write_units[_table_role(str(params.get("TableName", "")))] += 1
 
     def reset(self) -> dict[str, Any]:
         snapshot = {
@@ -64,11 +70,18 @@ class RequestCounter:
             "total": sum(self.counts.values()),
             "transact_items": self.transact_items,
             "route_objects": self.route_objects,
+            "write_units_by_table": dict(sorted(self.write_units.items())),
         }
         self.counts.clear()
+        self.write_units.clear()
         self.transact_items = 0
         self.route_objects = 0
         return snapshot
+
+
+def _table_role(table_name: str) -> str:
+    """A deployment's table name ends with its role (PREFIX-operations, PREFIX-sites, ...)."""
+    return table_name.rsplit("-", 1)[-1]
 
 
 def cost_per_million(
@@ -205,6 +218,9 @@ def measure() -> dict[str, Any]:
                 "total_requests": sum(total.values()),
                 "route_objects": routes,
                 "overhead_requests": sum(total.values()) - routes,
+                "write_units_by_table": dict(
+                    Counter(submitted["write_units_by_table"]) + Counter(worked["write_units_by_table"])
+                ),
                 "temporal_cloud_per_million_usd": TEMPORAL_ACTIONS_PER_OPERATION * TEMPORAL_PER_MILLION_ACTIONS,
                 "request_cost_per_million_usd": cost_per_million(dict(total), items, 0, 0.0),
                 "lambda_cost_per_million_usd": cost_per_million({}, 0, invocations, seconds),

@@ -249,6 +249,9 @@ def main() -> None:
     }
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
+    (RESULTS / "capacity.json").write_text(
+        json.dumps({**meta, "kind": "provision", "rows": fleet.capacity(costs)}, indent=2)
+    )
     (RESULTS / "sweeps.json").write_text(json.dumps({**meta, "quiet_fleet": sweeps.measure()}, indent=2))
     cold = coldstart.measure(dict(os.environ))
     (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))

@@ -156,3 +156,108 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[index]
+
+
+# -- sustainable throughput: which limit binds -------------------------------------------------------------------
+# AWS's published limits, as last read (2024-11; this machine has no internet, so not re-read on the run date). Each
+# is one operation-independent number; the model divides it by what one operation uses of it.
+SOURCES = {
+    "esm": "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html (maximum concurrency 2..1000 per "
+    "event source mapping; FIFO: at most one invocation per active message group)",
+    "account": "https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html (1,000 concurrent executions "
+    "per account and region by default, shared by every function)",
+    "fifo": "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html "
+    "(high-throughput FIFO, which the stack enables: 70,000 non-batched transactions per second per API action "
+    "in us-east-1, us-west-2 and eu-west-1; 300 per second without high throughput)",
+    "item": "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html (one "
+    "partition, hence one item, serves at most 1,000 write units per second; a transactional write costs 2 units "
+    "per item of up to 1 KB)",
+    "table": "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html (on-demand: "
+    "40,000 write request units per second per table by default, raised on request)",
+    "new_table": "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/on-demand-capacity-mode.html (a "
+    "new on-demand table serves up to 4,000 write request units per second at once and doubles its previous peak "
+    "within 30 minutes; warm throughput can raise it ahead of time)",
+}
+ITEM_WRITE_UNITS_S = 1_000.0
+TABLE_WRITE_UNITS_S = 40_000.0
+NEW_TABLE_WRITE_UNITS_S = 4_000.0
+FIFO_TPS_PER_ACTION = 70_000.0
+ACCOUNT_CONCURRENCY = 1_000
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    limit: str
+    ops_per_s: float
+    why: str
+    initial: bool = False  # holds only while a new deployment ramps up (not a sustained limit)
+
+
+def ceilings(
+    per_op: dict[str, int],
+    write_units_by_table: dict[str, int],
+    operation_s: float,
+    publication_s: float,
+    esm_max_concurrency: dict[str, int],
+    global_shards: int,
+    principals: int = 1,
+) -> list[Ceiling]:
+    """The operations per second each limit allows, for operations of `operation_s` in the operations lane that
+    each publish (`publication_s` in the publications lane), spread over many sites and `principals` principals.
+    `per_op`: the requests of one operation by API; `write_units_by_table`: its DynamoDB write units per table."""
+    sqs_actions = {k: v for k, v in per_op.items() if k.startswith("sqs:")}
+    busiest_action, busiest = max(sqs_actions.items(), key=lambda kv: kv[1], default=("sqs:none", 1))
+    table, units = max(write_units_by_table.items(), key=lambda kv: kv[1], default=("none", 1))
+    # Counters every operation of one principal moves: its admission counter (+1 at submit, -1 at commit) and its
+    # running slot (+1 at start, -1 at commit), each in a transaction: 4 write units per operation per item.
+    per_item = ITEM_WRITE_UNITS_S / 4.0
+    return [
+        Ceiling(
+            "operations lane: event source mapping maximum concurrency",
+            esm_max_concurrency["operations"] / operation_s,
+            f"{esm_max_concurrency['operations']} at once / {operation_s} s each ({SOURCES['esm']})",
+        ),
+        Ceiling(
+            "publications lane: event source mapping maximum concurrency",
+            esm_max_concurrency["publications"] / publication_s,
+            f"{esm_max_concurrency['publications']} at once / {publication_s} s each",
+        ),
+        Ceiling(
+            "Lambda account concurrency",
+            ACCOUNT_CONCURRENCY / (operation_s + publication_s),
+            f"{ACCOUNT_CONCURRENCY} environments / {operation_s + publication_s} s of functions per operation "
+            f"({SOURCES['account']})",
+        ),
+        Ceiling(
+            f"SQS FIFO per API action ({busiest_action})",
+            FIFO_TPS_PER_ACTION / busiest,
+            f"{FIFO_TPS_PER_ACTION:.0f} per second / {busiest} per operation ({SOURCES['fifo']})",
+        ),
+        Ceiling(
+            "DynamoDB: one principal's admission counter and running slot",
+            per_item * principals,
+            f"{ITEM_WRITE_UNITS_S:.0f} write units per second per item / 4 per operation, x {principals} "
+            f"principal(s) ({SOURCES['item']})",
+        ),
+        Ceiling(
+            "DynamoDB: the global admission limit's shards",
+            per_item * global_shards,
+            f"{global_shards} shards x {per_item:.0f} operations per second each",
+        ),
+        Ceiling(
+            f"DynamoDB: the {table} table's write quota",
+            TABLE_WRITE_UNITS_S / units,
+            f"{TABLE_WRITE_UNITS_S:.0f} write units per second / {units} per operation ({SOURCES['table']})",
+        ),
+        Ceiling(
+            f"DynamoDB: a new on-demand {table} table's initial write throughput",
+            NEW_TABLE_WRITE_UNITS_S / units,
+            f"{NEW_TABLE_WRITE_UNITS_S:.0f} write units per second / {units} per operation ({SOURCES['new_table']})",
+            initial=True,
+        ),
+    ]
+
+
+def binding(rows: list[Ceiling], sustained: bool = True) -> Ceiling:
+    """The lowest ceiling: of the sustained limits, or including a new deployment's ramp-up ones."""
+    return min((c for c in rows if not (sustained and c.initial)), key=lambda c: c.ops_per_s)
