@@ -97,7 +97,8 @@ def measure_fleet(
 
 def validate(workdir: Path, fleets: tuple[int, ...] = (10, 50)) -> list[dict[str, Any]]:
     """Measured against modelled, with the model given only the local runtime's parameters: its concurrency, the
-    measured median operation time and queue hop, warm environments (the worker pre-initialises them)."""
+    measured median operation time (which includes each environment's first invocation: an environment starts
+    as Lambda's does, its module imported and nothing else) and queue hop."""
     rows = []
     for n in fleets:
         measured = measure_fleet(workdir, n)

@@ -24,7 +24,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, fleet, requests, sweeps, throughput
+from . import coldstart, fleet, latency, requests, sweeps, throughput
 
 T = TypeVar("T")
 
@@ -255,6 +255,11 @@ def main() -> None:
     (RESULTS / "sweeps.json").write_text(json.dumps({**meta, "quiet_fleet": sweeps.measure()}, indent=2))
     cold = coldstart.measure(dict(os.environ))
     (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        local = latency.measure_local(Path(tmp))
+        (RESULTS / "latency.json").write_text(
+            json.dumps({**meta, "local": local, "aws_model": latency.model_aws(costs)}, indent=2)
+        )
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []

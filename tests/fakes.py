@@ -597,6 +597,10 @@ class MemoryPublicationStore:
                 finished_at=now,
             )
 
+    def get_with_site(self, site_id: str, seq: int) -> tuple[Publication | None, Site | None]:
+        with self.db.lock:
+            return self.db.publications.get((site_id, seq)), self.db.sites.get(site_id)
+
     def open_before(self, before: float, limit: int = 1000) -> list[Publication]:
         open_ = (PublicationStatus.PENDING, PublicationStatus.PLANNED)
         found = [p for p in self.db.publications.values() if p.status in open_ and p.created_at < before]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from sitedispatch.aws.tables import OPEN, Models, PublicationItem, index_shards
-from sitedispatch.aws.writes import conditionally, get_item
+from sitedispatch.aws.sites import to_site
+from sitedispatch.aws.tables import OPEN, Models, PublicationItem, SiteItem, index_shards
+from sitedispatch.aws.writes import conditionally, get_item, get_items
 from sitedispatch.domain.errors import Conflict, NotFound
-from sitedispatch.domain.model import Publication, PublicationStatus
+from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
 
 def to_publication(item: PublicationItem) -> Publication:
@@ -28,6 +29,14 @@ def to_publication(item: PublicationItem) -> Publication:
 class DynamoPublicationStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Publication
+        self.S = models.Site
+
+    def get_with_site(self, site_id: str, seq: int) -> tuple[Publication | None, Site | None]:
+        publication, site = get_items((self.M, site_id, seq), (self.S, site_id))
+        return (
+            to_publication(publication) if isinstance(publication, PublicationItem) else None,
+            to_site(site) if isinstance(site, SiteItem) else None,
+        )
 
     def get(self, site_id: str, seq: int) -> Publication | None:
         item = get_item(self.M, site_id, seq)

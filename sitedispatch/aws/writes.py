@@ -47,7 +47,7 @@ def get_item(model: type[M], hash_key: str, range_key: Any = None) -> M | None:
     """The item (a strongly consistent read), or None when there is none, including when the key could not name one
     (DynamoDB refuses an empty or oversized key value with a ValidationException: for a reader that only means "no
     such item")."""
-    if not hash_key or len(hash_key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+    if not _names_an_item(hash_key):
         return None
     try:
         return model.get(hash_key, range_key, consistent_read=True)
@@ -55,36 +55,55 @@ def get_item(model: type[M], hash_key: str, range_key: Any = None) -> M | None:
         return None
 
 
-def get_items(*wanted: tuple[type[Model], str]) -> list[Model | None]:
-    """Items of several tables (by hash key) in one BatchGetItem, strongly consistent: what a worker reads before
-    it acts, in one round trip instead of one per table. None for an item that does not exist."""
-    valid = [(m, k) for m, k in wanted if k and len(k.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES]
-    if not valid:
-        return [None] * len(wanted)
-    connection = valid[0][0]._get_connection().connection
-    request: dict[str, Any] = {}
-    for model, key in valid:
-        table = model.Meta.table_name
-        hash_name = model._hash_key_attribute().attr_name
-        entry = request.setdefault(table, {"Keys": [], "ConsistentRead": True})
-        entry["Keys"].append({hash_name: {"S": key}})
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for _ in range(8):  # UnprocessedKeys: asked again (DynamoDB returns them under load)
+def _names_an_item(hash_key: str) -> bool:
+    """DynamoDB refuses an empty or oversized key value (ValidationException): such a key names no item."""
+    return bool(hash_key) and len(hash_key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
+
+
+def _key(model: Any, values: tuple[Any, ...]) -> dict[str, Any]:
+    """An item's key in DynamoDB's JSON: a string hash key, and a numeric range key when given."""
+    key = {model._hash_key_attribute().attr_name: {"S": values[0]}}
+    if len(values) > 1:
+        key[model._range_key_attribute().attr_name] = {"N": str(values[1])}
+    return key
+
+
+def _identity(table: str, item: dict[str, Any], names: list[str]) -> tuple[str, ...]:
+    return (table, *(str(next(iter(item[name].values()))) for name in names))
+
+
+def _batch_get(connection: Connection, request: dict[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Every item asked for, by (table, key values in key-name order); UnprocessedKeys asked again."""
+    names = {table: sorted(entry["Keys"][0]) for table, entry in request.items()}
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+    for _ in range(8):  # DynamoDB returns UnprocessedKeys under load
         response = connection.dispatch(BATCH_GET_ITEM, {REQUEST_ITEMS: request})
-        for model, _key in valid:
-            table = model.Meta.table_name
-            hash_name = model._hash_key_attribute().attr_name
-            for raw in response.get("Responses", {}).get(table, []):
-                found[(table, raw[hash_name]["S"])] = raw
+        for table, rows in response.get("Responses", {}).items():
+            found.update({_identity(table, raw, names[table]): raw for raw in rows})
         request = response.get("UnprocessedKeys") or {}
         if not request:
-            break
-    else:
-        raise RuntimeError("BatchGetItem left keys unprocessed after 8 rounds")
-    return [
-        model.from_raw_data(raw) if (raw := found.get((model.Meta.table_name, key))) is not None else None
-        for model, key in wanted
-    ]
+            return found
+    raise RuntimeError("BatchGetItem left keys unprocessed after 8 rounds")
+
+
+def get_items(*wanted: tuple[Any, ...]) -> list[Model | None]:
+    """Items of several tables in one BatchGetItem, strongly consistent: what a worker reads before it acts, in one
+    round trip instead of one per table. Each wanted item is (model, hash key) or (model, hash key, numeric range
+    key). None for an item that does not exist, or whose key could not name one."""
+    valid = [w for w in wanted if _names_an_item(w[1])]
+    if not valid:
+        return [None] * len(wanted)
+    request: dict[str, Any] = {}
+    for model, *values in valid:
+        entry = request.setdefault(model.Meta.table_name, {"Keys": [], "ConsistentRead": True})
+        entry["Keys"].append(_key(model, tuple(values)))
+    found = _batch_get(valid[0][0]._get_connection().connection, request)
+    results: list[Model | None] = []
+    for model, *values in wanted:
+        key = _key(model, tuple(values))
+        raw = found.get(_identity(model.Meta.table_name, key, sorted(key))) if _names_an_item(values[0]) else None
+        results.append(model.from_raw_data(raw) if raw is not None else None)
+    return results
 
 
 def under_limit(counter: Any, default: int) -> Any:

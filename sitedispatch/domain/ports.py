@@ -228,6 +228,9 @@ class PreparedCommit:
 class PublicationStore(Protocol):
     def get(self, site_id: str, seq: int) -> Publication | None: ...
 
+    def get_with_site(self, site_id: str, seq: int) -> tuple[Publication | None, Site | None]:
+        """The publication and its site, both current, in one round trip."""
+
     def plan(self, site_id: str, seq: int, total_chunks: int, now: float) -> Publication:
         """Record the chunk count (conditional: unset or the same). Raises NotFound for an unknown publication."""
 

@@ -98,13 +98,12 @@ class PublicationWorker:
     def _process(self, message: PublicationMessage) -> Result:
         d = self.d
         obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
-        publication = d.publications.get(message.site_id, message.seq)
+        publication, site = d.publications.get_with_site(message.site_id, message.seq)
         if publication is None or publication.revision_id != message.revision_id:
             obs.count("PublicationUnknown")
             return Result(Outcome.ACKED, "unknown_publication")
         if publication.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}:
             return Result(Outcome.ACKED, f"already_{publication.status.value}")
-        site = d.sites.get(message.site_id)
         if site is not None and _is_live(site, publication):
             # This very publication was promoted and its finisher stopped before recording it: record it now.
             d.publications.finish(message.site_id, message.seq, PublicationStatus.PUBLISHED, d.clock.now())

@@ -364,6 +364,9 @@ def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Sto
     publication = Publication("acme-blog", 1, "r" * 64, "op_1", PublicationStatus.PENDING, NOW)
     stores.commits.commit(PreparedCommit(prepared(lease).commit, lease, 0, {}, publication), NOW + 1)
     assert publications.get("acme-blog", 1) == publication  # written by the commit transaction (the outbox)
+    assert publications.get_with_site("acme-blog", 1) == (publication, stores.sites.get("acme-blog"))
+    assert publications.get_with_site("acme-blog", 2) == (None, stores.sites.get("acme-blog"))
+    assert publications.get_with_site("other-site", 1) == (None, None)
 
     with pytest.raises(Conflict):  # no chunk is done before the plan exists
         publications.chunk_done("acme-blog", 1, 0)
