@@ -149,13 +149,15 @@ class OperationsWorker:
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
     ) -> tuple[Lease, Operation] | Result:
         """The lease and the attempt, in one transaction when the site and the row are as just read (the usual
-        case), else in two steps. Then the message's visibility is tied to the lease (heartbeats extend both): if
-        this process dies or stalls from here on, the message (and with it the site's FIFO group) is back within
-        two leases rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the
-        interactive lane)."""
+        case), else in two steps. First the message's visibility is tied to the lease (heartbeats extend both): if
+        this process dies or stalls from the claim on, the message (and with it the site's FIFO group) is back
+        within two leases rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the
+        interactive lane). It comes before the claim, not after: a process stopped between the two would otherwise
+        hold a running operation's group for those 12 minutes. A claim that fails defers, which sets it again."""
         d = self.d
         if not site.lease_free_for(op.operation_id, now):  # held, as the consistent read just showed: no write
             return self._lease_held(visibility, site.lease_expires_at or now, now)
+        visibility.change(d.settings.lease_seconds * 2)
         # A row that still holds a running slot (its last attempt died) keeps it: no second one is taken.
         slot = running_slot(d.settings, op) if op.running_slot is None else None
         try:
@@ -170,7 +172,6 @@ class OperationsWorker:
             if isinstance(claimed, Result):
                 return claimed
             started = claimed
-        visibility.change(d.settings.lease_seconds * 2)
         return started
 
     def _claim_then_start(

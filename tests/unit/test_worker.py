@@ -10,9 +10,11 @@ import pytest
 from sitedispatch.domain.backoff import backoff_ceiling
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.errors import PermanentError, TransientError
-from sitedispatch.domain.model import Kind, Status
+from sitedispatch.domain.model import Kind, QueueMessage, Status
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn
+from tests.factories import present
+from tests.fakes import RecordingVisibility
 from tests.unit.conftest import Harness
 
 
@@ -297,3 +299,25 @@ def test_a_transient_failure_starting_the_attempt_gives_the_lease_back_and_looks
     assert harness.world.sites.get("acme-blog").lease_owner is None  # type: ignore[union-attr]
     assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
     assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_the_message_is_tied_to_the_lease_before_the_operation_shows_running(harness: Harness) -> None:
+    """A process stopped right after its claim must not hold the site's FIFO group for the queue's visibility
+    timeout (12 minutes on the interactive lane): the visibility is cut to two leases before the claim lands.
+    (The full suite caught the other order: a SIGSTOP timed on `running` left the takeover waiting 12 minutes.)"""
+    op_id = harness.submit()
+    visibility = RecordingVisibility()
+    seen: dict[str, list[float]] = {}
+    store = harness.world.operations
+    real = store.claim_and_start
+
+    def claim(*args: Any, **kwargs: Any) -> Any:
+        seen["at_claim"] = list(visibility.changes)
+        return real(*args, **kwargs)
+
+    store.claim_and_start = claim  # type: ignore[method-assign]
+    op = present(store.get(op_id))
+    result = harness.worker().process(QueueMessage(op_id, op.site_id), visibility)
+
+    assert result.outcome == Outcome.SUCCEEDED
+    assert seen["at_claim"] == [harness.settings.lease_seconds * 2]
