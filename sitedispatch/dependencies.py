@@ -213,7 +213,9 @@ class Dependencies:
         return DriverRegistry({REFERENCE_DRIVER: reference, WORDPRESS_DRIVER: wordpress})
 
     def warm(self) -> Dependencies:
-        """Build every client now (an init phase), so the first request pays no client construction."""
+        """Build every client now, so a long-lived process's first request pays no client construction: the CLI,
+        the demo, tests and benchmarks driving the runtime. Never a function's: a Lambda environment does nothing
+        before its first event but import its module, and the local runtime's environments do the same."""
         _ = self.models.Operation._get_connection().connection.client  # one client serves every table
         _ = (
             self.sqs,

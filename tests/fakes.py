@@ -259,16 +259,7 @@ class MemoryOperationStore:
             self.db.sites[site.site_id] = replace(
                 current_site, fence=fence, lease_owner=op.operation_id, lease_expires_at=now + lease_s
             )
-            started = replace(
-                row,
-                status=Status.RUNNING,
-                attempt=row.attempt + 1,
-                fence=fence,
-                started_at=now,
-                updated_at=now,
-                not_before=None,
-                running_slot=slot.counter if slot is not None else row.running_slot,
-            )
+            started = row.attempt_started(fence, now, slot.counter if slot is not None else row.running_slot)
             self.db.operations[op.operation_id] = started
             return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 

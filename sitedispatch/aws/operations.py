@@ -6,7 +6,6 @@ Every guard is a condition expression evaluated by DynamoDB; a failed one is map
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from pynamodb.expressions.update import Action
@@ -227,7 +226,7 @@ class DynamoOperationStore:
     def claim_and_start(
         self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
     ) -> tuple[Lease, Operation] | None:
-        M, C, S = self.M, self.C, self.S
+        M, S = self.M, self.S
         fence = site.fence + 1
         actions, runnable = self._attempt(fence, now)
         as_read = (S.fence == site.fence) if site.fence else (S.fence.does_not_exist() | (S.fence == 0))
@@ -244,54 +243,37 @@ class DynamoOperationStore:
                     kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
                     tx.update(ROW, M(op.operation_id), actions, condition=runnable & kept)
                 else:
-                    tx.update(
-                        ROW,
-                        M(op.operation_id),
-                        [*actions, M.running_slot.set(slot.counter)],
-                        condition=runnable & M.running_slot.does_not_exist(),
-                    )
-                    tx.update(
-                        "slot",
-                        C(slot.counter),
-                        self._moved_up(slot.counter, now),
-                        condition=under_limit(C, slot.maximum),
-                    )
+                    self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now)
         except TransactionFailed as failed:
             if slot is not None and failed.failed == {"slot"}:
                 raise self._limit_reached(slot.counter, slot.maximum) from failed.cause
             return None
-        started = replace(
-            op,
-            status=Status.RUNNING,
-            attempt=op.attempt + 1,
-            fence=fence,
-            started_at=now,
-            updated_at=now,
-            not_before=None,
-            running_slot=slot.counter if slot is not None else op.running_slot,
-        )
+        started = op.attempt_started(fence, now, slot.counter if slot is not None else op.running_slot)
         return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
+
+    def _start_taking_slot(
+        self, tx: NamedTransaction, operation_id: str, actions: list[Action], runnable: Any, slot: Slot, now: float
+    ) -> None:
+        """The attempt's row, taking one of the running `slot` (the row holds none yet; the slot is under its
+        maximum)."""
+        M, C = self.M, self.C
+        tx.update(
+            ROW,
+            M(operation_id),
+            [*actions, M.running_slot.set(slot.counter)],
+            condition=runnable & M.running_slot.does_not_exist(),
+        )
+        tx.update("slot", C(slot.counter), self._moved_up(slot.counter, now), condition=under_limit(C, slot.maximum))
 
     def start_attempt(
         self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
     ) -> Operation:
-        M, C = self.M, self.C
+        M = self.M
         actions, runnable = self._attempt(fence, now)
         if slot is not None:
             try:
                 with transaction(M) as tx:
-                    tx.update(
-                        ROW,
-                        M(operation_id),
-                        [*actions, M.running_slot.set(slot.counter)],
-                        condition=runnable & M.running_slot.does_not_exist(),
-                    )
-                    tx.update(
-                        "slot",
-                        C(slot.counter),
-                        self._moved_up(slot.counter, now),
-                        condition=under_limit(C, slot.maximum),
-                    )
+                    self._start_taking_slot(tx, operation_id, actions, runnable, slot, now)
             except TransactionFailed as failed:
                 if ROW not in failed.failed:
                     raise failed.mapped(
@@ -301,16 +283,7 @@ class DynamoOperationStore:
                 runnable &= M.running_slot.exists()
             else:
                 if current is not None:  # the row as it was, plus what this transaction set: no extra read
-                    return replace(
-                        current,
-                        status=Status.RUNNING,
-                        attempt=current.attempt + 1,
-                        fence=fence,
-                        started_at=now,
-                        updated_at=now,
-                        not_before=None,
-                        running_slot=slot.counter,
-                    )
+                    return current.attempt_started(fence, now, slot.counter)
                 op = self.get(operation_id)
                 assert op is not None
                 return op

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -120,6 +120,20 @@ class Operation:
     def dedup_id(self) -> str:
         """SQS deduplication id: a redrive or replay (new epoch) is a new delivery, a resend is not."""
         return f"{self.operation_id}-e{self.epoch}"
+
+    def attempt_started(self, fence: int, now: float, running_slot: str | None) -> Operation:
+        """This row as starting an attempt under `fence` leaves it (what the stores' conditional write sets): the
+        answer a store gives without reading the row back."""
+        return replace(
+            self,
+            status=Status.RUNNING,
+            attempt=self.attempt + 1,
+            fence=fence,
+            started_at=now,
+            updated_at=now,
+            not_before=None,
+            running_slot=running_slot,
+        )
 
 
 @dataclass(frozen=True)
