@@ -38,6 +38,7 @@ class DispatchTables(Construct):
                 encryption=dynamodb.TableEncryption.AWS_MANAGED,
                 deletion_protection=True,
                 removal_policy=RemovalPolicy.RETAIN,
+                time_to_live_attribute=spec.ttl_attribute,
             )
             for index in spec.indexes:
                 table.add_global_secondary_index(

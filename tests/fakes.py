@@ -62,7 +62,7 @@ from sitedispatch.domain.ports import (
     checked_registration,
     foreign_site,
 )
-from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets
+from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets, expires_at
 
 
 class FakeClock:
@@ -634,11 +634,9 @@ class MemoryMinuteBuckets:
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
         with self.db.lock:
-            current = self.db.buckets.get(bucket_id)
-            if current is None or current.minute < minute:
-                self.db.buckets[bucket_id] = Bucket(minute, count, amount)
-            elif current.minute == minute:
-                self.db.buckets[bucket_id] = Bucket(minute, current.count + count, current.amount + amount)
+            current = self.db.buckets.get(bucket_id) or Bucket(minute, 0, 0)
+            self.db.buckets[bucket_id] = Bucket(minute, current.count + count, current.amount + amount)
+            self.db.counter_expiry[bucket_id] = expires_at(minute)
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         with self.db.lock:

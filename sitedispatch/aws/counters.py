@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sitedispatch.aws.tables import Models
-from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, transaction
+from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
 from sitedispatch.domain.model import Quota
 from sitedispatch.operations.admission import quota_key
-from sitedispatch.operations.minute_counts import Bucket
+from sitedispatch.operations.minute_counts import Bucket, expires_at
 
 RECORD = "quota record"
 
@@ -68,32 +68,22 @@ class DynamoQuotaStore:
 
 
 class DynamoMinuteBuckets:
-    """Adding is one conditional UpdateItem (ADD while the bucket holds this minute); the first add of a minute starts
-    the bucket over (a second conditional UpdateItem), and a concurrent first add makes the loser add instead.
-    Reading a window is one BatchGetItem."""
-
-    ATTEMPTS = 3
+    """Adding is one unconditional UpdateItem on the minute's own item (ADD; the minute and the expiry set); reading
+    a window is one BatchGetItem."""
 
     def __init__(self, models: Models) -> None:
         self.C = models.Counter
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
         C = self.C
-        for _ in range(self.ATTEMPTS):
-            if conditionally(
-                lambda: C(bucket_id).update(
-                    actions=[C.value.add(count), C.total.add(amount)], condition=C.minute == minute
-                )
-            ):
-                return
-            if conditionally(
-                lambda: C(bucket_id).update(
-                    actions=[C.value.set(count), C.total.set(amount), C.minute.set(minute)],
-                    condition=C.minute.does_not_exist() | (C.minute < minute),
-                )
-            ):
-                return
-        # The bucket holds a later minute than this clock's: a count from the past is dropped, not misfiled.
+        C(bucket_id).update(
+            actions=[
+                C.value.add(count),
+                C.total.add(amount),
+                C.minute.set(minute),
+                C.expires_at.set(expires_at(minute)),
+            ]
+        )
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         wanted = list(dict.fromkeys(bucket_ids))

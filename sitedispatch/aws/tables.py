@@ -194,6 +194,7 @@ class CounterItem(Model):
     owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
     pace_s = NumberAttribute(null=True)  # running#LANE#PRINCIPAL: the principal's recent operation time (EWMA)
     held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
+    expires_at = NumberAttribute(null=True)  # per-minute buckets: when DynamoDB's TTL may delete them (epoch s)
     by_held = CountersByHeld()
     # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
     max_outstanding = NumberAttribute(null=True)
@@ -298,13 +299,16 @@ class IndexSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """What infrastructure needs to know about a table: its keys and global secondary indexes."""
+    """What infrastructure needs to know about a table: its keys, global secondary indexes and TTL attribute."""
 
     logical_id: str
     partition: KeySpec
     sort: KeySpec | None
     indexes: tuple[IndexSpec, ...]
+    ttl_attribute: str | None = None
 
+
+TTL_ATTRIBUTES = {"counters": "expires_at"}  # the per-minute buckets expire; nothing else does
 
 TABLE_LOGICAL_IDS = {
     "operations": "OperationsTable",
@@ -334,5 +338,5 @@ def table_specs() -> dict[str, TableSpec]:
             IndexSpec(index["index_name"], *keys(index["key_schema"]), index["projection"]["ProjectionType"])
             for index in schema["global_secondary_indexes"]
         )
-        specs[role] = TableSpec(TABLE_LOGICAL_IDS[role], partition, sort, indexes)
+        specs[role] = TableSpec(TABLE_LOGICAL_IDS[role], partition, sort, indexes, TTL_ATTRIBUTES.get(role))
     return specs

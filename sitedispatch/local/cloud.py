@@ -278,6 +278,11 @@ def create_resources(
         dynamodb.create_table(
             TableName=fields[TABLE_FIELDS[role]], BillingMode="PAY_PER_REQUEST", **table_definition(table)
         )
+        if table.ttl_attribute:
+            dynamodb.update_time_to_live(
+                TableName=fields[TABLE_FIELDS[role]],
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
+            )
     fields["bucket"] = f"{prefix}-local"
     s3 = session.client("s3", endpoint_url=endpoint)
     s3.create_bucket(Bucket=fields["bucket"])

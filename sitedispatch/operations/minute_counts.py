@@ -1,10 +1,12 @@
 """Counts per minute in the counters table, for statistics that look a few minutes back.
 
-Each count lives in a ring of RING_MINUTES buckets (`NAME@minute % RING_MINUTES`), each bucket stamped with its
-minute: a bucket from an older minute is overwritten, not added to, so the table holds a bounded number of items per
-name (no expiry to wait for, and the reconciler's scan of the counters table stays small). They are statistics, not
-state: a count lost to a crash between a commit and its count only makes an estimate less informed. Two readers
-share them: the retry budget (`retry_budget.py`) and each principal's pace (`pace.py`).
+Each minute's count is its own item (`NAME@MINUTE`, spread over shards), written by one unconditional UpdateItem
+(ADD), stamped with its minute and an expiry a while after it (DynamoDB's TTL deletes it later; readers never look
+that far back). An earlier design kept a ring of ten buckets per name, each reset when its minute came round: that
+bounded the items for a reconciler that scanned the counters table, which it no longer does, and cost every first
+add of a minute on its shard a second conditional write. They are statistics, not state: a count lost to a crash
+between a commit and its count only makes an estimate less informed. Two readers share them: the retry budget
+(`retry_budget.py`) and each principal's pace (`pace.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-RING_MINUTES = 10
+KEEP_MINUTES = 60  # a minute's item expires this long after its minute (readers look at most a few minutes back)
+READ_KEYS = 100  # BatchGetItem's most keys: minutes x shards of one read
 # Each minute's count is spread over shards (a writer picks one at random; a reader sums them in the same one
 # BatchGetItem): the retry budget's bucket is written by every attempt, and one item takes ~1,000 writes a second.
 SHARDS = 8
@@ -29,7 +32,7 @@ class Bucket:
 
 class MinuteBuckets(Protocol):
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
-        """Add to the bucket if it holds `minute`; start it over at `minute` if it holds an older one."""
+        """Add to the minute's bucket (its first add creates it, stamped with `minute`); one write, always."""
         ...
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
@@ -42,7 +45,12 @@ def minute_of(now: float) -> int:
 
 
 def bucket_id(name: str, minute: int, shard: int = 0) -> str:
-    return f"{name}@{minute % RING_MINUTES}" + (f"#{shard}" if shard else "")
+    return f"{name}@{minute}" + (f"#{shard}" if shard else "")
+
+
+def expires_at(minute: int) -> int:
+    """When a minute's bucket may be deleted (epoch seconds, DynamoDB TTL's unit)."""
+    return (minute + 1 + KEEP_MINUTES) * 60
 
 
 class MinuteCounts:
@@ -57,7 +65,7 @@ class MinuteCounts:
 
     def totals(self, name: str, now: float, minutes: int) -> tuple[int, int]:
         """(count, amount) over the current minute and the `minutes - 1` before it."""
-        assert 0 < minutes < RING_MINUTES
+        assert 0 < minutes <= KEEP_MINUTES and minutes * self.shards <= READ_KEYS
         current = minute_of(now)
         window = range(current - minutes + 1, current + 1)
         ids = {(m, shard): bucket_id(name, m, shard) for m in window for shard in range(self.shards)}

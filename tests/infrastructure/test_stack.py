@@ -44,6 +44,14 @@ def test_tables_match_the_models_and_are_protected(synthesized: tuple[dict, obje
         assert props["KeySchema"][0] == {"AttributeName": spec.partition.name, "KeyType": "HASH"}
         indexes = {i["IndexName"]: i for i in props.get("GlobalSecondaryIndexes", [])}
         assert set(indexes) == {i.name for i in spec.indexes}
+        assert {n: i["Projection"]["ProjectionType"] for n, i in indexes.items()} == {
+            i.name: i.projection for i in spec.indexes
+        }
+        if spec.ttl_attribute:  # per-minute statistics expire; nothing else does
+            assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
+        else:
+            assert "TimeToLiveSpecification" not in props
+    assert {role for role, spec in table_specs().items() if spec.ttl_attribute} == {"counters"}
 
 
 def test_bucket_is_private_tls_only_encrypted_versioned_and_retained(synthesized: tuple[dict, object]) -> None:

@@ -37,7 +37,7 @@ from sitedispatch.domain.ports import (
     Slot,
 )
 from sitedispatch.domain.resources import QUEUES
-from sitedispatch.operations.minute_counts import RING_MINUTES, Bucket, MinuteBuckets, MinuteCounts
+from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud
 from tests.factories import present
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
@@ -589,27 +589,29 @@ def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes
     assert stores.sites.promoted_since(NOW + 6) == []
 
 
-def test_minute_buckets_add_within_their_minute_and_start_over_in_a_later_one(stores: Stores) -> None:
+def test_minute_buckets_add_within_their_own_minute(stores: Stores) -> None:
     buckets = stores.buckets
-    buckets.add("attempts@3", 13, 1, 0)
-    buckets.add("attempts@3", 13, 1, 1)
-    assert buckets.read(["attempts@3", "attempts@4"]) == {"attempts@3": Bucket(13, 2, 1)}
-    buckets.add("attempts@3", 23, 1, 0)  # the ring came round: the minute-13 counts are gone, not added to
-    assert buckets.read(["attempts@3"]) == {"attempts@3": Bucket(23, 1, 0)}
-    buckets.add("attempts@3", 13, 5, 5)  # a count from an earlier minute than the bucket's: dropped
-    assert buckets.read(["attempts@3"]) == {"attempts@3": Bucket(23, 1, 0)}
+    buckets.add("attempts@13", 13, 1, 0)
+    buckets.add("attempts@13", 13, 1, 1)
+    assert buckets.read(["attempts@13", "attempts@14"]) == {"attempts@13": Bucket(13, 2, 1)}
+    buckets.add("attempts@23", 23, 1, 0)  # a later minute is another bucket: minute 13's counts stay as they were
+    assert buckets.read(["attempts@13", "attempts@23"]) == {
+        "attempts@13": Bucket(13, 2, 1),
+        "attempts@23": Bucket(23, 1, 0),
+    }
 
 
-def test_minute_counts_read_a_window_and_ignore_what_the_ring_left_from_earlier_rounds(stores: Stores) -> None:
+def test_minute_counts_read_their_window_only(stores: Stores) -> None:
     counts = MinuteCounts(stores.buckets)
     minute = int(NOW // 60)
     counts.add("completed#bulk#p", NOW - 3 * 60, 1, 4000)
     counts.add("completed#bulk#p", NOW - 60, 1, 2000)
     counts.add("completed#bulk#p", NOW, 2, 3000)
-    counts.add("completed#bulk#p", NOW - (RING_MINUTES - 1) * 60, 7, 7000)  # same slot as minute + 1: stale there
+    counts.add("completed#bulk#p", NOW - 9 * 60, 7, 7000)  # outside every window below
     assert counts.totals("completed#bulk#p", NOW, 5) == (4, 9000)
     assert counts.totals("completed#bulk#p", NOW, 2) == (3, 5000)
-    assert counts.totals("completed#bulk#p", (minute + 1) * 60, 2) == (2, 3000)  # next minute: its slot is stale
+    assert counts.totals("completed#bulk#p", (minute + 1) * 60, 2) == (2, 3000)  # the next minute: nothing in it yet
+    assert counts.totals("completed#bulk#p", NOW, 10) == (11, 16000)
     assert counts.totals("completed#bulk#other", NOW, 5) == (0, 0)
 
 
