@@ -48,7 +48,13 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         return drop_malformed(record, "operations")
     deps = dependencies()
     visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
-    result = worker().process(message, visibility, request_id=getattr(lambda_context, "aws_request_id", ""))
+    try:
+        result = worker().process(message, visibility, request_id=getattr(lambda_context, "aws_request_id", ""))
+    except Exception:
+        # The core answers every outcome it knows with a Result; anything else is a bug or an outage, and the batch
+        # processor would report it as a batch item failure without a word: say what it was, then let it do that.
+        logger.exception("delivery failed outside the core's outcomes")
+        raise
     if not result.outcome.delete_message:
         raise NotDone(result)
     return {"outcome": result.outcome.value, "reason": result.reason}

@@ -6,6 +6,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from sitedispatch import observability as obs
 from sitedispatch.domain.model import PublicationMessage, QueueMessage
 from sitedispatch.domain.ports import DeadLetter
 
@@ -101,6 +104,11 @@ class SqsPublicationQueue:
         return str(response["MessageId"])
 
 
+# What SQS answers when this delivery's receipt handle no longer names an in-flight message: the message was
+# received again by another consumer (its visibility ran out while this one was stopped) or deleted by it.
+NOT_OURS_ANY_MORE = {"ReceiptHandleIsInvalid", "MessageNotInflight"}
+
+
 class SqsVisibility:
     """ChangeMessageVisibility for one received message."""
 
@@ -110,11 +118,23 @@ class SqsVisibility:
         self.receipt_handle = receipt_handle
 
     def change(self, seconds: float) -> None:
-        self.client.change_message_visibility(
-            QueueUrl=self.queue_url,
-            ReceiptHandle=self.receipt_handle,
-            VisibilityTimeout=max(0, min(MAX_VISIBILITY_S, math.ceil(seconds))),
-        )
+        """A message that is no longer this delivery's is left to whoever has it (the lease, not the visibility,
+        decides who may write): logged, not raised, so the outcome this delivery reached is still reported."""
+        try:
+            self.client.change_message_visibility(
+                QueueUrl=self.queue_url,
+                ReceiptHandle=self.receipt_handle,
+                VisibilityTimeout=max(0, min(MAX_VISIBILITY_S, math.ceil(seconds))),
+            )
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code, text = error.get("Code", ""), error.get("Message", "")
+            # AWS also says it as InvalidParameterValue: "... Message does not exist or is not available for
+            # visibility timeout change."
+            gone = code == "InvalidParameterValue" and "not available for visibility timeout change" in text
+            if code not in NOT_OURS_ANY_MORE and not gone:
+                raise
+            obs.logger.warning("message no longer held by this delivery", extra={"error_code": code})
 
 
 def queue_arn_from_url(url: str, region: str) -> str:

@@ -73,3 +73,18 @@ def test_a_port_in_use_is_refused_with_what_to_do() -> None:
         assert refused.value.field == "port"
     check_port_free(port)  # free again once its listener is gone
     check_port_free(0)
+
+
+def test_a_visibility_change_for_a_message_another_delivery_took_is_logged_not_raised(cloud: Cloud) -> None:
+    """A worker stopped past its lease resumes to find its message received again (and deleted) by the takeover:
+    its deferral must still report the outcome it reached, not escape as an error."""
+    from sitedispatch.aws.sqs import SqsVisibility
+
+    sqs, url = cloud.deps.sqs, cloud.settings.operations_queue_url
+    sqs.send_message(QueueUrl=url, MessageBody="{}", MessageGroupId="g", MessageDeduplicationId="d-1")
+    [message] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+    SqsVisibility(sqs, url, message["ReceiptHandle"]).change(30)  # gone: nothing raised
+    with pytest.raises(ClientError):  # anything else still raises
+        SqsVisibility(sqs, url + "-no-such-queue", message["ReceiptHandle"]).change(30)
