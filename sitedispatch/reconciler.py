@@ -119,18 +119,21 @@ class Reconciler:
         by-open publications, the by-live sites and the by-held counters. A quiet fleet costs a few empty queries,
         whatever its size."""
         sweep = Sweep("reconcile")
-        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep)
-        sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep)
+        # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount.
+        flight = {status: self.d.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
+        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, flight)
+        sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep, flight[Status.RUNNING])
         sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
         sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
-        sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters()
+        outstanding = [op for ops in flight.values() for op in ops]
+        sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters(outstanding)
         return sweep
 
-    def resend_orphans(self, sweep: Sweep) -> int:
+    def resend_orphans(self, sweep: Sweep, flight: dict[Status, list[Operation]]) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""
         d, now = self.d, self.d.clock.now()
         resent = 0
-        for op in d.operations.list(status=Status.ACCEPTED, limit=RECOUNT_LIMIT):
+        for op in flight[Status.ACCEPTED]:
             if self._out_of_time(sweep):
                 break
             if op.created_at <= now - self.policy.orphan_grace_s:
@@ -138,7 +141,7 @@ class Reconciler:
                 d.operations.mark_queued(op.operation_id, d.clock.now())
                 resent += 1
         paused: dict[str, bool] = {}  # read per site, only for candidates (a paused site's messages wait on purpose)
-        for op in d.operations.list(status=Status.QUEUED, limit=RECOUNT_LIMIT):
+        for op in flight[Status.QUEUED]:
             if self._out_of_time(sweep):
                 break
             untouched_since = max(op.updated_at, op.not_before or 0.0)
@@ -152,12 +155,12 @@ class Reconciler:
                 resent += 1
         return resent
 
-    def recover_stale_leases(self, sweep: Sweep) -> int:
+    def recover_stale_leases(self, sweep: Sweep, running: list[Operation]) -> int:
         """A running operation whose lease expired (no heartbeat) or passed to another operation: that attempt is
         over. It is failed and queued again; the attempt's process, if it ever wakes, cannot commit (its fence)."""
         d, now = self.d, self.d.clock.now()
         recovered = 0
-        for op in d.operations.list(status=Status.RUNNING, limit=RECOUNT_LIMIT):
+        for op in running:
             if self._out_of_time(sweep):
                 break
             site = d.sites.get(op.site_id)
@@ -235,19 +238,22 @@ class Reconciler:
                 repaired += 1
         return repaired
 
-    def repair_counters(self) -> int:
+    def repair_counters(self, outstanding: list[Operation] | None = None) -> int:
         """Counters are exact by construction (moved in the transactions that move operations); this recount is the
         tool for drift from a bug or a hand edit. A counter is set to the recount only if it has been quiet for
         `counter_quiet_s` and still holds what was read, so a recount racing live traffic changes nothing. The recount
         reads the by-status index (eventually consistent): it relies on the index lagging the table by less than
-        `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin."""
+        `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin. `outstanding`: the
+        operations in flight as the sweep read them at its start (else read here); anything the sweep itself moved
+        since is recent, so the quiet condition refuses to overwrite it."""
         d = self.d
         started = d.clock.now()
         quiet_since = started - self.policy.counter_quiet_s
         # Only counters moved since a recount last found them at zero and quiet can have drifted (by-held); those
         # found so again leave the index, so a quiet fleet's recount reads nothing.
         observed = {k: v for k, v in d.operations.held_counters().items() if is_admission_counter(k)}
-        outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
+        if outstanding is None:
+            outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
         expected = recount(self.d.settings, outstanding)
         missing = [k for k in expected.keys() - observed.keys()]  # a counter that lost its increments
         observed.update({k: d.operations.counter(k) for k in missing})

@@ -18,6 +18,7 @@ from sitedispatch.aws.writes import (
     conditionally,
     get_item,
     get_items,
+    read_all,
     transaction,
     under_limit,
 )
@@ -158,12 +159,7 @@ class DynamoOperationStore:
 
     def held_counters(self) -> dict[str, int]:
         ids = [item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)]
-        values: dict[str, int] = {}
-        for start in range(0, len(ids), 100):
-            for item in get_items(*((self.C, counter_id) for counter_id in ids[start : start + 100])):
-                if item is not None:
-                    values[item.counter_id] = int(item.value or 0)  # type: ignore[attr-defined]
-        return values
+        return {item.counter_id: int(item.value or 0) for item in read_all(self.C, ids)}
 
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         C = self.C

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
-from sitedispatch.aws.writes import conditionally, get_item, get_items
+from sitedispatch.aws.writes import conditionally, get_item, read_all
 from sitedispatch.domain.errors import LeaseHeld, NotFound, StaleFence
 from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
 from sitedispatch.domain.ports import checked_registration
@@ -105,11 +105,7 @@ class DynamoSiteStore:
             for shard in index_shards(LIVE)
             for item in M.by_live.query(shard, M.live_at >= since, limit=limit)
         ][:limit]
-        sites: list[Site] = []
-        for start in range(0, len(ids), 100):
-            batch = get_items(*((M, site_id) for site_id in ids[start : start + 100]))
-            sites.extend(to_site(item) for item in batch if isinstance(item, SiteItem))
-        return sites
+        return [to_site(item) for item in read_all(M, ids)]
 
     def due(self, now: float, limit: int = 1000) -> list[Site]:
         """Earliest first, from the by-due index (eventually consistent on AWS: a just-committed head may be missed

@@ -106,6 +106,19 @@ def get_items(*wanted: tuple[Any, ...]) -> list[Model | None]:
     return results
 
 
+BATCH_GET_KEYS = 100  # BatchGetItem's most keys per request
+
+
+def read_all(model: type[M], keys: Sequence[str]) -> list[M]:
+    """The items of `model` with these hash keys (those that exist), read consistently in as few BatchGetItems as
+    allowed: what a keys-only index found, read from the table itself."""
+    found: list[M] = []
+    for start in range(0, len(keys), BATCH_GET_KEYS):
+        batch = get_items(*((model, key) for key in keys[start : start + BATCH_GET_KEYS]))
+        found.extend(item for item in batch if isinstance(item, model))
+    return found
+
+
 def under_limit(counter: Any, default: int) -> Any:
     """The counter is below its maximum: the one kept on the item (an operator's quota) or, without one, `default`
     (the deployment's). Read in the same conditional write, so a quota costs no read on the hot paths."""
