@@ -24,7 +24,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, fleet, latency, requests, sweeps, throughput
+from . import coldstart, fairness, fleet, latency, requests, sweeps, throughput
 
 T = TypeVar("T")
 
@@ -232,6 +232,8 @@ def main() -> None:
     parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
     parser.add_argument("--throughput-workers", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--throughput-ops", type=int, default=60)
+    parser.add_argument("--fairness-flood", type=int, default=1000, help="one principal's accepted provisions")
+    parser.add_argument("--fairness-trials", type=int, default=20, help="another principal's provisions, one by one")
     parser.add_argument(
         "--validate-fleets",
         type=int,
@@ -259,6 +261,15 @@ def main() -> None:
         local = latency.measure_local(Path(tmp))
         (RESULTS / "latency.json").write_text(
             json.dumps({**meta, "local": local, "aws_model": latency.model_aws(costs)}, indent=2)
+        )
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "fairness") as runtime:
+        fair = fairness.noisy_neighbour(runtime, args.fairness_flood, args.fairness_trials)
+        (RESULTS / "fairness.json").write_text(json.dumps({**meta, **fair}, indent=2))
+        print(
+            f"fairness: {fair['flood']} of one principal's provisions accepted, another's waited p50 "
+            f"{fair['wait_p50_s']} s p99 {fair['wait_p99_s']} s over {fair['trials']} trials (bound: two operation "
+            f"times, {fair['bound_s']} s): {'met' if fair['met'] else 'NOT met'}",
+            flush=True,
         )
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()

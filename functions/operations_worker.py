@@ -36,7 +36,10 @@ def worker() -> OperationsWorker:
 def parse_message(body: str) -> QueueMessage | None:
     try:
         data = json.loads(body)
-        return QueueMessage(operation_id=str(data["operation_id"]), site_id=str(data["site_id"]))
+        if not isinstance(data, dict):
+            return None
+        principal, lane = str(data.get("principal", "")), str(data.get("lane", ""))
+        return QueueMessage(str(data["operation_id"]), str(data["site_id"]), principal, lane)
     except (ValueError, TypeError, KeyError):
         return None
 

@@ -44,13 +44,15 @@ from sitedispatch.domain.ports import (
     SiteStore,
 )
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import is_admission_counter, recount
+from sitedispatch.operations.admission import is_admission_counter, recount, waiting_shares
+from sitedispatch.operations.shares import release, share_of
 from sitedispatch.publication.live import live_key, write_live_document
 
 if TYPE_CHECKING:
     from sitedispatch.operations.submission import Submitter
 
 RECOUNT_LIMIT = 100_000
+RELEASE_LIMIT = 100  # operations one sweep releases per share (a share holds 2 x its running cap)
 STALE_LEASE_ERROR = "lease_expired"
 
 
@@ -122,6 +124,7 @@ class Reconciler:
         # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount.
         flight = {status: self.d.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
         sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, flight)
+        sweep.repaired["waiting_released"] = self.release_waiting(sweep, flight[Status.ACCEPTED])
         sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep, flight[Status.RUNNING])
         sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
         sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
@@ -136,6 +139,8 @@ class Reconciler:
         for op in flight[Status.ACCEPTED]:
             if self._out_of_time(sweep):
                 break
+            if op.waiting_for:
+                continue  # not sent on purpose: it waits for its principal's share (release_waiting)
             if op.created_at <= now - self.policy.orphan_grace_s:
                 self._send(op)
                 d.operations.mark_queued(op.operation_id, d.clock.now())
@@ -154,6 +159,18 @@ class Reconciler:
                 self._send(op)
                 resent += 1
         return resent
+
+    def release_waiting(self, sweep: Sweep, accepted: list[Operation]) -> int:
+        """Operations wait for their principal's share until a finish releases them; a finish whose read came before
+        the first of them began waiting releases none, and its place stays empty. Here every share something waits
+        for is filled up to its room (one query and one refused transaction for a full share)."""
+        released = 0
+        for counter in sorted(waiting_shares(accepted)):
+            if self._out_of_time(sweep):
+                break
+            share = share_of(self.d.settings, counter)
+            released += release(self.d.operations, self.d.queue, self.d.clock, share, limit=RELEASE_LIMIT)
+        return released
 
     def recover_stale_leases(self, sweep: Sweep, running: list[Operation]) -> int:
         """A running operation whose lease expired (no heartbeat) or passed to another operation: that attempt is
@@ -318,7 +335,7 @@ class Reconciler:
         return sweep
 
     def _send(self, op: Operation, dedup_id: str | None = None) -> None:
-        self.d.queue.send(QueueMessage(op.operation_id, op.site_id), dedup_id or op.dedup_id, lane_for(op.kind))
+        self.d.queue.send(QueueMessage.of(op), dedup_id or op.dedup_id, lane_for(op.kind))
 
 
 def _metric(name: str) -> str:

@@ -48,6 +48,7 @@ from sitedispatch.domain.ports import (
     Clock,
     CommitStore,
     DeadLetter,
+    Delivery,
     OperationQueue,
     OperationStore,
     PreparedCommit,
@@ -98,6 +99,23 @@ class MemoryDb:
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
     counter_owner: dict[str, str] = field(default_factory=dict)  # a site's owner, kept on its admission counter
     held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
+    waiting: dict[str, int] = field(default_factory=dict)  # share counter -> operations waiting for it
+
+    def share_has_room(self, share: Slot) -> bool:
+        maximum = self.counter_maximum.get(share.counter, share.maximum)
+        return self.counters.get(share.counter, 0) < maximum and not self.waiting.get(share.counter, 0)
+
+    def place(self, share: Slot | None, now: float) -> str | None:
+        """Take a place of the share, or wait for it (as the stores' create does): what the row waits for."""
+        if share is None:
+            return None
+        if self.share_has_room(share):
+            self.bump(share.counter, 1, now)
+            return None
+        self.waiting[share.counter] = self.waiting.get(share.counter, 0) + 1
+        self.counters_changed_at[share.counter] = now
+        self.held.add(share.counter)
+        return share.counter
 
     def check_room(self, counter: str, default: int) -> None:
         """The stores' admission condition: below the counter's own maximum, else the deployment's."""
@@ -136,7 +154,13 @@ class MemoryOperationStore:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
+    def create(
+        self,
+        op: Operation,
+        limits: Sequence[tuple[str, int]] = (),
+        owner: SiteOwner | None = None,
+        share: Slot | None = None,
+    ) -> Operation:
         with self.db.lock:
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
@@ -152,7 +176,32 @@ class MemoryOperationStore:
                 self.db.bump(counter, 1, op.created_at)
             if owner is not None:
                 self.db.counter_owner.setdefault(owner.counter, op.principal)
+            op = replace(op, waiting_for=self.db.place(share, op.created_at))
             self.db.operations[op.operation_id] = op
+            return op
+
+    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
+        with self.db.lock:
+            waiting = sorted(
+                (op for op in self.db.indexed().values() if op.waiting_for == share.counter),
+                key=lambda op: op.created_at,
+            )
+            released: list[Operation] = []
+            for seen in waiting[: limit + 2]:
+                op = self.db.operations[seen.operation_id]
+                if len(released) >= limit:
+                    break
+                if op.waiting_for != share.counter or op.status not in RUNNABLE:
+                    continue
+                maximum = self.db.counter_maximum.get(share.counter, share.maximum)
+                if self.db.counters.get(share.counter, 0) >= maximum:
+                    break
+                self.db.bump(share.counter, 1, now)
+                self.db.waiting[share.counter] -= 1
+                op = replace(op, waiting_for=None, updated_at=now)
+                self.db.operations[op.operation_id] = op
+                released.append(op)
+            return released
 
     def counter(self, counter_id: str) -> int:
         return self.db.counters.get(counter_id, 0)
@@ -187,9 +236,10 @@ class MemoryOperationStore:
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
 
-    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
+    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
         with self.db.lock:
-            return self.db.operations.get(operation_id), self.db.sites.get(site_id)
+            waiting = self.db.waiting.get(share, 0) if share else 0
+            return Delivery(self.db.operations.get(operation_id), self.db.sites.get(site_id), waiting)
 
     def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: Any) -> None:
         if not ok:
@@ -263,8 +313,8 @@ class MemoryOperationStore:
             self.db.operations[op.operation_id] = started
             return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 
-    def _holds_slot(self, op: Operation | None, slot: str | None) -> bool:
-        return op is not None and op.running_slot == slot
+    def _holds_slot(self, op: Operation | None, slot: str | None, waiting: str | None = None) -> bool:
+        return op is not None and op.running_slot == slot and op.waiting_for == waiting
 
     def schedule_retry(
         self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
@@ -326,10 +376,11 @@ class MemoryOperationStore:
         reason: str = "",
         superseded_by: str | None = None,
         slot: str | None = None,
+        waiting: str | None = None,
     ) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status in from_statuses and self._holds_slot(op, slot)
+            ok = op is not None and op.status in from_statuses and self._holds_slot(op, slot, waiting)
             self._update(
                 operation_id,
                 ok,
@@ -340,8 +391,11 @@ class MemoryOperationStore:
                 error=ErrorInfo(status.value, status.value, reason, False),
                 superseded_by=superseded_by,
                 running_slot=None,
+                waiting_for=None,
             )
             self.db.release((*counters, *((slot,) if slot else ())), now)
+            if waiting is not None:
+                self.db.waiting[waiting] -= 1
 
     def revive(
         self,
@@ -350,6 +404,7 @@ class MemoryOperationStore:
         now: float,
         limits: Sequence[tuple[str, int]],
         new_input: tuple[str, str] | None = None,
+        share: Slot | None = None,
     ) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
@@ -359,6 +414,7 @@ class MemoryOperationStore:
                 self.db.check_room(counter, maximum)
             for counter, _ in limits:
                 self.db.bump(counter, 1, now)
+            waiting_for = self.db.place(share, now)
             changes: dict[str, Any] = {}
             if new_input is not None:
                 changes = {"input_key": new_input[0], "input_digest": new_input[1], "inline_input": None}
@@ -374,6 +430,7 @@ class MemoryOperationStore:
                 not_before=None,
                 queued_at=None,
                 started_at=None,
+                waiting_for=waiting_for,
                 **changes,
             )
             return self.db.operations[operation_id]

@@ -6,6 +6,7 @@ Every guard is a condition expression evaluated by DynamoDB; a failed one is map
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pynamodb.expressions.update import Action
@@ -24,7 +25,7 @@ from sitedispatch.aws.writes import (
 )
 from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence, UnclaimedSite
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import SiteOwner, Slot, foreign_site
+from sitedispatch.domain.ports import Delivery, SiteOwner, Slot, foreign_site
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
@@ -68,7 +69,13 @@ def to_operation(item: OperationItem) -> Operation:
         running_slot=item.running_slot,
         evidence=item.evidence,
         inline_input=item.inline_input,
+        waiting_for=item.waiting_for,
     )
+
+
+# A submit finds its principal's share full, then (racing a release) not full: it tries again this many times.
+SHARE_TRIES = 4
+SHARE = "share"  # the share counter's name in a transaction
 
 
 class DynamoOperationStore:
@@ -77,7 +84,13 @@ class DynamoOperationStore:
         self.C = models.Counter
         self.S = models.Site
 
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
+    def create(
+        self,
+        op: Operation,
+        limits: Sequence[tuple[str, int]] = (),
+        owner: SiteOwner | None = None,
+        share: Slot | None = None,
+    ) -> Operation:
         M = self.M
         item = M(
             op.operation_id,
@@ -95,14 +108,73 @@ class DynamoOperationStore:
             epoch=op.epoch,
             inline_input=op.inline_input,
         )
-        try:
+
+        def write(waits: bool) -> None:
+            item.waiting_for = share.counter if share is not None and waits else None
             with transaction(M) as tx:
                 tx.save(ROW, item, condition=M.operation_id.does_not_exist())
                 self._admit(tx, limits, op.created_at, owner, op.principal)
-        except TransactionFailed as failed:
-            raise failed.mapped(
-                [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits, owner, op.principal)]
-            ) from failed.cause
+                if share is not None:
+                    self._take_or_wait(tx, share, waits, op.created_at)
+
+        errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits, owner, op.principal)]
+        waits = self._placed(share, write, errors)
+        return replace(op, waiting_for=share.counter if share is not None and waits else None)
+
+    @staticmethod
+    def _placed(share: Slot | None, write: Any, errors: Sequence[tuple[str, Any]]) -> bool:
+        """Run `write(waits)`: first taking a place of `share`, and, when the share alone refused, waiting for it;
+        a wait the share refuses (room appeared meanwhile) starts over. Whether it waits."""
+        for _ in range(SHARE_TRIES):
+            for waits in (False, True):
+                try:
+                    write(waits)
+                except TransactionFailed as failed:
+                    if share is not None and failed.failed == {SHARE}:
+                        continue
+                    raise failed.mapped(errors) from failed.cause
+                return waits
+        raise RuntimeError(f"share {share.counter if share else ''} changed {SHARE_TRIES} times during one submit")
+
+    def _take_or_wait(self, tx: NamedTransaction, share: Slot, waits: bool, now: float) -> None:
+        """One place of the share, while it has room and nothing waits for it (so what waits is sent first); or
+        one more waiting for it, while it has no room or others wait."""
+        C = self.C
+        nothing_waits = C.waiting.does_not_exist() | (C.waiting == 0)
+        room = under_limit(C, share.maximum) & nothing_waits
+        if waits:
+            actions = [C.waiting.add(1), C.changed_at.set(now), C.held.set(index_shard(HELD, share.counter))]
+            tx.update(SHARE, C(share.counter), actions, condition=~room)
+        else:
+            tx.update(SHARE, C(share.counter), self._moved_up(share.counter, now), condition=room)
+
+    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
+        M, C = self.M, self.C
+        released: list[Operation] = []
+        for item in M.by_waiting.query(share.counter, scan_index_forward=True, limit=limit + 2):
+            if len(released) >= limit:
+                break
+            op = to_operation(item)
+            try:
+                with transaction(M) as tx:
+                    tx.update(
+                        ROW,
+                        M(op.operation_id),
+                        [M.waiting_for.remove(), M.updated_at.set(now)],
+                        condition=(M.waiting_for == share.counter) & M.status.is_in(*RUNNABLE_VALUES),
+                    )
+                    tx.update(
+                        SHARE,
+                        C(share.counter),
+                        [*self._moved_up(share.counter, now), C.waiting.add(-1)],
+                        condition=under_limit(C, share.maximum),
+                    )
+            except TransactionFailed as failed:
+                if SHARE in failed.failed:
+                    break  # no room: the next finish releases
+                continue  # released by another, or ended, since the index showed it
+            released.append(replace(op, waiting_for=None, updated_at=now))
+        return released
 
     def _admit(
         self,
@@ -184,11 +256,16 @@ class DynamoOperationStore:
         item = get_item(self.M, operation_id)
         return None if item is None else to_operation(item)
 
-    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
-        op_item, site_item = get_items((self.M, operation_id), (self.S, site_id))
-        return (
+    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
+        wanted: list[tuple[Any, ...]] = [(self.M, operation_id), (self.S, site_id)]
+        if share:
+            wanted.append((self.C, share))
+        op_item, site_item, *counter = get_items(*wanted)
+        waiting = int(counter[0].waiting or 0) if counter and counter[0] is not None else 0  # type: ignore[attr-defined]
+        return Delivery(
             None if op_item is None else to_operation(op_item),  # type: ignore[arg-type]
             None if site_item is None else to_site(site_item),  # type: ignore[arg-type]
+            waiting,
         )
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
@@ -335,6 +412,7 @@ class DynamoOperationStore:
         reason: str = "",
         superseded_by: str | None = None,
         slot: str | None = None,
+        waiting: str | None = None,
     ) -> None:
         """-> cancelled or superseded, from one of `from_statuses` only, releasing the operation's counters."""
         M = self.M
@@ -344,7 +422,8 @@ class DynamoOperationStore:
         ]
         if superseded_by:
             actions.append(M.superseded_by.set(superseded_by))
-        self._end(operation_id, actions, M.status.is_in(*(s.value for s in from_statuses)), counters, now, slot)
+        condition = M.status.is_in(*(s.value for s in from_statuses))
+        self._end(operation_id, actions, condition, counters, now, slot, waiting)
 
     def _end(
         self,
@@ -354,11 +433,11 @@ class DynamoOperationStore:
         counters: Sequence[str],
         now: float,
         slot: str | None,
+        waiting: str | None = None,
     ) -> None:
         M = self.M
-        self._transition(
-            operation_id, [*actions, M.finished_at.set(now), M.updated_at.set(now)], condition, counters, slot, now
-        )
+        actions = [*actions, M.finished_at.set(now), M.updated_at.set(now)]
+        self._transition(operation_id, actions, condition, counters, slot, now, waiting)
 
     def _transition(
         self,
@@ -368,24 +447,33 @@ class DynamoOperationStore:
         counters: Sequence[str],
         slot: str | None,
         now: float,
+        waiting: str | None = None,
     ) -> None:
         """Update the operation row and release `counters` and its running `slot` in one transaction. The row must
-        hold exactly the slot given (none when None), so a slot is released once, by whoever holds it."""
-        M = self.M
+        hold exactly the slot given (none when None), so a slot is released once, by whoever holds it; and wait for
+        exactly the share given as `waiting` (none when None), which it then stops waiting for."""
+        M, C = self.M, self.C
         if slot is not None:
             actions = [*actions, M.running_slot.remove()]
             condition &= M.running_slot == slot
             counters = (*counters, slot)
         else:
             condition &= M.running_slot.does_not_exist()
-        if not counters:
+        if waiting is not None:
+            actions = [*actions, M.waiting_for.remove()]
+            condition &= M.waiting_for == waiting
+        else:
+            condition &= M.waiting_for.does_not_exist()
+        if not counters and waiting is None:
             if not conditionally(lambda: M(operation_id).update(actions=actions, condition=condition)):
                 raise NotRunnable(operation_id)
             return
         try:
             with transaction(M) as tx:
                 tx.update(ROW, M(operation_id), actions, condition=condition)
-                tx.decrement(self.C, counters, now)
+                tx.decrement(C, counters, now)
+                if waiting is not None:
+                    tx.update(SHARE, C(waiting), [C.waiting.add(-1), C.changed_at.set(now)])
         except TransactionFailed as failed:
             raise failed.mapped([(ROW, lambda: NotRunnable(operation_id))]) from failed.cause
 
@@ -396,6 +484,7 @@ class DynamoOperationStore:
         now: float,
         limits: Sequence[tuple[str, int]],
         new_input: tuple[str, str] | None = None,
+        share: Slot | None = None,
     ) -> Operation:
         M = self.M
         actions = [
@@ -412,14 +501,19 @@ class DynamoOperationStore:
         ]
         if new_input is not None:
             actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1]), M.inline_input.remove()]
-        try:
+
+        def write(waits: bool) -> None:
+            waiting: Action = (
+                M.waiting_for.set(share.counter) if share is not None and waits else M.waiting_for.remove()
+            )
             with transaction(M) as tx:
-                tx.update(ROW, M(operation_id), actions, condition=(M.status == Status.DEAD.value) & (M.epoch == epoch))
+                dead = (M.status == Status.DEAD.value) & (M.epoch == epoch)
+                tx.update(ROW, M(operation_id), [*actions, waiting], condition=dead)
                 self._admit(tx, limits, now)
-        except TransactionFailed as failed:
-            raise failed.mapped(
-                [(ROW, lambda: NotRunnable(operation_id)), *self._limit_errors(limits)]
-            ) from failed.cause
+                if share is not None:
+                    self._take_or_wait(tx, share, waits, now)
+
+        self._placed(share, write, [(ROW, lambda: NotRunnable(operation_id)), *self._limit_errors(limits)])
         op = self.get(operation_id)
         assert op is not None
         return op

@@ -61,6 +61,17 @@ class OperationsByStatus(GlobalSecondaryIndex):
     updated_at = NumberAttribute(range_key=True)
 
 
+class OperationsByWaiting(GlobalSecondaryIndex):
+    """Operations waiting for their principal's share of a lane's queue, oldest first: what a release sends next.
+    Sparse (only waiting rows carry `waiting_for`) and partitioned by the share, so one principal's backlog is one
+    partition; a waiting row is written twice (created, released), so the full projection saves a read per
+    release."""
+
+    Meta = _index_meta("by-waiting")
+    waiting_for = UnicodeAttribute(hash_key=True)
+    created_at = NumberAttribute(range_key=True)
+
+
 class OperationItem(Model):
     operation_id = UnicodeAttribute(hash_key=True)
     site_id = UnicodeAttribute()
@@ -87,8 +98,10 @@ class OperationItem(Model):
     running_slot = UnicodeAttribute(null=True)
     evidence = JSONAttribute(null=True)
     inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
+    waiting_for = UnicodeAttribute(null=True)  # queued#LANE#PRINCIPAL while it waits for that share: by-waiting's key
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
+    by_waiting = OperationsByWaiting()
 
 
 class SitesByDue(GlobalSecondaryIndex):
@@ -194,6 +207,7 @@ class CounterItem(Model):
     owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
     pace_s = NumberAttribute(null=True)  # running#LANE#PRINCIPAL: the principal's recent operation time (EWMA)
     held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
+    waiting = NumberAttribute(null=True)  # queued#LANE#PRINCIPAL: how many operations wait for this share
     expires_at = NumberAttribute(null=True)  # per-minute buckets: when DynamoDB's TTL may delete them (epoch s)
     by_held = CountersByHeld()
     # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)

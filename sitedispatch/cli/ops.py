@@ -37,6 +37,10 @@ def render(op: Operation) -> None:
         ["started", when(op.started_at)],
         ["finished", when(op.finished_at)],
     ]
+    if op.waiting_for:
+        rows.append(
+            ["waiting", "not sent yet: its principal fills its share of the lane's queue (sent as earlier ones end)"]
+        )
     if op.result:
         rows.append(["result", ", ".join(f"{k}={v}" for k, v in op.result.items())])
     if op.error:

@@ -115,6 +115,9 @@ class Operation:
     running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
     evidence: dict[str, Any] | None = None  # when dead: the compact evidence (the full document is in S3)
     inline_input: str | None = None  # a small input kept in the row (its canonical JSON); larger ones: input_key
+    # Accepted but not yet sent: its principal already has its share of the lane's queue. The share counter it waits
+    # for (queued#LANE#PRINCIPAL); it is sent, oldest first, as the principal's earlier work there finishes.
+    waiting_for: str | None = None
 
     @property
     def dedup_id(self) -> str:
@@ -238,15 +241,26 @@ class Commit:
 
 @dataclass(frozen=True)
 class QueueMessage:
-    """The whole body of an operations message: it only identifies durable state."""
+    """The whole body of an operations message: it only identifies durable state. The principal and lane let the
+    worker read the principal's share of the lane in the same request as the operation (a message sent before they
+    were carried has them empty)."""
 
     operation_id: str
     site_id: str
+    principal: str = ""
+    lane: str = ""
+
+    @classmethod
+    def of(cls, op: Operation) -> QueueMessage:
+        return cls(op.operation_id, op.site_id, op.principal, lane_for(op.kind))
 
     def to_body(self) -> str:
         import json
 
-        return json.dumps({"operation_id": self.operation_id, "site_id": self.site_id}, separators=(",", ":"))
+        body = {"operation_id": self.operation_id, "site_id": self.site_id}
+        if self.principal and self.lane:
+            body |= {"principal": self.principal, "lane": self.lane}
+        return json.dumps(body, separators=(",", ":"))
 
 
 class PublicationStatus(StrEnum):

@@ -59,6 +59,16 @@ class Slot:
     maximum: int
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What a worker reads before it acts on a message: the operation, the site the message names, and how many
+    operations wait for the principal's share of the lane (so a finish knows whether to release one)."""
+
+    operation: Operation | None
+    site: Site | None
+    waiting: int = 0
+
+
 class Clock(Protocol):
     def now(self) -> float: ...
 
@@ -66,11 +76,26 @@ class Clock(Protocol):
 
 
 class OperationStore(Protocol):
-    def create(self, op: Operation, limits: Sequence[tuple[str, int]] = (), owner: SiteOwner | None = None) -> None:
+    def create(
+        self,
+        op: Operation,
+        limits: Sequence[tuple[str, int]] = (),
+        owner: SiteOwner | None = None,
+        share: Slot | None = None,
+    ) -> Operation:
         """Insert, and in the same transaction add 1 to each (counter, maximum) while under its maximum. Raises
         AlreadyExists if the id is taken (first, whatever else failed), LimitReached (writing nothing) if a counter
         is full. With `owner`, the transaction also requires its counter to name the op's principal as the site's
-        owner (UnclaimedSite when it names none, writing nothing; with `owner.claim` it records it then)."""
+        owner (UnclaimedSite when it names none, writing nothing; with `owner.claim` it records it then).
+        With `share` (its principal's share of the lane's queue), the operation takes one place of it while it has
+        room and nothing waits for it; otherwise it is written waiting for it (`waiting_for`, counted on the share
+        counter's waiting count), and must not be sent until `release_waiting` releases it. The operation as
+        written."""
+
+    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
+        """Up to `limit` operations waiting for `share`, oldest first, each leaving the wait and taking a place of
+        the share in one transaction, while the share has room. The caller sends them and marks them queued (one
+        released and never sent is an accepted orphan: the reconciler sends it)."""
 
     def counter(self, counter_id: str) -> int: ...
 
@@ -90,8 +115,9 @@ class OperationStore(Protocol):
 
     def get(self, operation_id: str) -> Operation | None: ...
 
-    def get_with_site(self, operation_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
-        """The operation and a site (the one a message names), both current, in one round trip."""
+    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
+        """The operation and a site (the one a message names), both current, and the waiting count of the `share`
+        counter, in one round trip."""
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
@@ -145,12 +171,14 @@ class OperationStore(Protocol):
         reason: str = "",
         superseded_by: str | None = None,
         slot: str | None = None,
+        waiting: str | None = None,
     ) -> None:
         """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters` and the
-        running `slot`.
+        running `slot`; one waiting for a share (`waiting`, as read) stops waiting for it.
 
         Every transition that releases a slot is conditional on the row holding exactly that slot (none when
-        `slot` is None), so each slot is released once; a mismatch is NotRunnable (a race: look again)."""
+        `slot` is None), so each slot is released once, and on its waiting for exactly `waiting` (none when None);
+        a mismatch is NotRunnable (a race: look again)."""
 
     def revive(
         self,
@@ -159,10 +187,12 @@ class OperationStore(Protocol):
         now: float,
         limits: Sequence[tuple[str, int]],
         new_input: tuple[str, str] | None = None,
+        share: Slot | None = None,
     ) -> Operation:
         """dead at `epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
-        given), re-admitted under `limits` in the same transaction. NotRunnable if it is not dead at `epoch` (a
-        second redrive), LimitReached if a counter is full; neither writes anything."""
+        given), re-admitted under `limits` in the same transaction, and placed in or waiting for `share` as `create`
+        does. NotRunnable if it is not dead at `epoch` (a second redrive), LimitReached if a counter is full;
+        neither writes anything."""
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""

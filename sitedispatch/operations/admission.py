@@ -53,6 +53,11 @@ def global_outstanding(operations: OperationStore, settings: Settings) -> int:
 
 
 RUNNING_PREFIX = "running#"
+SHARE_PREFIX = "queued#"
+# A principal's share of a lane's queue: at most this many of its operations per running slot are in the queue (or
+# running) at once; the rest wait, accepted, and are sent oldest first as earlier ones finish. Two per slot keep its
+# slots fed between a finish and the next send, and bound what another principal's message can find ahead of it.
+SHARE_PER_RUNNING_SLOT = 2
 
 
 def principal_counter(principal: str) -> str:
@@ -65,6 +70,16 @@ def site_counter(site_id: str) -> str:
 
 def running_counter(lane: str, principal: str) -> str:
     return f"{RUNNING_PREFIX}{lane}#{principal}"
+
+
+def share_counter(lane: str, principal: str) -> str:
+    return f"{SHARE_PREFIX}{lane}#{principal}"
+
+
+def share_principal(counter_id: str) -> tuple[str, str]:
+    """(lane, principal) of a share counter."""
+    lane, principal = counter_id.removeprefix(SHARE_PREFIX).split("#", 1)
+    return lane, principal
 
 
 QUOTA_PREFIX = "quota#"  # a principal's override, kept beside its counters
@@ -91,37 +106,57 @@ def running_slot(settings: Settings, op: Operation) -> Slot:
     return Slot(running_counter(lane_for(op.kind), op.principal), settings.max_running_per_principal)
 
 
+def share_slot(settings: Settings, op: Operation) -> Slot:
+    """Queue fairness: the share of its lane's queue the operation's principal may fill (a quota's max_running
+    moves it, kept on the counter as its maximum)."""
+    return Slot(
+        share_counter(lane_for(op.kind), op.principal), SHARE_PER_RUNNING_SLOT * settings.max_running_per_principal
+    )
+
+
 def quota_bounds(principal: str, quota: Quota | None) -> dict[str, int | None]:
     """The counters a principal's quota bounds, and the maximum it puts on each (None: the deployment's)."""
+    running = quota.max_running if quota else None
     return {
         principal_counter(principal): quota.max_outstanding if quota else None,
-        **{running_counter(lane, principal): quota.max_running if quota else None for lane in operation_lanes()},
+        **{running_counter(lane, principal): running for lane in operation_lanes()},
+        **{
+            share_counter(lane, principal): None if running is None else SHARE_PER_RUNNING_SLOT * running
+            for lane in operation_lanes()
+        },
     }
 
 
 def counters_for(settings: Settings, op: Operation) -> tuple[str, ...]:
-    """The counters an operation occupies from acceptance until it is terminal."""
-    return (
+    """The counters an operation occupies from acceptance until it is terminal: the admission limits, and its
+    principal's share of the lane once it is sent (one waiting for its share occupies none of it)."""
+    admitted = (
         global_counter(op.operation_id, global_shards(settings.max_outstanding_global)),
         principal_counter(op.principal),
         site_counter(op.site_id),
     )
+    return admitted if op.waiting_for else (*admitted, share_slot(settings, op).counter)
 
 
 def is_admission_counter(counter_id: str) -> bool:
     return counter_id == GLOBAL or counter_id.startswith(
-        (f"{GLOBAL}#", principal_counter(""), site_counter(""), RUNNING_PREFIX)
+        (f"{GLOBAL}#", principal_counter(""), site_counter(""), RUNNING_PREFIX, SHARE_PREFIX)
     )
 
 
 def recount(settings: Settings, outstanding: Iterable[Operation]) -> dict[str, int]:
-    """What the admission and running counters must hold, from the operations that are not terminal."""
+    """What the admission, share and running counters must hold, from the operations that are not terminal."""
     expected: Counter[str] = Counter()
     for op in outstanding:
         expected.update(counters_for(settings, op))
         if op.running_slot:
             expected[op.running_slot] += 1
     return dict(expected)
+
+
+def waiting_shares(outstanding: Iterable[Operation]) -> set[str]:
+    """The share counters some of these operations wait for."""
+    return {op.waiting_for for op in outstanding if op.waiting_for}
 
 
 @dataclass(frozen=True)

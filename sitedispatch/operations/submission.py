@@ -29,7 +29,14 @@ from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, Operatio
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.drivers.wordpress.credentials import check_reference
-from sitedispatch.operations.admission import GLOBAL, backpressure, global_outstanding, limits_for, site_counter
+from sitedispatch.operations.admission import (
+    GLOBAL,
+    backpressure,
+    global_outstanding,
+    limits_for,
+    share_slot,
+    site_counter,
+)
 from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.uploads import (
@@ -138,36 +145,42 @@ class Submitter:
         if not inline:
             d.blobs.put_if_absent(op.input_key, body)
         try:
-            self._create(op)
+            op = self._create(op)
         except AlreadyExists:
             # The same key again (a client's retry, or a concurrent submit that won the race): never a new one.
             existing = d.operations.get(operation_id)
             assert existing is not None
             return self._same_or_conflict(existing, digest)
+        obs.count("OperationAccepted")
+        if op.waiting_for:
+            # Its principal already fills its share of the lane's queue: it is sent as earlier work finishes.
+            obs.count("OperationWaiting")
+            return Submitted(op, True)
         # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
         sent_at = d.clock.now()
-        d.queue.send(QueueMessage(operation_id, site_id), op.dedup_id, lane_for(kind_enum))
+        d.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(kind_enum))
         queued = d.operations.mark_queued(operation_id, sent_at)
-        obs.count("OperationAccepted")
         # The row as written (no read back): queued, unless a fast worker moved it on first.
         return Submitted(
             replace(op, status=Status.QUEUED, queued_at=sent_at, updated_at=sent_at) if queued else op, True
         )
 
-    def _create(self, op: Operation) -> None:
-        """One transaction: the row (unless its id exists), every admission counter under its maximum, and the
-        site's owner checked on its counter. The first submit to a site (its counter names no owner yet) registers
-        the site and submits again, claiming it."""
+    def _create(self, op: Operation) -> Operation:
+        """One transaction: the row (unless its id exists), every admission counter under its maximum, the site's
+        owner checked on its counter, and a place of the principal's share of the lane (or, that share full, the
+        row waits for it: a second transaction). The first submit to a site (its counter names no owner yet)
+        registers the site and submits again, claiming it. The operation as written."""
         d = self.d
         limits = limits_for(d.settings, op)
         bounds = [(limit.counter, limit.maximum) for limit in limits]
         owner = site_counter(op.site_id)
+        share = share_slot(d.settings, op)
         try:
             try:
-                d.operations.create(op, bounds, SiteOwner(owner))
+                return d.operations.create(op, bounds, SiteOwner(owner), share)
             except UnclaimedSite:
                 d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's site
-                d.operations.create(op, bounds, SiteOwner(owner, claim=True))
+                return d.operations.create(op, bounds, SiteOwner(owner, claim=True), share)
         except LimitReached as full:
             obs.count("Backpressured")
             limit = next(limit for limit in limits if limit.counter == full.counter)

@@ -52,11 +52,12 @@ from sitedispatch.domain.settings import Settings
 from sitedispatch.kinds.contract import HandlerContext, SiteDriver
 from sitedispatch.kinds.drivers import driver_for
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operations.admission import counters_for, running_slot
+from sitedispatch.operations.admission import counters_for, running_slot, share_counter, share_slot
 from sitedispatch.operations.commits import prepare_commit
 from sitedispatch.operations.evidence import Evidence, build_evidence
 from sitedispatch.operations.pace import Pace
 from sitedispatch.operations.retry_budget import RetryBudget
+from sitedispatch.operations.shares import release
 
 SUPERSESSION_SCAN = 50
 
@@ -93,10 +94,18 @@ class OperationsWorker:
         """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
         `request_id` (the Lambda request) goes into dead-letter evidence."""
         self.request_id = request_id
-        op, site = self.d.operations.get_with_site(message.operation_id, message.site_id)
+        share = share_counter(message.lane, message.principal) if message.lane and message.principal else None
+        delivery = self.d.operations.read_delivery(message.operation_id, message.site_id, share)
+        op = delivery.operation
         if op is None:
             return self._ack("unknown_operation", message)
         obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
+        result = self._deliver(op, delivery.site, message, visibility)
+        if delivery.waiting and result.outcome.delete_message:  # it ended, or was found ended
+            self._release_waiting(op, share)
+        return result
+
+    def _deliver(self, op: Operation, site: Site | None, message: QueueMessage, visibility: Visibility) -> Result:
         if op.site_id != message.site_id:
             return self._ack("site_mismatch", message)
         if op.status.terminal:
@@ -105,12 +114,26 @@ class OperationsWorker:
                 # a redelivery of the operation is the earliest chance to send it again.
                 self._send_pending_publication(op.site_id, int(op.result["publication"]["seq"]))
             return self._ack(f"already_{op.status.value}", message)
+        if op.waiting_for:
+            return self._ack("waiting_for_share", message)  # not released yet: its release sends it again
         if site is None:
             error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
             return self._dead(op, None, error, message)
         now = self.d.clock.now()
         not_now = self._not_now(op, site, message, visibility, now)
         return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
+
+    def _release_waiting(self, op: Operation, read_share: str | None) -> None:
+        """This delivery ended an operation (or found it ended) while others waited for its principal's share:
+        send the oldest of them. A failure here is logged (the reconciler releases what is left waiting)."""
+        d = self.d
+        share = share_slot(d.settings, op)
+        if share.counter != read_share:
+            return
+        try:
+            release(d.operations, d.queue, d.clock, share)
+        except Exception as exc:
+            obs.logger.warning("could not release waiting operations", extra={"error": _describe(exc)})
 
     def _not_now(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float

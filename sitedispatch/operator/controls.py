@@ -53,7 +53,9 @@ from sitedispatch.operations.admission import (
     principal_counter,
     quota_bounds,
     running_counter,
+    share_slot,
 )
+from sitedispatch.operations.shares import release
 
 DLQ_SCAN = 10_000
 
@@ -397,9 +399,13 @@ class Controls:
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
         d = self.d
         limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)]
-        revived = d.operations.revive(op.operation_id, op.epoch, d.clock.now(), limits, new_input)
+        revived = d.operations.revive(
+            op.operation_id, op.epoch, d.clock.now(), limits, new_input, share_slot(d.settings, op)
+        )
+        if revived.waiting_for:
+            return revived  # its principal fills its share of the lane: sent as earlier work finishes
         # A crash here leaves an `accepted` row without a message: the reconciler's orphan sweep sends it.
-        d.queue.send(QueueMessage(revived.operation_id, revived.site_id), revived.dedup_id, lane_for(revived.kind))
+        d.queue.send(QueueMessage.of(revived), revived.dedup_id, lane_for(revived.kind))
         d.operations.mark_queued(revived.operation_id, d.clock.now())
         return revived
 
@@ -422,10 +428,13 @@ class Controls:
                     from_statuses=(Status.ACCEPTED, Status.QUEUED),
                     reason=reason or "cancelled",
                     slot=op.running_slot,
+                    waiting=op.waiting_for,
                 )
             except NotRunnable:
-                pass  # it started meanwhile: fall through to the cooperative cancel
+                pass  # it started (or was released) meanwhile: fall through to the cooperative cancel
             else:
+                if not op.waiting_for:  # it held a place of its principal's share: the next one waiting takes it
+                    release(d.operations, d.queue, d.clock, share_slot(d.settings, op))
                 return self._reload(op.operation_id)
         try:
             d.operations.request_cancel(op.operation_id, reason or "cancelled", d.clock.now())

@@ -74,7 +74,12 @@ def test_submit_stores_input_row_and_a_site_grouped_message(cloud: Cloud) -> Non
     assert large is not None and large.inline_input is None  # over the inline size: in S3
     assert sha256_hex(cloud.deps.blobs.get(large.input_key)) == large.input_digest
     message, _ = receive(cloud)
-    assert json.loads(message["Body"]) == {"operation_id": op_id, "site_id": "acme-blog"}
+    assert json.loads(message["Body"]) == {
+        "operation_id": op_id,
+        "site_id": "acme-blog",
+        "principal": "tenant-a",
+        "lane": "operations",
+    }
     assert message["Attributes"]["MessageGroupId"] == "acme-blog"
     assert message["Attributes"]["MessageDeduplicationId"] == f"{op_id}-e0"
 

@@ -21,7 +21,7 @@ from sitedispatch.domain.errors import (
     StaleFence,
     UnclaimedSite,
 )
-from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, SiteConnection, Status
+from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, Site, SiteConnection, Status
 from sitedispatch.domain.ports import (
     AuditLog,
     BlobStore,
@@ -179,6 +179,12 @@ def prepared(lease: Any, op_id: str = "op_1", version: int = 1) -> PreparedCommi
     return PreparedCommit(commit, lease, version - 1, {"version": version})
 
 
+def both(stores: Stores, op_id: str, site_id: str) -> tuple[Operation | None, Site | None]:
+    """The operation and the site, as a delivery reads them."""
+    delivery = stores.operations.read_delivery(op_id, site_id)
+    return delivery.operation, delivery.site
+
+
 def running(stores: Stores, op_id: str = "op_1", site: str = "acme-blog") -> Any:
     stores.sites.register(site, "p", NOW)
     stores.operations.create(new_op(op_id, site))
@@ -210,13 +216,79 @@ def test_the_owner_on_a_sites_counter_is_checked_claimed_once_and_names_the_site
 
 
 def test_an_operation_and_its_site_are_read_together(stores: Stores) -> None:
-    assert stores.operations.get_with_site("op_1", "acme-blog") == (None, None)
+    assert both(stores, "op_1", "acme-blog") == (None, None)
     stores.sites.register("acme-blog", "p", NOW)
     stores.operations.create(new_op())
-    op, site = stores.operations.get_with_site("op_1", "acme-blog")
+    op, site = both(stores, "op_1", "acme-blog")
     assert op == stores.operations.get("op_1") and site == stores.sites.get("acme-blog")
-    assert stores.operations.get_with_site("op_1", "other-site") == (op, None)
-    assert stores.operations.get_with_site("", "x" * 3000) == (None, None)
+    assert both(stores, "op_1", "other-site") == (op, None)
+    assert both(stores, "", "x" * 3000) == (None, None)
+    assert stores.operations.read_delivery("op_1", "acme-blog", "queued#operations#p").waiting == 0  # no counter yet
+
+
+SHARE = Slot("queued#operations#p", 2)
+
+
+def test_an_operation_takes_a_place_of_its_share_or_waits_for_it_and_is_released_oldest_first(stores: Stores) -> None:
+    for n in range(5):  # two places, then three wait (in the order they came)
+        made = stores.operations.create(replace(new_op(f"op_{n}", f"site-{n}"), created_at=NOW + n), share=SHARE)
+        assert made.waiting_for == (None if n < 2 else SHARE.counter)
+        assert made == stores.operations.get(f"op_{n}")  # the answer is the row as written
+    assert stores.operations.counter(SHARE.counter) == 2
+    assert stores.operations.read_delivery("op_0", "site-0", SHARE.counter).waiting == 3
+    assert stores.operations.release_waiting(SHARE, NOW + 10, limit=5) == []  # no room: nothing moves
+
+    # op_0 ends (its place frees): the oldest waiting one takes it, and only one fits
+    stores.operations.end(
+        "op_0", Status.CANCELLED, NOW + 11, [SHARE.counter], from_statuses=(Status.QUEUED,), reason="x"
+    )
+    released = stores.operations.release_waiting(SHARE, NOW + 12, limit=5)
+    assert [op.operation_id for op in released] == ["op_2"]
+    assert released[0] == stores.operations.get("op_2") and released[0].waiting_for is None
+    assert stores.operations.counter(SHARE.counter) == 2
+    assert stores.operations.read_delivery("op_2", "site-2", SHARE.counter).waiting == 2
+
+    # while others wait, a new operation waits behind them even when a place is free (so what waits goes first)
+    stores.operations.end(
+        "op_1", Status.CANCELLED, NOW + 13, [SHARE.counter], from_statuses=(Status.QUEUED,), reason="x"
+    )
+    later = stores.operations.create(replace(new_op("op_9", "site-9"), created_at=NOW + 14), share=SHARE)
+    assert later.waiting_for == SHARE.counter
+    assert [op.operation_id for op in stores.operations.release_waiting(SHARE, NOW + 15, limit=5)] == ["op_3"]
+
+
+def test_a_waiting_operation_ends_only_as_waiting_and_leaves_the_wait(stores: Stores) -> None:
+    share = Slot(SHARE.counter, 1)
+    stores.operations.create(new_op("op_1", "site-1"), share=share)
+    waiting = stores.operations.create(new_op("op_2", "site-2"), share=share)
+    assert waiting.waiting_for == share.counter
+    with pytest.raises(NotRunnable):  # as if it held a place: refused, it waits
+        stores.operations.end("op_2", Status.CANCELLED, NOW, [share.counter], from_statuses=(Status.QUEUED,))
+    stores.operations.end("op_2", Status.CANCELLED, NOW, [], from_statuses=(Status.QUEUED,), waiting=share.counter)
+    assert present(stores.operations.get("op_2")).status == Status.CANCELLED
+    assert stores.operations.read_delivery("op_1", "site-1", share.counter).waiting == 0
+    assert stores.operations.counter(share.counter) == 1
+    with pytest.raises(NotRunnable):  # a row that does not wait is refused as waiting
+        stores.operations.end("op_1", Status.CANCELLED, NOW, [], from_statuses=(Status.QUEUED,), waiting=share.counter)
+    # nothing waits now: the next one takes a place as soon as there is room
+    stores.operations.end("op_1", Status.CANCELLED, NOW, [share.counter], from_statuses=(Status.QUEUED,))
+    assert stores.operations.create(new_op("op_3", "site-3"), share=share).waiting_for is None
+
+
+def test_a_quota_on_the_share_counter_moves_its_room(stores: Stores) -> None:
+    stores.quotas.put(Quota("p", max_running=2), {SHARE.counter: 4})
+    made = [stores.operations.create(new_op(f"op_{n}", f"site-{n}"), share=SHARE) for n in range(5)]
+    assert [op.waiting_for for op in made] == [None] * 4 + [SHARE.counter]
+
+
+def test_a_revived_operation_takes_a_place_or_waits(stores: Stores) -> None:
+    share = Slot(SHARE.counter, 1)
+    stores.operations.create(new_op("op_1", "site-1"), share=share)
+    stores.operations.mark_dead("op_1", None, ERR, NOW, [share.counter])
+    stores.operations.create(new_op("op_2", "site-2"), share=share)  # takes the freed place
+    revived = stores.operations.revive("op_1", 0, NOW + 1, [], share=share)
+    assert revived.waiting_for == share.counter and revived.status == Status.ACCEPTED and revived.epoch == 1
+    assert stores.operations.read_delivery("op_1", "site-1", share.counter).waiting == 1
 
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])
@@ -481,7 +553,7 @@ def test_the_lease_and_the_attempt_are_taken_in_one_write_only_while_site_and_ro
         stores.sites.register(site_id, "p", NOW)
     for op_id, site_id in (("op_1", "site-1"), ("op_2", "site-1"), ("op_3", "site-3")):
         stores.operations.create(new_op(op_id, site_id))
-    op, site = stores.operations.get_with_site("op_1", "site-1")
+    op, site = both(stores, "op_1", "site-1")
     assert op is not None and site is not None
     taken = stores.operations.claim_and_start(op, site, NOW, 30, slot)
     assert taken is not None
@@ -507,7 +579,7 @@ def test_the_lease_and_the_attempt_are_taken_in_one_write_only_while_site_and_ro
     assert present(stores.operations.get("op_2")).attempt == 0
 
     # op_3 on another site while the principal's one running slot is taken: refused, nothing written
-    op3, site3 = stores.operations.get_with_site("op_3", "site-3")
+    op3, site3 = both(stores, "op_3", "site-3")
     assert op3 is not None and site3 is not None
     with pytest.raises(LimitReached):
         stores.operations.claim_and_start(op3, site3, NOW + 2, 30, slot)
@@ -515,14 +587,14 @@ def test_the_lease_and_the_attempt_are_taken_in_one_write_only_while_site_and_ro
     assert present(stores.operations.get("op_3")).attempt == 0
 
     # op_1's process died holding the slot: the next attempt keeps it (no slot asked), only while it still holds it
-    op, site = stores.operations.get_with_site("op_1", "site-1")
+    op, site = both(stores, "op_1", "site-1")
     assert op is not None and site is not None and op.running_slot == slot.counter
     again = stores.operations.claim_and_start(op, site, NOW + 60, 30)
     assert again is not None and again[1].attempt == 2 and again[1].running_slot == slot.counter
     assert stores.operations.counter(slot.counter) == 1
     stores.operations.schedule_retry("op_1", again[0].fence, ERR, NOW + 70, NOW + 61, slot=slot.counter)
     stores.sites.release_lease(again[0])
-    _, site = stores.operations.get_with_site("op_1", "site-1")
+    _, site = both(stores, "op_1", "site-1")
     assert site is not None
     assert stores.operations.claim_and_start(op, site, NOW + 80, 30) is None  # op as read held a slot; no longer
     assert stores.operations.counter(slot.counter) == 0

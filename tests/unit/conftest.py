@@ -127,7 +127,7 @@ class Harness:
         op = self.world.operations.get(operation_id)
         assert op is not None
         visibility = RecordingVisibility()
-        result = (worker or self.worker()).process(QueueMessage(operation_id, op.site_id), visibility, request_id)
+        result = (worker or self.worker()).process(QueueMessage.of(op), visibility, request_id)
         return result, visibility
 
     def provisioned(self, site: str = "acme-blog") -> str:

@@ -87,7 +87,8 @@ def install_crash_points(h: Harness, switch: CrashSwitch) -> None:
 class DeliveryMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.h = Harness(publication_chunk_routes=2, lease_seconds=30.0)
+        # a running cap of one: a share of two, so the machine makes operations wait and be released
+        self.h = Harness(publication_chunk_routes=2, lease_seconds=30.0, max_running_per_principal=1)
         self.switch = CrashSwitch()
         install_crash_points(self.h, self.switch)
         self.inflight: list[QueueMessage] = []  # operation messages not yet deleted (any may be delivered again)
@@ -103,11 +104,15 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     def _submit(self, kind: str, site: str, params: dict[str, Any]) -> None:
         self.keys += 1
-        op_id = self.h.submitter.submit(
-            kind=kind, site_id=site, principal="p", params=params, idempotency_key=f"k{self.keys}"
-        ).operation.operation_id
-        self.ops.append(op_id)
-        self.inflight.append(QueueMessage(op_id, site))
+        submitted: list[str] = []
+        self._move_new_publications_after(
+            lambda: submitted.append(
+                self.h.submitter.submit(
+                    kind=kind, site_id=site, principal="p", params=params, idempotency_key=f"k{self.keys}"
+                ).operation.operation_id
+            )
+        )
+        self.ops.extend(submitted)
 
     @rule(site=st.sampled_from(SITES), kind=st.sampled_from(["publish", "wp_cron", "import"]))
     def submit(self, site: str, kind: str) -> None:
@@ -133,9 +138,13 @@ class DeliveryMachine(RuleBasedStateMachine):
             self.inflight.remove(message)
 
     def _move_new_publications_after(self, step: Any) -> None:
+        """Run `step`, then take what it sent: publication messages, and operation messages (a submit's, and those
+        of operations released from waiting for the principal's share when an earlier one ended)."""
         step()
         self.pubs.extend(self.h.world.publication_queue.sent)
         self.h.world.publication_queue.sent.clear()
+        self.inflight.extend(sent.message for sent in self.h.world.queue.sent)
+        self.h.world.queue.sent.clear()
 
     @precondition(lambda self: self.inflight)
     @rule(data=st.data())

@@ -34,7 +34,12 @@ def test_accepted_operation_is_queued_with_its_input_and_a_site_grouped_message(
     assert ProvisionInput.model_validate_json(stored).title == "Acme Blog"
     assert op.inline_input is not None and harness.world.blobs.objects == {}  # small: in the row, nothing in S3
     [sent] = harness.world.queue.sent
-    assert json.loads(sent.message.to_body()) == {"operation_id": op.operation_id, "site_id": "acme-blog"}
+    assert json.loads(sent.message.to_body()) == {
+        "operation_id": op.operation_id,
+        "site_id": "acme-blog",
+        "principal": "tenant-a",
+        "lane": "operations",
+    }
     assert sent.dedup_id == f"{op.operation_id}-e0" and sent.lane == "operations"
     assert harness.world.sites.get("acme-blog").principal == "tenant-a"  # type: ignore[union-attr]
 
