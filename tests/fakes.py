@@ -540,14 +540,6 @@ class MemorySiteStore:
             self.db.sites[site_id] = updated
             return updated
 
-    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
-        with self.db.lock:
-            site = self.db.sites.get(site_id)
-            if site is None or site.live_seq >= seq:
-                return False
-            self.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
-            return True
-
     def list(self, limit: int = 100) -> list[Site]:
         return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
@@ -591,6 +583,8 @@ class MemoryCommitStore:
                 avg_operation_s=site.avg_operation_s if prepared.avg_operation_s is None else prepared.avg_operation_s,
             )
             self.db.release((*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
+            for tally in prepared.tallies:
+                MemoryMinuteBuckets(self.db).add(tally.bucket_id, tally.minute, tally.count, tally.amount)
             self.db.operations[c.operation_id] = replace(
                 op,
                 status=Status.SUCCEEDED,
@@ -634,6 +628,19 @@ class MemoryPublicationStore:
         return self._change(
             site_id, seq, lambda p: p.total_chunks is not None, done_chunks=lambda p: p.done_chunks | {chunk}
         )
+
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            publication = self.db.publications.get((site_id, seq))
+            unfinished = (PublicationStatus.PENDING, PublicationStatus.PLANNED)
+            if site is None or site.live_seq >= seq or publication is None or publication.status not in unfinished:
+                return False
+            self.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
+            self.db.publications[(site_id, seq)] = replace(
+                publication, status=PublicationStatus.PUBLISHED, finished_at=now
+            )
+            return True
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         with contextlib.suppress(Conflict):

@@ -4,6 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
+from sitedispatch.aws.counters import bucket_actions
 from sitedispatch.aws.tables import DUE_PARTITION, OPEN, CommitItem, Models, index_shard
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
 from sitedispatch.domain.errors import AlreadyCommitted, Conflict, NotRunnable, StaleFence
@@ -33,6 +34,7 @@ class DynamoCommitStore:
 
     def commit(self, prepared: PreparedCommit, now: float) -> None:
         C, S, Op, P = self.models.Commit, self.models.Site, self.models.Operation, self.models.Publication
+        K = self.models.Counter
         c, lease = prepared.commit, prepared.lease
         record = C(
             c.operation_id,
@@ -98,9 +100,10 @@ class DynamoCommitStore:
                         ),
                         condition=P.seq.does_not_exist(),
                     )
-                tx.decrement(
-                    self.models.Counter, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now
-                )
+                tx.decrement(K, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
+                for tally in prepared.tallies:
+                    actions = bucket_actions(K, tally.minute, tally.count, tally.amount)
+                    tx.update(f"tally:{tally.bucket_id}", K(tally.bucket_id), actions)
         except TransactionFailed as failed:
             raise failed.mapped(
                 [

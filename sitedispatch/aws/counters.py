@@ -5,6 +5,9 @@ transactions (`aws/operations.py`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.tables import Models
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
@@ -67,6 +70,11 @@ class DynamoQuotaStore:
         return True
 
 
+def bucket_actions(C: Any, minute: int, count: int, amount: int) -> list[Action]:
+    """An add to a minute's bucket (its first creates it): the same whether alone or in a transaction."""
+    return [C.value.add(count), C.total.add(amount), C.minute.set(minute), C.expires_at.set(expires_at(minute))]
+
+
 class DynamoMinuteBuckets:
     """Adding is one unconditional UpdateItem on the minute's own item (ADD; the minute and the expiry set); reading
     a window is one BatchGetItem."""
@@ -75,15 +83,7 @@ class DynamoMinuteBuckets:
         self.C = models.Counter
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
-        C = self.C
-        C(bucket_id).update(
-            actions=[
-                C.value.add(count),
-                C.total.add(amount),
-                C.minute.set(minute),
-                C.expires_at.set(expires_at(minute)),
-            ]
-        )
+        self.C(bucket_id).update(actions=bucket_actions(self.C, minute, count, amount))
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         wanted = list(dict.fromkeys(bucket_ids))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from sitedispatch.aws.sites import to_site
+from sitedispatch.aws.sites import promotion, to_site
 from sitedispatch.aws.tables import OPEN, Models, PublicationItem, SiteItem, index_shards
-from sitedispatch.aws.writes import conditionally, get_item, get_items
+from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, get_items, transaction
 from sitedispatch.domain.errors import Conflict, NotFound
 from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
@@ -64,15 +64,32 @@ class DynamoPublicationStore:
         M = self.M
         return self._update(site_id, seq, [M.done_chunks.add({chunk})], M.total_chunks.exists())
 
-    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        M, S = self.M, self.S
+        actions, behind = promotion(S, site_id, seq, revision_id, now)
+        try:
+            with transaction(M) as tx:
+                tx.update("live pointer", S(site_id), actions, condition=behind)
+                tx.update(
+                    "publication",
+                    M(site_id, seq),
+                    self._finished(PublicationStatus.PUBLISHED, now),
+                    condition=M.seq.exists() & self._unfinished(),
+                )
+        except TransactionFailed:
+            return False
+        return True
+
+    def _finished(self, status: PublicationStatus, now: float) -> list[Any]:
         M = self.M
+        return [M.status.set(status.value), M.finished_at.set(now), M.open.remove()]
+
+    def _unfinished(self) -> Any:
+        return self.M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value)
+
+    def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         with contextlib.suppress(Conflict):  # already finished by a duplicate finisher: the first word stands
-            self._update(
-                site_id,
-                seq,
-                [M.status.set(status.value), M.finished_at.set(now), M.open.remove()],
-                M.status.is_in(PublicationStatus.PENDING.value, PublicationStatus.PLANNED.value),
-            )
+            self._update(site_id, seq, self._finished(status, now), self._unfinished())
 
     def open_before(self, before: float, limit: int = 1000) -> list[Publication]:
         """Unfinished publications created before `before`, from the sparse by-open index (eventually consistent:

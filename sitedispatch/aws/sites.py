@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
@@ -145,16 +147,14 @@ class DynamoSiteStore:
             )
         return to_site(item)
 
-    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
-        M = self.M
-        return conditionally(
-            lambda: M(site_id).update(
-                actions=[
-                    M.live_seq.set(seq),
-                    M.live_revision.set(revision_id),
-                    M.live_at.set(now),
-                    M.live.set(index_shard(LIVE, site_id)),
-                ],
-                condition=M.site_id.exists() & (M.live_seq.does_not_exist() | (M.live_seq < seq)),
-            )
-        )
+
+def promotion(S: Any, site_id: str, seq: int, revision_id: str, now: float) -> tuple[list[Action], Any]:
+    """The site's live pointer moved to publication `seq` (and into the by-live index), and the condition that
+    keeps it monotonic: the pointer is behind `seq`."""
+    actions = [
+        S.live_seq.set(seq),
+        S.live_revision.set(revision_id),
+        S.live_at.set(now),
+        S.live.set(index_shard(LIVE, site_id)),
+    ]
+    return actions, S.site_id.exists() & (S.live_seq.does_not_exist() | (S.live_seq < seq))

@@ -235,8 +235,16 @@ class SiteStore(Protocol):
     def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
         """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`. NotFound if unknown."""
 
-    def promote(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
-        """Conditional: the live pointer moves only forward (live_seq < seq). False when it lost to a newer one."""
+
+@dataclass(frozen=True)
+class Tally:
+    """One add to a per-minute statistic (operations/minute_counts.py): `count` and `amount` to the item
+    `bucket_id` of `minute`."""
+
+    bucket_id: str
+    minute: int
+    count: int
+    amount: int
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,9 @@ class PreparedCommit:
     avg_operation_s: float | None = None  # the site's updated running average of operation time
     slot: str | None = None  # the running slot the operation holds, released by the commit
     next_due_at: float | None = None  # of the new head: when wp-events should next run WordPress's cron
+    tallies: tuple[
+        Tally, ...
+    ] = ()  # statistics counted with the commit (the principal's pace): no request of their own
 
 
 class PublicationStore(Protocol):
@@ -266,6 +277,11 @@ class PublicationStore(Protocol):
 
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
         """Add `chunk` to the done set (idempotent) and return the publication as it is now."""
+
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        """In one transaction: the site's live pointer moves to this publication, only forward (its live_seq <
+        `seq`), and the publication is recorded published (from pending or planned). False, writing nothing, when
+        either is refused: a newer publication is live, or this one is finished (the caller tells them apart)."""
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         """-> published or superseded (from pending or planned only)."""

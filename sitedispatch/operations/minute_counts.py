@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sitedispatch.domain.ports import Tally
+
 KEEP_MINUTES = 60  # a minute's item expires this long after its minute (readers look at most a few minutes back)
 READ_KEYS = 100  # BatchGetItem's most keys: minutes x shards of one read
 # Each minute's count is spread over shards (a writer picks one at random; a reader sums them in the same one
@@ -60,8 +62,13 @@ class MinuteCounts:
         self.rng = rng or random.Random()
 
     def add(self, name: str, now: float, count: int = 1, amount: int = 0) -> None:
+        tally = self.tally(name, now, count, amount)
+        self.buckets.add(tally.bucket_id, tally.minute, tally.count, tally.amount)
+
+    def tally(self, name: str, now: float, count: int = 1, amount: int = 0) -> Tally:
+        """The add `add` would make, for a caller that writes it in a transaction of its own (a commit)."""
         minute = minute_of(now)
-        self.buckets.add(bucket_id(name, minute, self.rng.randrange(self.shards)), minute, count, amount)
+        return Tally(bucket_id(name, minute, self.rng.randrange(self.shards)), minute, count, amount)
 
     def totals(self, name: str, now: float, minutes: int) -> tuple[int, int]:
         """(count, amount) over the current minute and the `minutes - 1` before it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sitedispatch.domain.ports import Tally
 from sitedispatch.operations.minute_counts import MinuteCounts
 
 PACE_WINDOW_MINUTES = 5
@@ -30,6 +31,11 @@ class Pace:
 
     def record(self, lane: str, principal: str, seconds: float, now: float) -> None:
         self.counts.add(self.name(lane, principal), now, 1, max(0, round(seconds * 1000)))
+
+    def tally(self, lane: str, principal: str, seconds: float, now: float) -> Tally:
+        """One completion of `seconds`, as the add the commit transaction makes (counted exactly when the operation
+        is: no request of its own, and no completion lost to a crash between the commit and its count)."""
+        return self.counts.tally(self.name(lane, principal), now, 1, max(0, round(seconds * 1000)))
 
     def reading(self, lane: str, principal: str, now: float) -> PaceReading:
         count, busy_ms = self.counts.totals(self.name(lane, principal), now, self.window_minutes)

@@ -260,7 +260,7 @@ class OperationsWorker:
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
-            prepared = prepare_commit(d.settings, op, site, lease, mutation, now)
+            prepared = prepare_commit(d.settings, op, site, lease, mutation, now, d.pace)
             d.commits.commit(prepared, now)
             commit, publication = prepared.commit, prepared.publication
         except AlreadyCommitted:
@@ -294,17 +294,8 @@ class OperationsWorker:
         obs.count("OperationSucceeded")
         took = d.clock.now() - (op.started_at or commit.committed_at)
         obs.seconds("OperationDuration", took)
-        self._count_completion(op, took)
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
-
-    def _count_completion(self, op: Operation, took: float) -> None:
-        """The principal's pace (estimated delays read it). A statistic, counted after the commit: a failure here
-        is logged, never turned into a retry of work that is done."""
-        try:
-            self.d.pace.record(lane_for(op.kind), op.principal, took, self.d.clock.now())
-        except Exception as exc:
-            obs.logger.warning("completion not counted", extra={"error": _describe(exc)})
 
     def _send_pending_publication(self, site_id: str, seq: int) -> None:
         publication = self.d.publications.get(site_id, seq)

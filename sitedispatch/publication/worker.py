@@ -103,7 +103,7 @@ class PublicationWorker:
             obs.count("PublicationUnknown")
             return Result(Outcome.ACKED, "unknown_publication")
         if publication.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}:
-            return Result(Outcome.ACKED, f"already_{publication.status.value}")
+            return self._finished_already(publication, site)
         if site is not None and _is_live(site, publication):
             # This very publication was promoted and its finisher stopped before recording it: record it now.
             d.publications.finish(message.site_id, message.seq, PublicationStatus.PUBLISHED, d.clock.now())
@@ -190,6 +190,14 @@ class PublicationWorker:
             entries.extend(part["routes"])
         return entries
 
+    def _finished_already(self, publication: Publication, site: Site | None) -> Result:
+        """A step of a finished publication (a duplicate, or a redelivery after its finisher stopped between the
+        promotion and live.json): if it is live, make sure of the document (conditional on its ETag, a no-op when
+        it is current)."""
+        if site is not None and _is_live(site, publication):
+            write_live_document(self.d.blobs, site)
+        return Result(Outcome.ACKED, f"already_{publication.status.value}")
+
     def _finish(
         self, publication: Publication, before: Site, routes: list[Route], entries: list[dict[str, object]]
     ) -> Result:
@@ -210,16 +218,17 @@ class PublicationWorker:
         )
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
         now = d.clock.now()
-        promoted = d.sites.promote(site_id, publication.seq, revision_id, now)
+        promoted = d.publications.publish(site_id, publication.seq, revision_id, now)  # pointer and status at once
         if promoted:  # the pointer is ours: no need to read it back
             site: Site | None = replace(before, live_seq=publication.seq, live_revision=revision_id, live_at=now)
         else:
             # A refused promotion is a newer publication's win, unless the pointer already names this one (an
-            # earlier promotion of it whose reply was lost): then it is published.
+            # earlier promotion of it whose reply was lost, or a finisher that stopped after it): then it is
+            # published. Recorded either way (a no-op if it was).
             site = d.sites.get(site_id)
             promoted = site is not None and _is_live(site, publication)
-        status = PublicationStatus.PUBLISHED if promoted else PublicationStatus.SUPERSEDED
-        d.publications.finish(site_id, publication.seq, status, now)
+            status = PublicationStatus.PUBLISHED if promoted else PublicationStatus.SUPERSEDED
+            d.publications.finish(site_id, publication.seq, status, now)
         if site is not None:
             write_live_document(d.blobs, site, previous=before)
         obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")

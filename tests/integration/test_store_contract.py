@@ -21,7 +21,18 @@ from sitedispatch.domain.errors import (
     StaleFence,
     UnclaimedSite,
 )
-from sitedispatch.domain.model import Commit, ErrorInfo, Kind, Operation, Quota, Site, SiteConnection, Status
+from sitedispatch.domain.model import (
+    Commit,
+    ErrorInfo,
+    Kind,
+    Operation,
+    Publication,
+    PublicationStatus,
+    Quota,
+    Site,
+    SiteConnection,
+    Status,
+)
 from sitedispatch.domain.ports import (
     AuditLog,
     BlobStore,
@@ -35,6 +46,7 @@ from sitedispatch.domain.ports import (
     SiteOwner,
     SiteStore,
     Slot,
+    Tally,
 )
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets, MinuteCounts
@@ -366,6 +378,19 @@ def test_commit_writes_record_head_release_and_status_together(stores: Stores) -
     assert [c.operation_id for c in stores.commits.history("acme-blog")] == ["op_1"]
 
 
+def test_a_commit_counts_its_tallies_in_the_same_transaction_and_a_refused_one_counts_nothing(stores: Stores) -> None:
+    tally = Tally("completed#operations#p@30000000", 30_000_000, 1, 1500)
+    stale = running(stores, "op_2", "other-site")
+    stores.sites.claim_lease("other-site", "op_9", NOW + 31, 30)  # op_2's lease taken over: its commit is refused
+    with pytest.raises(StaleFence):
+        stores.commits.commit(replace(prepared(stale, "op_2"), tallies=(tally,)), NOW + 32)
+    assert stores.buckets.read([tally.bucket_id]) == {}
+
+    lease = running(stores)
+    stores.commits.commit(replace(prepared(lease), tallies=(tally,)), NOW + 2)
+    assert stores.buckets.read([tally.bucket_id]) == {tally.bucket_id: Bucket(30_000_000, 1, 1500)}
+
+
 def test_second_commit_of_an_operation_is_already_committed(stores: Stores) -> None:
     lease = running(stores)
     stores.commits.commit(prepared(lease), NOW + 2)
@@ -429,7 +454,6 @@ def test_listing_by_site_and_status(stores: Stores) -> None:
 
 
 def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Stores) -> None:
-    from sitedispatch.domain.model import Publication, PublicationStatus
 
     publications = stores.publications
     lease = running(stores)
@@ -457,15 +481,29 @@ def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Sto
         publications.plan("acme-blog", 99, 1, NOW)
 
 
-def test_promotion_only_moves_forward(stores: Stores) -> None:
-    stores.sites.register("acme-blog", "p", NOW)
-    assert stores.sites.promote("acme-blog", 2, "b" * 64, NOW) is True
-    assert stores.sites.promote("acme-blog", 1, "a" * 64, NOW) is False
-    assert stores.sites.promote("acme-blog", 2, "c" * 64, NOW) is False
-    assert stores.sites.promote("acme-blog", 3, "a" * 64, NOW) is True
+def committed(stores: Stores, versions: int) -> None:
+    """Commits of acme-blog's versions 1..N, each asking for its publication (pending)."""
+    for version in range(1, versions + 1):
+        op_id = f"op_{version}"
+        lease = running(stores, op_id)
+        publication = Publication("acme-blog", version, f"{version}" * 64, op_id, PublicationStatus.PENDING, NOW)
+        commit = prepared(lease, op_id, version).commit
+        stores.commits.commit(PreparedCommit(commit, lease, version - 1, {}, publication), NOW + version)
+
+
+def test_publishing_moves_the_pointer_only_forward_and_records_the_publication_with_it(stores: Stores) -> None:
+    committed(stores, 3)
+    assert stores.publications.publish("acme-blog", 2, "2" * 64, NOW + 5) is True
+    assert present(stores.publications.get("acme-blog", 2)).status == PublicationStatus.PUBLISHED
+    assert stores.publications.publish("acme-blog", 1, "1" * 64, NOW + 6) is False  # behind: nothing written
+    assert present(stores.publications.get("acme-blog", 1)).status == PublicationStatus.PENDING
+    assert stores.publications.publish("acme-blog", 2, "2" * 64, NOW + 7) is False  # again: finished already
     site = present(stores.sites.get("acme-blog"))
-    assert (site.live_seq, site.live_revision) == (3, "a" * 64)
-    assert stores.sites.promote("ghost-site", 1, "a" * 64, NOW) is False
+    assert (site.live_seq, site.live_revision, site.live_at) == (2, "2" * 64, NOW + 5)
+    stores.publications.finish("acme-blog", 3, PublicationStatus.SUPERSEDED, NOW + 8)
+    assert stores.publications.publish("acme-blog", 3, "3" * 64, NOW + 9) is False  # finished: the pointer stays
+    assert present(stores.sites.get("acme-blog")).live_seq == 2
+    assert stores.publications.publish("ghost-site", 1, "a" * 64, NOW) is False
 
 
 def test_blob_compare_and_swap(stores: Stores) -> None:
@@ -642,7 +680,6 @@ def test_the_recount_sees_the_counters_moved_since_it_found_them_zero_and_quiet(
 
 
 def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes(stores: Stores) -> None:
-    from sitedispatch.domain.model import Publication, PublicationStatus
 
     stores.sites.register("quiet-site", "p", NOW)
     assert stores.sites.promoted_since(NOW - 3600) == [] and stores.publications.open_before(NOW + 3600) == []
@@ -653,8 +690,7 @@ def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes
     assert [p.seq for p in stores.publications.open_before(NOW + 2)] == [1]
     stores.publications.plan("acme-blog", 1, 2, NOW + 2)
     assert [p.total_chunks for p in stores.publications.open_before(NOW + 2)] == [2]  # planned: still open
-    assert stores.sites.promote("acme-blog", 1, "r" * 64, NOW + 5)
-    stores.publications.finish("acme-blog", 1, PublicationStatus.PUBLISHED, NOW + 5)
+    assert stores.publications.publish("acme-blog", 1, "r" * 64, NOW + 5)
     assert stores.publications.open_before(NOW + 3600) == []
     [promoted] = stores.sites.promoted_since(NOW + 5)
     assert promoted == stores.sites.get("acme-blog") and promoted.live_seq == 1
@@ -813,7 +849,6 @@ def test_due_sites_come_from_their_committed_heads_earliest_first(stores: Stores
 
 
 def test_history_and_publications_are_newest_first(stores: Stores) -> None:
-    from sitedispatch.domain.model import Publication, PublicationStatus
 
     lease = running(stores)
     stores.commits.commit(prepared(lease), NOW + 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from sitedispatch.domain.errors import NotFound
 from sitedispatch.domain.model import PublicationMessage, PublicationStatus
 from sitedispatch.drivers.reference.content import gmt
 from sitedispatch.publication.live import live_key, object_key, read_live_route, receipt_key
+from tests.factories import present
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
 
@@ -220,32 +222,33 @@ def test_live_json_never_moves_backwards(harness: Harness) -> None:
     assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 9
 
 
-@pytest.mark.parametrize("where", ["after_promotion", "promotion_reply_lost"])
+@pytest.mark.parametrize("where", ["publish_reply_lost", "promoted_not_recorded"])
 def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_published_not_superseded(where: str) -> None:
     """Found by the chaos campaign (seed 50): the finisher promoted, then died before recording the publication; the
-    redelivered last chunk saw live_seq >= seq and called its own live publication superseded."""
+    redelivered last chunk saw live_seq >= seq and called its own live publication superseded. The promotion and the
+    record are now one transaction; what is left: the transaction applied but its reply was lost (or the finisher
+    stopped right after it, before live.json), and a pointer promoted without its record (left by a finisher of
+    the earlier, two-step version)."""
     harness = Harness()
     harness.provisioned()
     harness.import_file(FIXTURES / "fixture-1.2.xml")
-    sites = harness.world.sites
-    real_promote, real_finish = sites.promote, harness.world.publications.finish
+    sites, publications = harness.world.sites, harness.world.publications
+    real_publish = publications.publish
     failures = {"left": 1}
 
-    def promote_then_fail(site_id: str, seq: int, revision_id: str, now: float) -> bool:
-        promoted = real_promote(site_id, seq, revision_id, now)
-        if where == "promotion_reply_lost" and failures["left"]:
-            failures["left"] -= 1
-            raise TimeoutError("the reply was lost; the update was applied")
-        return promoted
-
-    def finish_fails_once(*args: object, **kwargs: object) -> None:
-        if where == "after_promotion" and failures["left"]:
+    def publish_then_fail(site_id: str, seq: int, revision_id: str, now: float) -> bool:
+        if where == "promoted_not_recorded":  # the pointer moves, the record does not, and the process dies
+            site = present(sites.get(site_id))
+            harness.world.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
             failures["left"] -= 1
             raise RuntimeError("the process died here")
-        real_finish(*args, **kwargs)  # type: ignore[arg-type]
+        published = real_publish(site_id, seq, revision_id, now)
+        if failures["left"]:
+            failures["left"] -= 1
+            raise TimeoutError("the reply was lost; the transaction was applied")
+        return published
 
-    sites.promote = promote_then_fail  # type: ignore[method-assign]
-    harness.world.publications.finish = finish_fails_once  # type: ignore[method-assign]
+    publications.publish = publish_then_fail  # type: ignore[method-assign]
     publisher = harness.publisher()
     pending = list(harness.world.publication_queue.sent)
     harness.world.publication_queue.sent.clear()
@@ -257,11 +260,12 @@ def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_publishe
             failed.append(message)  # not deleted: SQS delivers it again
         pending.extend(harness.world.publication_queue.sent)
         harness.world.publication_queue.sent.clear()
-    assert len(failed) == 1
+    assert len(failed) == 1 and failures["left"] == 0
+    assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 1  # live.json not yet moved
     publisher.process(failed[0])  # the redelivery
 
     site = sites.get("acme-blog")
     assert site is not None and site.live_seq == 2
-    publication = harness.world.publications.get("acme-blog", 2)
+    publication = publications.get("acme-blog", 2)
     assert publication is not None and publication.status == PublicationStatus.PUBLISHED
     assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 2

@@ -74,7 +74,7 @@ def install_crash_points(h: Harness, switch: CrashSwitch) -> None:
     around(w.commits, "commit", "commit_before", "commit_after")
     around(w.publication_queue, "send", "publish_send", None)
     around(w.publications, "chunk_done", "chunk_done_before", "chunk_done_after")
-    around(w.sites, "promote", "promote_before", "promote_after")
+    around(w.publications, "publish", "promote_before", "promote_after")
     for kind, handler in list(h.handlers.items()):
 
         def crashing(ctx: Any, payload: Any, _inner: Any = handler) -> Any:
