@@ -1,19 +1,24 @@
 """WXR 1.0 to 1.2 (WordPress eXtended RSS) as a stream of authors, terms and items.
 
-Parsed with defusedxml's iterparse: no DTDs, no entity expansion, no external references (billion laughs and XXE are
+Parsed with defusedxml's parser: no DTDs, no entity expansion, no external references (billion laughs and XXE are
 refused), and each <item> is dropped from the tree once read, so memory does not grow with the file.
+
+Each author, term and item comes with the byte offset where it starts, so a reading can stop anywhere and resume
+there later from the file's header (the bytes before its first author, term or item: the namespaces, the channel,
+the WXR version) and the rest of the file from that offset: a long import proceeds in bounded steps.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
-from xml.etree.ElementTree import Element, ParseError
+from typing import IO, Any
+from xml.etree.ElementTree import Element, ParseError, TreeBuilder
 
 from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import iterparse
+from defusedxml.ElementTree import DefusedXMLParser
 
 from sitedispatch.domain.errors import PermanentError
 
@@ -122,11 +127,33 @@ class HashingReader:
         return data
 
 
+READ_BYTES = 64 * 1024  # fed to the parser at a time
+RESUMABLE = frozenset({"item", "author", "category", "tag", "term"})  # what a reading can stop before
+
+
+@dataclass(frozen=True)
+class WxrPosition:
+    """Where a reading of a file can resume: before the top-level element starting at byte `offset`, with the
+    file's first `header_end` bytes (everything before its first author, term or item) read again first."""
+
+    header_end: int
+    offset: int
+
+
 def parse_wxr(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
     """Yield authors, terms and items in file order. A malformed or unsafe file raises PermanentError naming the
     line and the problem."""
+    for _, event in read_wxr(stream):
+        yield event
+
+
+def read_wxr(
+    stream: IO[bytes] | HashingReader, resume: tuple[bytes, WxrPosition] | None = None
+) -> Iterator[tuple[WxrPosition, WxrEvent]]:
+    """Each author, term and item with the position to resume at to read it (and what follows) again. To resume,
+    `stream` is the file from `resume[1].offset` on and `resume[0]` its header (`header_end` bytes)."""
     try:
-        yield from _read(stream)
+        yield from _read(stream, resume)
     except ParseError as exc:
         line, column = getattr(exc, "position", (0, 0))
         raise PermanentError(
@@ -136,26 +163,97 @@ def parse_wxr(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
         raise PermanentError(f"unsafe XML refused: {exc}", code="wxr_unsafe") from None
 
 
-def _read(stream: IO[bytes] | HashingReader) -> Iterator[WxrEvent]:
-    channel: Element | None = None
-    version_seen = False
-    for event, element in iterparse(stream, events=("start", "end"), forbid_dtd=True):
+class _OffsetBuilder(TreeBuilder):
+    """Builds the tree as iterparse does and records each channel child's start offset (expat's byte index of the
+    start tag, read while expat is at it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parser: Any = None
+        self.events: deque[tuple[str, Element, int]] = deque()
+        self.depth = 0
+
+    def start(self, tag: str, attrs: dict[str, str]) -> Element:
+        element = super().start(tag, attrs)
+        self.depth += 1
+        self.events.append(("start", element, self.parser.parser.CurrentByteIndex if self.depth == 3 else -1))
+        return element
+
+    def end(self, tag: str) -> Element:
+        element = super().end(tag)
+        self.depth -= 1
+        self.events.append(("end", element, -1))
+        return element
+
+
+def _elements(stream: IO[bytes] | HashingReader, prefix: bytes) -> Iterator[tuple[str, Element, int]]:
+    """(event, element, start offset within prefix + stream for a channel child, else -1), as the bytes come."""
+    builder = _OffsetBuilder()
+    parser = DefusedXMLParser(target=builder, forbid_dtd=True)
+    builder.parser = parser
+    if prefix:
+        parser.feed(prefix)
+        yield from _drain(builder.events)
+    while data := stream.read(READ_BYTES):
+        parser.feed(data)
+        yield from _drain(builder.events)
+    parser.close()
+    yield from _drain(builder.events)
+
+
+def _drain(events: deque[tuple[str, Element, int]]) -> Iterator[tuple[str, Element, int]]:
+    while events:
+        yield events.popleft()
+
+
+class _Reading:
+    """One pass over a file (or over its header and the rest from a position): what the channel holds, where each
+    author, term or item started, and where the header ends."""
+
+    def __init__(self, resume: tuple[bytes, WxrPosition] | None) -> None:
+        self.header, at = resume if resume is not None else (b"", WxrPosition(-1, 0))
+        self.shift = at.offset - len(self.header)  # a resumed parse's offsets past the header, as the file's
+        self.header_end = at.header_end
+        self.channel: Element | None = None
+        self.version_seen = False
+        self.starts: dict[int, int] = {}  # id of a channel child being read -> its start offset in the file
+
+    def started(self, prefix: str, name: str, element: Element, offset: int) -> None:
+        if name == "channel" and not prefix:
+            self.channel = element
+        elif offset >= 0 and name in RESUMABLE:
+            absolute = offset if offset < len(self.header) else offset + self.shift
+            self.starts[id(element)] = absolute
+            if self.header_end < 0:
+                self.header_end = absolute
+
+    def ended(self, prefix: str, name: str, element: Element) -> tuple[WxrPosition, WxrEvent] | None:
+        if prefix == "wp" and name == "wxr_version":
+            _check_version(element)
+            self.version_seen = True
+            return None
+        if self.channel is None or element not in self.channel:
+            return None
+        produced = _top_level(prefix, name, element)
+        start = self.starts.pop(id(element), -1)
+        if name in RESUMABLE:
+            self.channel.remove(element)  # drop what was read: memory stays flat
+        return None if produced is None else (WxrPosition(self.header_end, start), produced)
+
+
+def _read(
+    stream: IO[bytes] | HashingReader, resume: tuple[bytes, WxrPosition] | None
+) -> Iterator[tuple[WxrPosition, WxrEvent]]:
+    reading = _Reading(resume)
+    for event, element, offset in _elements(stream, reading.header):
         prefix, name = _local(element.tag)
         if event == "start":
-            if name == "channel" and not prefix:
-                channel = element
-        elif prefix == "wp" and name == "wxr_version":
-            _check_version(element)
-            version_seen = True
-        elif channel is not None and element in channel:
-            produced = _top_level(prefix, name, element)
-            if produced is not None:
-                yield produced
-            if name in {"item", "author", "category", "tag", "term"}:
-                channel.remove(element)  # drop what was read: memory stays flat
-    if channel is None:
+            reading.started(prefix, name, element, offset)
+        elif (produced := reading.ended(prefix, name, element)) is not None:
+            yield produced
+    if reading.channel is None:
         raise PermanentError("not a WXR file: no <rss><channel>", code="wxr_malformed")
-    if not version_seen:
+    if not reading.version_seen:
         raise PermanentError("not a WXR file: no <wp:wxr_version>", code="wxr_malformed")
 
 
