@@ -435,6 +435,14 @@ class MemoryOperationStore:
             )
             return self.db.operations[operation_id]
 
+    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+        with self.db.lock:
+            op = self.db.operations.get(operation_id)
+            ours = op is not None and op.status == Status.RUNNING and op.fence == fence
+            if not ours:
+                raise StaleFence(f"operation {operation_id}: fence {fence} is no longer its attempt's")
+            self._update(operation_id, True, StaleFence, checkpoint=dict(checkpoint), updated_at=now)
+
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
@@ -767,8 +775,8 @@ class MemoryBlobStore:
         except KeyError:
             raise NotFound(key) from None
 
-    def open(self, key: str) -> IO[bytes]:
-        return io.BytesIO(self.get(key))
+    def open(self, key: str, start: int = 0, end: int | None = None) -> IO[bytes]:
+        return io.BytesIO(self.get(key)[start:end])
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         body = self.objects.get(key)

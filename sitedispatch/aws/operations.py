@@ -70,6 +70,7 @@ def to_operation(item: OperationItem) -> Operation:
         evidence=item.evidence,
         inline_input=item.inline_input,
         waiting_for=item.waiting_for,
+        checkpoint=item.checkpoint,
     )
 
 
@@ -517,6 +518,16 @@ class DynamoOperationStore:
         op = self.get(operation_id)
         assert op is not None
         return op
+
+    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+        M = self.M
+        ours = (M.status == Status.RUNNING.value) & (M.fence == fence)
+        if not conditionally(
+            lambda: M(operation_id).update(
+                actions=[M.checkpoint.set(checkpoint), M.updated_at.set(now)], condition=ours
+            )
+        ):
+            raise StaleFence(f"operation {operation_id}: fence {fence} is no longer its attempt's")
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Mark a running operation so that its commit is refused (the commit checks this attribute)."""

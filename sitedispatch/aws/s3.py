@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import time
 from collections.abc import Callable
 from functools import cached_property
@@ -76,9 +77,12 @@ class S3BlobStore:
     def get(self, key: str) -> bytes:
         return self.open(key).read()
 
-    def open(self, key: str) -> IO[bytes]:
+    def open(self, key: str, start: int = 0, end: int | None = None) -> IO[bytes]:
+        ranged = {} if start == 0 and end is None else {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
+        if end is not None and end <= start:
+            return io.BytesIO(b"")  # an empty range (S3 would refuse it as unsatisfiable)
         try:
-            body: IO[bytes] = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            body: IO[bytes] = self.client.get_object(Bucket=self.bucket, Key=key, **ranged)["Body"]
             return body
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:

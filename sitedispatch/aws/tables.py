@@ -99,6 +99,7 @@ class OperationItem(Model):
     evidence = JSONAttribute(null=True)
     inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
     waiting_for = UnicodeAttribute(null=True)  # queued#LANE#PRINCIPAL while it waits for that share: by-waiting's key
+    checkpoint = JSONAttribute(null=True)  # a long import's last completed step (Operation.checkpoint)
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
     by_waiting = OperationsByWaiting()

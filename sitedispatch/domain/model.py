@@ -118,6 +118,9 @@ class Operation:
     # Accepted but not yet sent: its principal already has its share of the lane's queue. The share counter it waits
     # for (queued#LANE#PRINCIPAL); it is sent, oldest first, as the principal's earlier work there finishes.
     waiting_for: str | None = None
+    # A long import's last completed step (where the file's reading resumes, what it has done), written under the
+    # attempt's fence: the next step, or the next attempt after a crash, continues from it.
+    checkpoint: dict[str, Any] | None = None
 
     @property
     def dedup_id(self) -> str:

@@ -194,6 +194,10 @@ class OperationStore(Protocol):
         does. NotRunnable if it is not dead at `epoch` (a second redrive), LimitReached if a counter is full;
         neither writes anything."""
 
+    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+        """Record a long operation's last completed step, only while it runs under `fence` (else StaleFence: a
+        holder paused past its lease cannot overwrite the checkpoint of the attempt that took over)."""
+
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""
 
@@ -324,8 +328,10 @@ class BlobStore(Protocol):
     def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         """Compare-and-swap PUT: If-Match `expected_etag`, or If-None-Match * when None. False on a lost race."""
 
-    def open(self, key: str) -> IO[bytes]:
-        """A readable stream of the object (large inputs are never read whole). Raises NotFound."""
+    def open(self, key: str, start: int = 0, end: int | None = None) -> IO[bytes]:
+        """A readable stream of the object's bytes from `start` up to `end` (exclusive; None: to its end): large
+        inputs are never read whole, and a step of a long import reads from where the last one stopped. Raises
+        NotFound."""
 
     def describe(self, key: str) -> StoredObject | None:
         """Size and SHA-256 of an object (S3 verified the digest when the object was written), or None if absent."""

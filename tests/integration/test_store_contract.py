@@ -391,6 +391,24 @@ def test_a_commit_counts_its_tallies_in_the_same_transaction_and_a_refused_one_c
     assert stores.buckets.read([tally.bucket_id]) == {tally.bucket_id: Bucket(30_000_000, 1, 1500)}
 
 
+def test_a_checkpoint_is_written_only_under_the_running_attempts_fence(stores: Stores) -> None:
+    stale = running(stores)
+    step = {"offset": 4096, "items": 100, "steps": 1}
+    stores.operations.save_checkpoint("op_1", stale.fence, step, NOW + 1)
+    assert present(stores.operations.get("op_1")).checkpoint == step
+    # the holder pauses past its lease; the next attempt takes over under a newer fence
+    lease = stores.sites.claim_lease("acme-blog", "op_1", NOW + 31, 30)
+    stores.operations.start_attempt("op_1", lease.fence, NOW + 31)
+    with pytest.raises(StaleFence):
+        stores.operations.save_checkpoint("op_1", stale.fence, {"offset": 9999, "items": 300, "steps": 3}, NOW + 32)
+    assert present(stores.operations.get("op_1")).checkpoint == step  # the last good one stands
+    stores.operations.save_checkpoint("op_1", lease.fence, {"offset": 8192, "items": 200, "steps": 2}, NOW + 33)
+    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 34)
+    with pytest.raises(StaleFence):  # not running any more
+        stores.operations.save_checkpoint("op_1", lease.fence, step, NOW + 35)
+    assert present(stores.operations.get("op_1")).checkpoint == {"offset": 8192, "items": 200, "steps": 2}
+
+
 def test_second_commit_of_an_operation_is_already_committed(stores: Stores) -> None:
     lease = running(stores)
     stores.commits.commit(prepared(lease), NOW + 2)
@@ -527,6 +545,16 @@ def test_blob_compare_and_swap(stores: Stores) -> None:
     big = bytes(range(256)) * 4096  # a stream, not bytes: how large inputs and manifests are written
     assert blobs.put_if_absent("big.bin", io.BytesIO(big), "application/octet-stream") is True
     assert blobs.get("big.bin") == big
+
+
+def test_a_blob_is_read_from_any_offset_and_up_to_any_end(stores: Stores) -> None:
+    """A step of a long import reads the file from where the last step stopped."""
+    body = bytes(range(256)) * 40
+    stores.blobs.put_if_absent("uploads/big.bin", body, "application/octet-stream")
+    for start, end in ((0, None), (1000, None), (1000, 2000), (len(body) - 1, None), (500, 500), (0, 1)):
+        assert stores.blobs.open("uploads/big.bin", start, end).read() == body[start:end], (start, end)
+    with pytest.raises(NotFound):
+        stores.blobs.open("uploads/missing.bin", 10)
 
 
 def test_a_blob_written_with_its_digest_is_described_by_it_and_another_body_is_refused(stores: Stores) -> None:
