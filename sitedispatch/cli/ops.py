@@ -41,6 +41,16 @@ def render(op: Operation) -> None:
         rows.append(
             ["waiting", "not sent yet: its principal fills its share of the lane's queue (sent as earlier ones end)"]
         )
+    if op.checkpoint and not op.status.terminal:
+        cp = op.checkpoint
+        done, total = int(cp.get("bytes_done", 0)), int(cp.get("bytes_total", 0)) or 1
+        rows.append(
+            [
+                "progress",
+                f"{cp.get('steps', 0)} steps checkpointed: {cp.get('items', 0)} items, "
+                f"{done:,} of {total:,} bytes ({100 * done / total:.0f}%)",
+            ]
+        )
     if op.result:
         rows.append(["result", ", ".join(f"{k}={v}" for k, v in op.result.items())])
     if op.error:

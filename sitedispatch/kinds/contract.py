@@ -4,6 +4,7 @@ itself and returns its id, so the worker, the commit and publication are the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +41,8 @@ class HandlerContext:
     sites: SiteStore
     visibility: Visibility
     driver: SiteDriver
+    # Records a long operation's checkpoint under this attempt's fence (StaleFence once another holds the site).
+    checkpoints: Callable[[dict[str, Any]], None] | None = None
     _last_beat: float = field(default=0.0)
 
     def __post_init__(self) -> None:
@@ -57,6 +60,11 @@ class HandlerContext:
         self.lease = self.sites.extend_lease(self.lease, now, self.settings.lease_seconds)
         self.visibility.change(self.settings.lease_seconds * 2)
         self._last_beat = now
+
+    def save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record where a long operation is, so the next attempt continues from it (never from the start)."""
+        if self.checkpoints is not None:
+            self.checkpoints(checkpoint)
 
     def work_for(self, seconds: float, slice_s: float = 0.25) -> None:
         """Spend `seconds` of wall time in a long step, heartbeating as it goes."""

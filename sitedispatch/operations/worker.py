@@ -257,6 +257,9 @@ class OperationsWorker:
                 visibility=visibility,
                 driver=driver,
             )
+            ctx.checkpoints = lambda checkpoint: d.operations.save_checkpoint(
+                op.operation_id, ctx.lease.fence, checkpoint, d.clock.now()
+            )
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()

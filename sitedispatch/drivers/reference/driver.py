@@ -3,6 +3,7 @@ from templates. Every kind is a pure function of the head revision and the input
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sitedispatch.domain.errors import NotFound, PermanentError
@@ -12,10 +13,11 @@ from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInpu
 from sitedispatch.drivers.reference.content import Manifest, ScheduledEvent, default_site, gmt
 from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.drivers.reference.source import ManifestRoutes
+from sitedispatch.drivers.reference.steps import ImportCheckpoint, resumed_source, store_state
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
 from sitedispatch.publication.sources import RouteSource
-from sitedispatch.wxr import HashingReader, parse_wxr
+from sitedispatch.wxr import HashingReader, WxrPosition, read_wxr
 
 HEARTBEAT_EVERY_ITEMS = 100
 RECURRENCE_S = {"hourly": 3600, "twicedaily": 43200, "daily": 86400, "weekly": 604800}
@@ -43,6 +45,27 @@ def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **
     )
 
 
+def _checkpoint(
+    ctx: HandlerContext,
+    payload: ImportInput,
+    writer: BodyWriter,
+    merger: ManifestMerger,
+    position: WxrPosition,
+    steps: int,
+) -> None:
+    """The merge so far stored (its bodies first, then its manifest and state), then the checkpoint naming them,
+    under the attempt's fence."""
+    writer.flush()
+    merged = merger.result()
+    revision = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
+    key = store_state(ctx.blobs, ctx.site.site_id, merger.state())
+    checkpoint = ImportCheckpoint(
+        payload.source_digest, position, revision, key, merger.tally.items, steps, payload.source_bytes
+    )
+    ctx.save_checkpoint(checkpoint.to_dict())
+    ctx.heartbeat(force=True)
+
+
 class ReferenceDriver:
     def provision(self, ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
         """A new site with WordPress's defaults, recorded as commit 1."""
@@ -63,13 +86,31 @@ class ReferenceDriver:
         return _stored(ctx, manifest, {"created": manifest.counts()})
 
     def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
-        """A WXR file from S3, streamed, merged into the head revision by guid; re-import changes nothing."""
-        head = _head(ctx)
-        source = HashingReader(ctx.blobs.open(payload.source_key))
+        """A WXR file from S3, streamed, merged into the head revision by guid; re-import changes nothing. In
+        steps (steps.py): after each, a checkpoint; after a crash, the next attempt continues from the last one."""
+        at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest)
+        if at is None:
+            head = _head(ctx)
+            source, resume = HashingReader(ctx.blobs.open(payload.source_key)), None
+        else:
+            head = _content(ctx).manifest(at.revision)
+            source, header = resumed_source(ctx.blobs, payload.source_key, at.position)
+            resume = (header, at.position)
         with BodyWriter(_content(ctx), known={p.body for p in head.posts}) as writer:
             merger = ManifestMerger(head, writer.write)
-            for n, event in enumerate(parse_wxr(source), start=1):
+            if at is not None:
+                merger.restore(json.loads(ctx.blobs.get(at.state_key)))
+            steps, in_step, step_started = (at.steps if at else 0), 0, ctx.clock.now()
+            for n, (position, event) in enumerate(read_wxr(source, resume), start=1):
+                if (
+                    in_step >= ctx.settings.import_step_items
+                    or ctx.clock.now() - step_started >= ctx.settings.import_step_s
+                ):
+                    steps += 1
+                    _checkpoint(ctx, payload, writer, merger, position, steps)
+                    in_step, step_started = 0, ctx.clock.now()
                 merger.add(event)
+                in_step += 1
                 if n % HEARTBEAT_EVERY_ITEMS == 0:
                     ctx.heartbeat()
         source.read()  # anything after the closing tag still counts toward the digest
@@ -87,6 +128,7 @@ class ReferenceDriver:
                 "bodies_written": writer.written,
                 "bytes": source.size,
                 "totals": merged.counts,
+                "steps": steps + 1,
             },
             next_due_at=next_due_at,
         )

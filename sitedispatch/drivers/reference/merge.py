@@ -9,6 +9,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sitedispatch.drivers.reference.content import (
     Author,
@@ -97,6 +98,25 @@ class ManifestMerger:
         # Early is harmless (a wp_cron that finds nothing due changes nothing), late would miss work: keep the
         # earliest of the head's and every imported `future` post's times.
         self.next_due_at = head.next_due_at()
+
+    def state(self) -> dict[str, object]:
+        """What `result()` needs beyond the manifest it produced so far, for a later step to continue the merge: the
+        WXR ids seen, the parents still to resolve (WXR ids may point forward), the terms' parents, the tally."""
+        return {
+            "wxr_to_id": [[wxr, post] for wxr, post in self.wxr_to_id.items()],
+            "parent_wxr": [[guid, wxr, parent] for (guid, wxr), parent in self.parent_wxr.items()],
+            "term_parents": [[tax, slug, parent] for (tax, slug), parent in self.term_parents.items()],
+            "tally": self.tally.as_dict(),
+            "next_due_at": self.next_due_at,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue a merge whose `state()` was saved with the manifest it had produced (this merger's head)."""
+        self.wxr_to_id = {int(wxr): int(post) for wxr, post in state["wxr_to_id"]}
+        self.parent_wxr = {(str(guid), int(wxr)): int(parent) for guid, wxr, parent in state["parent_wxr"]}
+        self.term_parents = {(str(tax), str(slug)): str(parent) for tax, slug, parent in state["term_parents"]}
+        self.tally = ImportTally(**state["tally"])
+        self.next_due_at = state["next_due_at"]
 
     def add(self, event: WxrEvent) -> None:
         if isinstance(event, WxrAuthor):

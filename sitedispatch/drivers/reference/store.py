@@ -94,6 +94,10 @@ class BodyWriter:
         self.written += 1
         return digest
 
+    def flush(self) -> None:
+        """Every body handed in so far is stored (before a checkpoint names a revision that refers to them)."""
+        self._drain()
+
     def _drain(self, keep: int = 0) -> None:
         while len(self.pending) > keep:
             self.pending.pop(0).result()  # re-raises a failed write

@@ -1,0 +1,129 @@
+"""An import in bounded steps: a checkpoint after every step (fenced), one commit at the end with the same revision
+a step-less import makes, and after a crash the next attempt continues from the last checkpoint, never from the
+first item, creating nothing twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.model import Status
+from sitedispatch.drivers.reference.merge import ManifestMerger
+from sitedispatch.local.synthetic import write_wxr
+from sitedispatch.wxr import parse_wxr
+from tests.factories import present
+from tests.unit.conftest import THEME_TEST_DATA, Harness
+
+POSTS = 240
+
+
+class SimulatedKill(BaseException):
+    """The process dies here (SIGKILL): nothing after it runs, no exception handler of the core sees it."""
+
+
+@pytest.fixture(scope="module")
+def wxr(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("steps") / "site.xml"
+    write_wxr(path, posts=POSTS, seed=5)
+    return path
+
+
+def imported(harness: Harness, path: Path) -> tuple[str, dict[str, Any]]:
+    """Provision, import `path` (one delivery), and return the head revision and the commit's summary."""
+    harness.provisioned()
+    result = harness.import_file(path)
+    assert result.outcome == Outcome.SUCCEEDED, result
+    site = present(harness.world.sites.get("acme-blog"))
+    commit = present(result.commit)
+    return present(site.head_revision), commit.summary
+
+
+def events_in(path: Path) -> int:
+    """Authors, terms and items: what a step counts and can stop before."""
+    with path.open("rb") as stream:
+        return sum(1 for _ in parse_wxr(stream))
+
+
+def checkpoints_of(harness: Harness) -> list[dict[str, Any]]:
+    saved: list[dict[str, Any]] = []
+    real = harness.world.operations.save_checkpoint
+
+    def recording(operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+        real(operation_id, fence, checkpoint, now)
+        saved.append(checkpoint)
+
+    harness.world.operations.save_checkpoint = recording  # type: ignore[method-assign]
+    return saved
+
+
+@pytest.mark.parametrize("path", ["synthetic", "theme"])
+def test_an_import_in_steps_commits_once_with_the_revision_a_single_step_makes(path: str, wxr: Path) -> None:
+    source = wxr if path == "synthetic" else THEME_TEST_DATA
+    whole, whole_summary = imported(Harness(), source)
+    stepped = Harness(import_step_items=50)
+    saved = checkpoints_of(stepped)
+
+    revision, summary = imported(stepped, source)
+
+    assert revision == whole  # the same content, so the same revision
+    assert len(stepped.world.commits.history("acme-blog")) == 2  # the provision's and the import's: one commit
+    assert len(saved) == (events_in(source) - 1) // 50 and summary["steps"] == len(saved) + 1
+    assert [c["steps"] for c in saved] == list(range(1, len(saved) + 1))
+    offsets = [c["offset"] for c in saved]
+    assert offsets == sorted(offsets) and offsets[-1] < source.stat().st_size  # forward through the file
+    assert all(c["bytes_total"] == source.stat().st_size for c in saved)
+    assert {k: summary[k] for k in ("created", "updated", "unchanged", "items")} == {
+        k: whole_summary[k] for k in ("created", "updated", "unchanged", "items")
+    }
+
+
+def test_a_killed_import_resumes_from_its_last_checkpoint_and_creates_nothing_twice(
+    wxr: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, _ = imported(Harness(), wxr)
+    harness = Harness(import_step_items=40)
+    harness.provisioned()
+    saved = checkpoints_of(harness)
+    real_add = ManifestMerger.add
+    added = {"n": 0, "kill_at": 130}
+
+    def add(self: ManifestMerger, event: Any) -> None:
+        added["n"] += 1
+        if added["n"] == added["kill_at"]:
+            raise SimulatedKill
+        real_add(self, event)
+
+    monkeypatch.setattr(ManifestMerger, "add", add)
+    op_id = harness.submit(kind="import", params=harness.submitter.stage_upload("acme-blog", wxr, "tenant-a"))
+
+    with pytest.raises(SimulatedKill):  # killed in its fourth step
+        harness.deliver(op_id)
+    last = saved[-1]
+    assert last["steps"] == 3 and last["items"] < 130
+    harness.world.clock.advance(harness.settings.lease_seconds + 1)  # its lease lapses; SQS delivers it again
+    added["n"], added["kill_at"] = 0, -1
+    result, _ = harness.deliver(op_id)
+
+    assert result.outcome == Outcome.SUCCEEDED
+    op = present(harness.world.operations.get(op_id))
+    assert op.status == Status.SUCCEEDED and op.attempt == 2
+    assert added["n"] == events_in(wxr) - last["steps"] * 40  # the second attempt merged only what came after
+    assert present(harness.world.sites.get("acme-blog")).head_revision == whole  # nothing twice, nothing lost
+    assert present(result.commit).summary["steps"] > last["steps"]
+
+
+def test_a_checkpoint_of_another_file_is_not_resumed(wxr: Path, tmp_path: Path) -> None:
+    """A redrive with a corrected file starts over: a checkpoint names the file it belongs to."""
+    other = tmp_path / "other.xml"
+    write_wxr(other, posts=30, seed=6)
+    harness = Harness(import_step_items=20)
+    harness.provisioned()
+    op_id = harness.submit(kind="import", params=harness.submitter.stage_upload("acme-blog", other, "tenant-a"))
+    stale = {"kind": "import", "source_digest": "0" * 64, "header_end": 1, "offset": 99999, "revision": "x"}
+    op = present(harness.world.operations.get(op_id))
+    harness.world.db.operations[op_id] = op.__class__(**{**op.__dict__, "checkpoint": {**stale, "items": 1}})
+    result, _ = harness.deliver(op_id)
+    assert result.outcome == Outcome.SUCCEEDED and present(result.commit).summary["items"] > 0
