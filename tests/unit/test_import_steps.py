@@ -4,6 +4,7 @@ first item, creating nothing twice."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +116,31 @@ def test_a_killed_import_resumes_from_its_last_checkpoint_and_creates_nothing_tw
     assert present(result.commit).summary["steps"] > last["steps"]
 
 
-def test_a_checkpoint_of_another_file_is_not_resumed(wxr: Path, tmp_path: Path) -> None:
-    """A redrive with a corrected file starts over: a checkpoint names the file it belongs to."""
-    other = tmp_path / "other.xml"
-    write_wxr(other, posts=30, seed=6)
+@pytest.mark.parametrize("stale", ["another file", "another head"])
+def test_a_checkpoint_of_another_file_or_onto_another_head_is_not_resumed(stale: str, tmp_path: Path) -> None:
+    """A redrive with a corrected file starts over, and so does one after another operation committed: a checkpoint
+    names the file and the head it belongs to (resuming onto a newer head would drop that commit's changes)."""
+    source = tmp_path / "other.xml"
+    write_wxr(source, posts=30, seed=6)
+    whole, _ = imported(Harness(), source)
     harness = Harness(import_step_items=20)
     harness.provisioned()
-    op_id = harness.submit(kind="import", params=harness.submitter.stage_upload("acme-blog", other, "tenant-a"))
-    stale = {"kind": "import", "source_digest": "0" * 64, "header_end": 1, "offset": 99999, "revision": "x"}
-    op = present(harness.world.operations.get(op_id))
-    harness.world.db.operations[op_id] = op.__class__(**{**op.__dict__, "checkpoint": {**stale, "items": 1}})
+    params = harness.submitter.stage_upload("acme-blog", source, "tenant-a")
+    op_id = harness.submit(kind="import", params=params)
+    head = present(harness.world.sites.get("acme-blog")).head_revision
+    checkpoint = {
+        "kind": "import",
+        "source_digest": "0" * 64 if stale == "another file" else params["source_digest"],
+        "base": head if stale == "another file" else "f" * 64,
+        "header_end": 1,
+        "offset": 99999,
+        "revision": "x" * 64,
+        "state_key": "checkpoints/none.json",
+        "items": 1,
+        "steps": 1,
+        "bytes_total": 1,
+    }
+    harness.world.db.operations[op_id] = replace(present(harness.world.operations.get(op_id)), checkpoint=checkpoint)
     result, _ = harness.deliver(op_id)
-    assert result.outcome == Outcome.SUCCEEDED and present(result.commit).summary["items"] > 0
+    assert result.outcome == Outcome.SUCCEEDED, result
+    assert present(harness.world.sites.get("acme-blog")).head_revision == whole  # from the first item

@@ -60,7 +60,14 @@ def _checkpoint(
     revision = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
     key = store_state(ctx.blobs, ctx.site.site_id, merger.state())
     checkpoint = ImportCheckpoint(
-        payload.source_digest, position, revision, key, merger.tally.items, steps, payload.source_bytes
+        payload.source_digest,
+        ctx.site.head_revision,
+        position,
+        revision,
+        key,
+        merger.tally.items,
+        steps,
+        payload.source_bytes,
     )
     ctx.save_checkpoint(checkpoint.to_dict())
     ctx.heartbeat(force=True)
@@ -88,7 +95,7 @@ class ReferenceDriver:
     def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
         """A WXR file from S3, streamed, merged into the head revision by guid; re-import changes nothing. In
         steps (steps.py): after each, a checkpoint; after a crash, the next attempt continues from the last one."""
-        at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest)
+        at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest, ctx.site.head_revision)
         if at is None:
             head = _head(ctx)
             source, resume = HashingReader(ctx.blobs.open(payload.source_key)), None

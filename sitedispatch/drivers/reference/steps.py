@@ -27,10 +27,11 @@ def state_key(site_id: str, digest: str) -> str:
 
 @dataclass(frozen=True)
 class ImportCheckpoint:
-    """Where an import is: the file (by digest) and the position its reading resumes at, the manifest merged so far
-    and the merge's other state (by key), and how far it has come."""
+    """Where an import is: the file (by digest) and the position its reading resumes at, the head it started from,
+    the manifest merged so far and the merge's other state (by key), and how far it has come."""
 
     source_digest: str
+    base: str | None
     position: WxrPosition
     revision: str
     state_key: str
@@ -42,6 +43,7 @@ class ImportCheckpoint:
         return {
             "kind": "import",
             "source_digest": self.source_digest,
+            "base": self.base,
             "header_end": self.position.header_end,
             "offset": self.position.offset,
             "revision": self.revision,
@@ -53,13 +55,16 @@ class ImportCheckpoint:
         }
 
     @classmethod
-    def of(cls, data: dict[str, Any] | None, source_digest: str) -> ImportCheckpoint | None:
-        """The checkpoint an operation's row holds, if it is an import's of this very file (a redrive with another
-        input starts over)."""
+    def of(cls, data: dict[str, Any] | None, source_digest: str, head: str | None) -> ImportCheckpoint | None:
+        """The checkpoint an operation's row holds, if it is an import's of this very file onto the site's current
+        head (a redrive with another input, or after another operation committed, starts over)."""
         if not data or data.get("kind") != "import" or data.get("source_digest") != source_digest:
+            return None
+        if data.get("base") != head:
             return None
         return cls(
             source_digest,
+            head,
             WxrPosition(int(data["header_end"]), int(data["offset"])),
             str(data["revision"]),
             str(data["state_key"]),
