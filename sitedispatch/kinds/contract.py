@@ -43,6 +43,7 @@ class HandlerContext:
     driver: SiteDriver
     # Records a long operation's checkpoint under this attempt's fence (StaleFence once another holds the site).
     checkpoints: Callable[[dict[str, Any]], None] | None = None
+    last_checkpoint: dict[str, Any] | None = None  # the last one recorded in this attempt
     _last_beat: float = field(default=0.0)
 
     def __post_init__(self) -> None:
@@ -65,6 +66,7 @@ class HandlerContext:
         """Record where a long operation is, so the next attempt continues from it (never from the start)."""
         if self.checkpoints is not None:
             self.checkpoints(checkpoint)
+            self.last_checkpoint = checkpoint
 
     def work_for(self, seconds: float, slice_s: float = 0.25) -> None:
         """Spend `seconds` of wall time in a long step, heartbeating as it goes."""

@@ -73,6 +73,7 @@ class Evidence:
     recovery_command: str
     recovery: str
     key: str
+    checkpoint: dict[str, Any] | None = None  # a long import's last completed step: where a redrive continues
 
     def document(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
@@ -133,4 +134,5 @@ def build_evidence(
         recovery_command=command,
         recovery=recovery,
         key=evidence_key(op),
+        checkpoint=op.checkpoint,
     )

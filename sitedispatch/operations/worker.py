@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
@@ -240,6 +240,7 @@ class OperationsWorker:
     def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
         d = self.d
         handler = d.handlers.get(op.kind)
+        ctx: HandlerContext | None = None
         try:
             if handler is None:
                 raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
@@ -284,8 +285,9 @@ class OperationsWorker:
         except PermanentError as exc:
             d.sites.release_lease(lease)
             error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
-            return self._dead(op, lease.fence, error, message, exc)
+            return self._dead(_as_checkpointed(op, ctx), lease.fence, error, message, exc)
         except Exception as exc:
+            op = _as_checkpointed(op, ctx)
             d.sites.release_lease(lease)
             code = getattr(exc, "code", None) or type(exc).__name__
             error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
@@ -486,6 +488,13 @@ class OperationsWorker:
         obs.count("DuplicateAcknowledged")
         obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
         return Result(Outcome.ACKED, reason)
+
+
+def _as_checkpointed(op: Operation, ctx: HandlerContext | None) -> Operation:
+    """The operation with the last checkpoint its attempt recorded (what its evidence names if it ends dead)."""
+    if ctx is None or ctx.last_checkpoint is None:
+        return op
+    return replace(op, checkpoint=ctx.last_checkpoint)
 
 
 def op_input(blobs: BlobStore, op: Operation) -> bytes:

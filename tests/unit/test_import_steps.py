@@ -4,6 +4,7 @@ first item, creating nothing twice."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import PermanentError
 from sitedispatch.domain.model import Status
 from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.local.synthetic import write_wxr
@@ -114,6 +116,28 @@ def test_a_killed_import_resumes_from_its_last_checkpoint_and_creates_nothing_tw
     assert added["n"] == events_in(wxr) - last["steps"] * 40  # the second attempt merged only what came after
     assert present(harness.world.sites.get("acme-blog")).head_revision == whole  # nothing twice, nothing lost
     assert present(result.commit).summary["steps"] > last["steps"]
+
+
+def test_a_dead_imports_evidence_names_its_last_checkpoint(wxr: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(import_step_items=40)
+    harness.provisioned()
+    real_add = ManifestMerger.add
+    added = {"n": 0}
+
+    def add(self: ManifestMerger, event: Any) -> None:
+        added["n"] += 1
+        if added["n"] == 100:
+            raise PermanentError("item 100 cannot be stored", code="bad_item")
+        real_add(self, event)
+
+    monkeypatch.setattr(ManifestMerger, "add", add)
+    result = harness.import_file(wxr)
+
+    assert (result.outcome, result.reason) == (Outcome.DEAD, "bad_item")
+    [dead] = [op for op in harness.world.db.operations.values() if op.status == Status.DEAD]
+    evidence = json.loads(harness.world.blobs.get(present(dead.evidence)["key"]))
+    assert evidence["checkpoint"]["steps"] == 2 and evidence["checkpoint"]["offset"] > 0  # before events 41 and 81
+    assert present(dead.evidence)["checkpoint"] == evidence["checkpoint"]
 
 
 @pytest.mark.parametrize("stale", ["another file", "another head"])
