@@ -50,6 +50,7 @@ EVIDENCE_FIELDS = {
     "recovery_command",
     "recovery",
     "key",
+    "checkpoint",  # a long import's last checkpoint (null for an operation that recorded none)
 }
 
 
