@@ -14,6 +14,7 @@ from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, reported, 
 from sitedispatch.client import operation_fields, operation_of, typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Operation, Status
+from sitedispatch.operations.progress import Progress
 
 if TYPE_CHECKING:
     from sitedispatch.operations.estimates import DelayEstimate
@@ -41,14 +42,15 @@ def render(op: Operation) -> None:
         rows.append(
             ["waiting", "not sent yet: its principal fills its share of the lane's queue (sent as earlier ones end)"]
         )
-    if op.checkpoint and not op.status.terminal:
-        cp = op.checkpoint
-        done, total = int(cp.get("bytes_done", 0)), int(cp.get("bytes_total", 0)) or 1
+    progress = Progress.of(op.checkpoint) if not op.status.terminal else None
+    if progress is not None:
+        rate, eta_s = progress.rate_bytes_s, progress.eta_s
+        eta = f", about {eta_s:.0f}s left at {rate / 1e6:.2f} MB/s" if rate is not None and eta_s is not None else ""
         rows.append(
             [
                 "progress",
-                f"{cp.get('steps', 0)} steps checkpointed: {cp.get('items', 0)} items, "
-                f"{done:,} of {total:,} bytes ({100 * done / total:.0f}%)",
+                f"{progress.steps} steps checkpointed: {progress.items} items, {progress.bytes_done:,} of "
+                f"{progress.bytes_total:,} bytes ({100 * progress.fraction:.0f}%){eta}",
             ]
         )
     if op.result:

@@ -5,6 +5,7 @@ first item, creating nothing twice."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from sitedispatch.domain.errors import PermanentError
 from sitedispatch.domain.model import Status
 from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.local.synthetic import write_wxr
-from sitedispatch.wxr import parse_wxr
+from sitedispatch.operations.progress import Progress
+from sitedispatch.wxr import WxrItem, parse_wxr
 from tests.factories import present
 from tests.unit.conftest import THEME_TEST_DATA, Harness
 
@@ -138,6 +140,36 @@ def test_a_dead_imports_evidence_names_its_last_checkpoint(wxr: Path, monkeypatc
     evidence = json.loads(harness.world.blobs.get(present(dead.evidence)["key"]))
     assert evidence["checkpoint"]["steps"] == 2 and evidence["checkpoint"]["offset"] > 0  # before events 41 and 81
     assert present(dead.evidence)["checkpoint"] == evidence["checkpoint"]
+
+
+def test_progress_moves_forward_and_the_eta_is_within_twice_the_remaining_time(
+    wxr: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each item takes a seeded random time on the fake clock (8-12 ms; an author or a term, which has no body to
+    store, 0.5 ms); at every checkpoint the ETA from the rate so far is compared with the time the import actually
+    took from there (measured on the fake clock, not asserted on the wall clock)."""
+    harness = Harness(import_step_items=30)
+    harness.provisioned()
+    saved = checkpoints_of(harness)
+    rng = random.Random(3)
+    real_add = ManifestMerger.add
+
+    def add(self: ManifestMerger, event: Any) -> None:
+        harness.world.clock.advance(rng.uniform(0.008, 0.012) if isinstance(event, WxrItem) else 0.0005)
+        real_add(self, event)
+
+    monkeypatch.setattr(ManifestMerger, "add", add)
+    result = harness.import_file(wxr)
+    assert result.outcome == Outcome.SUCCEEDED
+    finished = present(result.commit).committed_at
+
+    progress = [present(Progress.of(c)) for c in saved]
+    assert len(progress) >= 5
+    assert [p.bytes_done for p in progress] == sorted({p.bytes_done for p in progress})  # strictly forward
+    assert [p.items for p in progress] == sorted(p.items for p in progress)
+    for checkpoint, p in zip(saved, progress, strict=True):
+        actual = finished - checkpoint["at"]
+        assert p.eta_s is not None and actual / 2 <= p.eta_s <= actual * 2, (p, actual)
 
 
 @pytest.mark.parametrize("stale", ["another file", "another head"])

@@ -52,6 +52,7 @@ def _checkpoint(
     merger: ManifestMerger,
     position: WxrPosition,
     steps: int,
+    started_at: float,
 ) -> None:
     """The merge so far stored (its bodies first, then its manifest and state), then the checkpoint naming them,
     under the attempt's fence."""
@@ -68,6 +69,8 @@ def _checkpoint(
         merger.tally.items,
         steps,
         payload.source_bytes,
+        started_at,
+        ctx.clock.now(),
     )
     ctx.save_checkpoint(checkpoint.to_dict())
     ctx.heartbeat(force=True)
@@ -108,13 +111,14 @@ class ReferenceDriver:
             if at is not None:
                 merger.restore(json.loads(ctx.blobs.get(at.state_key)))
             steps, in_step, step_started = (at.steps if at else 0), 0, ctx.clock.now()
+            started_at = at.started_at if at is not None else step_started
             for n, (position, event) in enumerate(read_wxr(source, resume), start=1):
                 if (
                     in_step >= ctx.settings.import_step_items
                     or ctx.clock.now() - step_started >= ctx.settings.import_step_s
                 ):
                     steps += 1
-                    _checkpoint(ctx, payload, writer, merger, position, steps)
+                    _checkpoint(ctx, payload, writer, merger, position, steps, started_at)
                     in_step, step_started = 0, ctx.clock.now()
                 merger.add(event)
                 in_step += 1

@@ -38,6 +38,8 @@ class ImportCheckpoint:
     items: int
     steps: int
     bytes_total: int
+    started_at: float  # when the import's first step began (carried over by a resumed attempt)
+    at: float  # when this checkpoint was recorded
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +54,8 @@ class ImportCheckpoint:
             "steps": self.steps,
             "bytes_done": self.position.offset,
             "bytes_total": self.bytes_total,
+            "started_at": self.started_at,
+            "at": self.at,
         }
 
     @classmethod
@@ -71,6 +75,8 @@ class ImportCheckpoint:
             int(data["items"]),
             int(data["steps"]),
             int(data["bytes_total"]),
+            float(data.get("started_at", 0.0)),
+            float(data.get("at", 0.0)),
         )
 
 
