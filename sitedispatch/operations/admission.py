@@ -76,12 +76,6 @@ def share_counter(lane: str, principal: str) -> str:
     return f"{SHARE_PREFIX}{lane}#{principal}"
 
 
-def share_principal(counter_id: str) -> tuple[str, str]:
-    """(lane, principal) of a share counter."""
-    lane, principal = counter_id.removeprefix(SHARE_PREFIX).split("#", 1)
-    return lane, principal
-
-
 QUOTA_PREFIX = "quota#"  # a principal's override, kept beside its counters
 
 

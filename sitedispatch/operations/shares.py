@@ -18,12 +18,11 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.model import QueueMessage, lane_for
 from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, Slot
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import SHARE_PER_RUNNING_SLOT, share_principal
+from sitedispatch.operations.admission import SHARE_PER_RUNNING_SLOT
 
 
 def share_of(settings: Settings, counter_id: str) -> Slot:
     """The share a counter stands for, with the deployment's maximum (a quota's, kept on the counter, wins)."""
-    share_principal(counter_id)  # a share counter's id, or ValueError
     return Slot(counter_id, SHARE_PER_RUNNING_SLOT * settings.max_running_per_principal)
 
 
