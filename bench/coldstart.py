@@ -1,7 +1,9 @@
-"""Cold start: import plus a first invocation of each Lambda entrypoint in a fresh interpreter, against `import boto3`
-alone (the floor every Python function on Lambda pays). Median of several fresh processes, each function's runs
-interleaved with the baseline's (this machine's timings drift by tens of percent between minutes); no AWS call is
-made (a malformed batch, an unknown schedule, an unsigned request), so this is the code's own start-up cost.
+"""Cold start: import (the init phase: with Lambda's variables set, a function builds its clients there) plus a first
+invocation of each Lambda entrypoint in a fresh interpreter, against `import boto3` alone (the floor every Python
+function on Lambda pays) and against boto3 with the three clients (the floor of any function using DynamoDB, SQS and
+S3). Median of several fresh processes, each function's runs interleaved with the baselines' (this machine's timings
+drift by tens of percent between minutes); no AWS call is made (a malformed batch, an unknown schedule, an unsigned
+request), so this is the code's own start-up cost.
 
 The environment is a deployed function's: Lambda's variables (X-Ray's SDK takes another path outside Lambda: it
 builds two X-Ray clients at import), active tracing with a sampled trace (segments go to a local UDP port nobody
@@ -23,6 +25,13 @@ from sitedispatch.local.gateway import http_api_event
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 7
 BASELINE = "import boto3"
+# The floor of any Python function that talks to DynamoDB, SQS and S3: boto3 and its three clients, which every
+# function here builds in its init phase (functions/runtime.py) as AWS advises.
+BASELINE_CLIENTS = """
+import boto3
+session = boto3.session.Session(region_name="us-east-1")
+clients = [session.client(name) for name in ("dynamodb", "sqs", "s3")]
+"""
 # One record whose body names no durable state: the handler drops it without calling AWS.
 MALFORMED_BATCH = {
     "Records": [
@@ -72,13 +81,14 @@ def _once(body: str, env: dict[str, str]) -> float:
     return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
 
 
-def _paired(body: str, env: dict[str, str]) -> tuple[float, float]:
-    """(median of the body, median of `import boto3`), run alternately."""
-    mine, floor = [], []
+def _paired(body: str, env: dict[str, str]) -> tuple[float, float, float]:
+    """(median of the body, of `import boto3`, of boto3 with its three clients), run alternately."""
+    mine, floor, clients = [], [], []
     for _ in range(RUNS):
         floor.append(_once(BASELINE, env))
+        clients.append(_once(BASELINE_CLIENTS, env))
         mine.append(_once(body, env))
-    return statistics.median(mine), statistics.median(floor)
+    return statistics.median(mine), statistics.median(floor), statistics.median(clients)
 
 
 def free_udp_address() -> str:
@@ -138,15 +148,20 @@ def measure(env: dict[str, str]) -> dict[str, Any]:
             event = '{"schedule": "none"}'
         else:
             event = json.dumps(MALFORMED_BATCH)
-        seconds, baseline = _paired(FIRST_INVOCATION.format(module=module, name=name, event=repr(event)), env)
+        seconds, baseline, with_clients = _paired(
+            FIRST_INVOCATION.format(module=module, name=name, event=repr(event)), env
+        )
         baselines.append(baseline)
         rows[role] = {
             "import_and_first_invocation_s": round(seconds, 3),
             "import_boto3_s": round(baseline, 3),
             "ratio_to_boto3": round(seconds / baseline, 2),
+            "boto3_and_three_clients_s": round(with_clients, 3),
+            "ratio_to_boto3_and_clients": round(seconds / with_clients, 2),
         }
         print(
-            f"cold start {role}: {seconds:.3f} s = {seconds / baseline:.2f} x import boto3 ({baseline:.3f} s)",
+            f"cold start {role}: {seconds:.3f} s = {seconds / baseline:.2f} x import boto3 ({baseline:.3f} s), "
+            f"{seconds / with_clients:.2f} x boto3 and its three clients ({with_clients:.3f} s)",
             flush=True,
         )
     return {"import_boto3_s": round(statistics.median(baselines), 3), **rows}

@@ -9,7 +9,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies
+from functions.runtime import dependencies, init_phase
 from sitedispatch.api.app import body_limit, create_app, oversized
 from sitedispatch.observability import logger, metrics, tracer
 
@@ -30,3 +30,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if refused is not None:
         return refused
     return app().resolve(event, context)
+
+
+init_phase(app)  # inside a function's environment: its clients and core, before the first event

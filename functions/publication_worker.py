@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies, drop_malformed, fifo_processor
+from functions.runtime import dependencies, drop_malformed, fifo_processor, init_phase
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.model import PublicationMessage
 from sitedispatch.observability import logger, metrics, tracer
@@ -41,3 +41,6 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+
+init_phase(worker)  # inside a function's environment: its clients and core, before the first event

@@ -6,7 +6,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies
+from functions.runtime import dependencies, init_phase
 from sitedispatch.domain.resources import SCHEDULES
 from sitedispatch.observability import logger, metrics, tracer
 
@@ -26,3 +26,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "repaired": sweep.repaired if sweep else {},
         "truncated": bool(sweep and sweep.truncated),
     }
+
+
+init_phase()  # inside a function's environment: its clients and core, before the first event

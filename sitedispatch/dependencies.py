@@ -212,14 +212,19 @@ class Dependencies:
 
         return DriverRegistry({REFERENCE_DRIVER: reference, WORDPRESS_DRIVER: wordpress})
 
-    def warm(self) -> Dependencies:
-        """Build every client now, so a long-lived process's first request pays no client construction: the CLI,
-        the demo, tests and benchmarks driving the runtime. Never a function's: a Lambda environment does nothing
-        before its first event but import its module, and the local runtime's environments do the same."""
+    def clients(self) -> Dependencies:
+        """Build the DynamoDB (every table's), SQS and S3 clients now, without a request (so a process may fork
+        after it: no connection is open yet). What a function's init phase does (functions/runtime.py)."""
         _ = self.models.Operation._get_connection().connection.client  # one client serves every table
+        _ = (self.sqs, self.s3)
+        return self
+
+    def warm(self) -> Dependencies:
+        """The clients, and one read through the table client, so a long-lived process's first request pays
+        nothing more: the CLI, the demo, tests and benchmarks driving the runtime. Not a function's (a read in the
+        init phase would open a connection before the local runtime forks its environments)."""
+        self.clients()
         _ = (
-            self.sqs,
-            self.s3,
             self.operations,
             self.sites,
             self.commits,
@@ -228,10 +233,9 @@ class Dependencies:
             self.publications,
             self.publication_queue,
         )
-        # One read through the table client: botocore builds an operation's model and serializer on its first call,
-        # and ten environments doing that at their first delivery at once spread their starts (G1) from ~0.3 s to
-        # ~0.8 s on two cores. The sites table, because every function's role may read it; a key that names nothing
-        # costs one read unit. Best effort: a warm-up that fails leaves the first delivery to pay instead.
+        # botocore builds an operation's model and serializer on its first call. The sites table, because every
+        # role may read it; a key that names nothing costs one read unit. Best effort: a warm-up that fails leaves
+        # the first request to pay instead.
         try:
             self.sites.get(WARM_UP_KEY)
         except Exception as exc:

@@ -48,6 +48,21 @@ class FunctionSpec:
     memory_mb: int
     batch_size: int  # event source mapping batch size (0: not queue-driven)
 
+    def lambda_environment(self, region: str) -> dict[str, str]:
+        """The variables Lambda itself sets in each of the function's execution environments (the ones this code
+        reads: a function's module starts its init phase when it finds LAMBDA_FUNCTION_NAME_ENV)."""
+        return {
+            LAMBDA_FUNCTION_NAME_ENV: self.logical_id,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_REGION": region,
+        }
+
+
+# Set by Lambda in every execution environment (and by the local runtime's), never by a test or a tool that imports a
+# function's module.
+LAMBDA_FUNCTION_NAME_ENV = "AWS_LAMBDA_FUNCTION_NAME"
+
 
 @dataclass(frozen=True)
 class ScheduleSpec:

@@ -257,7 +257,9 @@ def run_worker(
     settings = Settings()
     queue_url = getattr(settings, queue.url_field)
     # Imported once in the host, before the environments fork: each starts as a Lambda environment does after its
-    # init phase (the module imported, nothing else: no client, no request), without paying the import again.
+    # init phase (the module imported with Lambda's variables set, so its clients are built: functions/runtime.py,
+    # `init_phase`, which makes no request), without paying the init again in each.
+    os.environ.update(spec.lambda_environment(settings.region))
     function = load_handler(spec.handler)
     host = os.getpid()
     children: dict[int, int] = {}

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from sitedispatch.client import IDENTITY_HEADER
 from sitedispatch.domain.errors import Forbidden, SiteDispatchError, TooLarge, error_document, http_status
-from sitedispatch.domain.resources import API_URL_VARIABLE
+from sitedispatch.domain.resources import API_URL_VARIABLE, FUNCTIONS
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs
 LOCAL_ACCOUNT = "123456789012"
@@ -66,6 +66,8 @@ def environments(count: int, timeout_s: float) -> Iterator[Invoke]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    # Each environment imports the function at its first request with Lambda's variables (its init phase, then).
+    os.environ.update(FUNCTIONS["api"].lambda_environment(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")))
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("forkserver"))
     try:
         yield lambda event: pool.submit(_invoke_in_environment, event, timeout_s).result()
