@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -44,6 +45,13 @@ def parse_message(body: str) -> QueueMessage | None:
         return None
 
 
+def deadline_of(context: LambdaContext | None) -> float | None:
+    """When the invocation is stopped (the function's timeout), in the clock's time."""
+    if context is None:
+        return None
+    return time.time() + context.get_remaining_time_in_millis() / 1000
+
+
 @tracer.capture_method
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     message = parse_message(record.body)
@@ -52,7 +60,12 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     deps = dependencies()
     visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
     try:
-        result = worker().process(message, visibility, request_id=getattr(lambda_context, "aws_request_id", ""))
+        result = worker().process(
+            message,
+            visibility,
+            request_id=getattr(lambda_context, "aws_request_id", ""),
+            deadline=deadline_of(lambda_context),
+        )
     except Exception:
         # The core answers every outcome it knows with a Result; anything else is a bug or an outage, and the batch
         # processor would report it as a batch item failure without a word: say what it was, then let it do that.

@@ -150,6 +150,11 @@ class MemoryDb:
             self._index_view = dict(self.operations)
 
 
+def _continuable(op: Operation | None, recorded_fence: int) -> bool:
+    """A continuation recorded under `recorded_fence` may be taken (once)."""
+    return op is not None and op.status == Status.RUNNING and op.continuing and op.fence == recorded_fence
+
+
 class MemoryOperationStore:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
@@ -255,10 +260,20 @@ class MemoryOperationStore:
             return True
 
     def start_attempt(
-        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+        self,
+        operation_id: str,
+        fence: int,
+        now: float,
+        slot: Slot | None = None,
+        current: Operation | None = None,
+        continues_from: int | None = None,
     ) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
+            if continues_from is not None:
+                ok = _continuable(op, continues_from)
+                self._update(operation_id, ok, NotRunnable, fence=fence, updated_at=now, continuing=False)
+                return self.db.operations[operation_id]
             ok = (
                 op is not None
                 and op.status in RUNNABLE
@@ -278,6 +293,7 @@ class MemoryOperationStore:
                 started_at=now,
                 updated_at=now,
                 not_before=None,
+                continuing=False,
             )
             if take is not None:
                 self.db.bump(take.counter, 1, now)
@@ -291,6 +307,22 @@ class MemoryOperationStore:
             current_site = self.db.sites.get(site.site_id)
             row = self.db.operations.get(op.operation_id)
             fence = site.fence + 1
+            if op.continues and op.fence is not None:
+                if (
+                    current_site is None
+                    or current_site.fence != site.fence
+                    or not current_site.lease_free_for(op.operation_id, now)
+                    or not _continuable(row, op.fence)
+                    or row is None
+                    or row.running_slot != op.running_slot
+                ):
+                    return None
+                self.db.sites[site.site_id] = replace(
+                    current_site, fence=fence, lease_owner=op.operation_id, lease_expires_at=now + lease_s
+                )
+                continued = row.continued(fence, now)
+                self.db.operations[op.operation_id] = continued
+                return Lease(site.site_id, op.operation_id, fence, now + lease_s), continued
             if (
                 current_site is None
                 or current_site.fence != site.fence
@@ -435,13 +467,18 @@ class MemoryOperationStore:
             )
             return self.db.operations[operation_id]
 
-    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+    def save_checkpoint(
+        self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
+    ) -> None:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
             ours = op is not None and op.status == Status.RUNNING and op.fence == fence
             if not ours:
                 raise StaleFence(f"operation {operation_id}: fence {fence} is no longer its attempt's")
-            self._update(operation_id, True, StaleFence, checkpoint=dict(checkpoint), updated_at=now)
+            changes: dict[str, Any] = {"checkpoint": dict(checkpoint), "updated_at": now}
+            if continues:
+                changes["continuing"] = True
+            self._update(operation_id, True, StaleFence, **changes)
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         with self.db.lock:

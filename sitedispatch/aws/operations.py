@@ -71,6 +71,7 @@ def to_operation(item: OperationItem) -> Operation:
         inline_input=item.inline_input,
         waiting_for=item.waiting_for,
         checkpoint=item.checkpoint,
+        continuing=bool(item.continuing),
     )
 
 
@@ -288,6 +289,7 @@ class DynamoOperationStore:
             M.started_at.set(now),
             M.updated_at.set(now),
             M.not_before.remove(),
+            M.continuing.remove(),  # an attempt is never itself a continuation's to take
         ]
         # An attempt under an older fence never overwrites one under a newer fence (two deliveries at once).
         runnable = (
@@ -297,12 +299,24 @@ class DynamoOperationStore:
         )
         return actions, runnable
 
+    def _continuation(self, recorded_fence: int, fence: int, now: float) -> tuple[list[Action], Any]:
+        """Continuing the attempt that recorded a continuation under `recorded_fence`, now under `fence`: its
+        updates and the row's condition (once: the flag goes with it, and a stale copy's fence no longer matches)."""
+        M = self.M
+        actions: list[Action] = [M.fence.set(fence), M.updated_at.set(now), M.continuing.remove()]
+        condition = (M.status == Status.RUNNING.value) & (M.continuing == True) & (M.fence == recorded_fence)  # noqa: E712
+        return actions, condition
+
     def claim_and_start(
         self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
     ) -> tuple[Lease, Operation] | None:
         M, S = self.M, self.S
         fence = site.fence + 1
-        actions, runnable = self._attempt(fence, now)
+        if op.continues and op.fence is not None:
+            actions, runnable = self._continuation(op.fence, fence, now)
+            slot = None  # the attempt keeps the slot it holds
+        else:
+            actions, runnable = self._attempt(fence, now)
         as_read = (S.fence == site.fence) if site.fence else (S.fence.does_not_exist() | (S.fence == 0))
         free = S.lease_owner.does_not_exist() | (S.lease_owner == op.operation_id) | (S.lease_expires_at <= now)
         try:
@@ -322,7 +336,10 @@ class DynamoOperationStore:
             if slot is not None and failed.failed == {"slot"}:
                 raise self._limit_reached(slot.counter, slot.maximum) from failed.cause
             return None
-        started = op.attempt_started(fence, now, slot.counter if slot is not None else op.running_slot)
+        if op.continues:
+            started = op.continued(fence, now)
+        else:
+            started = op.attempt_started(fence, now, slot.counter if slot is not None else op.running_slot)
         return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 
     def _start_taking_slot(
@@ -340,10 +357,20 @@ class DynamoOperationStore:
         tx.update("slot", C(slot.counter), self._moved_up(slot.counter, now), condition=under_limit(C, slot.maximum))
 
     def start_attempt(
-        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+        self,
+        operation_id: str,
+        fence: int,
+        now: float,
+        slot: Slot | None = None,
+        current: Operation | None = None,
+        continues_from: int | None = None,
     ) -> Operation:
         M = self.M
-        actions, runnable = self._attempt(fence, now)
+        if continues_from is not None:
+            actions, runnable = self._continuation(continues_from, fence, now)
+            slot = None
+        else:
+            actions, runnable = self._attempt(fence, now)
         if slot is not None:
             try:
                 with transaction(M) as tx:
@@ -519,14 +546,15 @@ class DynamoOperationStore:
         assert op is not None
         return op
 
-    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+    def save_checkpoint(
+        self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
+    ) -> None:
         M = self.M
         ours = (M.status == Status.RUNNING.value) & (M.fence == fence)
-        if not conditionally(
-            lambda: M(operation_id).update(
-                actions=[M.checkpoint.set(checkpoint), M.updated_at.set(now)], condition=ours
-            )
-        ):
+        actions: list[Action] = [M.checkpoint.set(checkpoint), M.updated_at.set(now)]
+        if continues:
+            actions.append(M.continuing.set(True))
+        if not conditionally(lambda: M(operation_id).update(actions=actions, condition=ours)):
             raise StaleFence(f"operation {operation_id}: fence {fence} is no longer its attempt's")
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:

@@ -100,6 +100,7 @@ class OperationItem(Model):
     inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
     waiting_for = UnicodeAttribute(null=True)  # queued#LANE#PRINCIPAL while it waits for that share: by-waiting's key
     checkpoint = JSONAttribute(null=True)  # a long import's last completed step (Operation.checkpoint)
+    continuing = BooleanAttribute(null=True)  # its next delivery continues the attempt (Operation.continuing)
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
     by_waiting = OperationsByWaiting()

@@ -14,6 +14,7 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"  # paused site or held lease: back later, no attempt spent
     RETRYING = "retrying"  # attempt failed, backoff set
     DEAD = "dead"  # permanent failure or budget spent: dead-lettered
+    CONTINUING = "continuing"  # a long operation's step recorded, the invocation's time spent: back at once
 
     @property
     def delete_message(self) -> bool:

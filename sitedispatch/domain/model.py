@@ -121,6 +121,14 @@ class Operation:
     # A long import's last completed step (where the file's reading resumes, what it has done), written under the
     # attempt's fence: the next step, or the next attempt after a crash, continues from it.
     checkpoint: dict[str, Any] | None = None
+    # Its invocation ran out of time between two steps and recorded `checkpoint` with this flag: the next delivery
+    # continues the same attempt (the lease's fence + 1, no attempt spent). A crash sets no flag, so it still costs one.
+    continuing: bool = False
+
+    @property
+    def continues(self) -> bool:
+        """Its next delivery continues the running attempt rather than starting one."""
+        return self.continuing and self.status == Status.RUNNING and self.fence is not None
 
     @property
     def dedup_id(self) -> str:
@@ -139,7 +147,12 @@ class Operation:
             updated_at=now,
             not_before=None,
             running_slot=running_slot,
+            continuing=False,
         )
+
+    def continued(self, fence: int, now: float) -> Operation:
+        """This row as a continuation under `fence` leaves it: the same attempt, its clock and slot unchanged."""
+        return replace(self, fence=fence, updated_at=now, continuing=False)
 
 
 @dataclass(frozen=True)

@@ -123,13 +123,21 @@ class OperationStore(Protocol):
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
 
     def start_attempt(
-        self, operation_id: str, fence: int, now: float, slot: Slot | None = None, current: Operation | None = None
+        self,
+        operation_id: str,
+        fence: int,
+        now: float,
+        slot: Slot | None = None,
+        current: Operation | None = None,
+        continues_from: int | None = None,
     ) -> Operation:
         """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
         Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
         writing nothing) unless the row still holds one from an attempt that died. `current` (the row as the caller
         read it) saves re-reading the row after a slot was taken (what the conditions do not pin, a cancel request,
-        the commit's own condition still honours)."""
+        the commit's own condition still honours). With `continues_from` (the fence a continuation was recorded
+        under): no attempt is spent; the running attempt moves to `fence`, once, while the row is running, flagged
+        `continuing` and still under that fence (else NotRunnable)."""
 
     def claim_and_start(
         self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
@@ -139,7 +147,8 @@ class OperationStore(Protocol):
         a new `slot`; without one, the row must hold the slot it held as `op` was read, or none). LimitReached when
         the slot alone is full (nothing written). None, writing nothing, when the site or the row is not as read
         (another claim meanwhile, not runnable): the caller then claims and starts in two steps, which tell those
-        apart."""
+        apart. When `op` was read `continuing`, the attempt is continued instead (start_attempt's `continues_from`,
+        under op.fence)."""
 
     def schedule_retry(
         self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
@@ -194,9 +203,12 @@ class OperationStore(Protocol):
         does. NotRunnable if it is not dead at `epoch` (a second redrive), LimitReached if a counter is full;
         neither writes anything."""
 
-    def save_checkpoint(self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
+    def save_checkpoint(
+        self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
+    ) -> None:
         """Record a long operation's last completed step, only while it runs under `fence` (else StaleFence: a
-        holder paused past its lease cannot overwrite the checkpoint of the attempt that took over)."""
+        holder paused past its lease cannot overwrite the checkpoint of the attempt that took over). `continues`:
+        its invocation stops here and the next delivery continues the attempt (the row is flagged `continuing`)."""
 
     def request_cancel(self, operation_id: str, reason: str, now: float) -> None:
         """Ask a running operation to stop: its commit is refused from now on. NotRunnable if terminal."""

@@ -15,6 +15,14 @@ from sitedispatch.publication.sources import RouteSource
 
 # A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
 HEARTBEAT_FRACTION = 1 / 3
+# A long operation starts another step in this invocation only with this many step times left before its deadline:
+# a step runs at most `import_step_s` (plus its last item), and what follows the last step (the commit) needs time too.
+STEPS_OF_TIME_LEFT = 1.5
+
+
+class ContinueLater(Exception):  # not an error: how a handler hands its attempt to the next invocation
+    """Raised by `HandlerContext.step_done` when the invocation has no time for another step: the checkpoint is
+    recorded with the continuation, and the next delivery continues the same attempt from it."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +50,9 @@ class HandlerContext:
     visibility: Visibility
     driver: SiteDriver
     # Records a long operation's checkpoint under this attempt's fence (StaleFence once another holds the site).
-    checkpoints: Callable[[dict[str, Any]], None] | None = None
+    checkpoints: Callable[[dict[str, Any], bool], None] | None = None
     last_checkpoint: dict[str, Any] | None = None  # the last one recorded in this attempt
+    deadline: float | None = None  # when this invocation must have returned (the function's timeout), if bounded
     _last_beat: float = field(default=0.0)
 
     def __post_init__(self) -> None:
@@ -62,11 +71,26 @@ class HandlerContext:
         self.visibility.change(self.settings.lease_seconds * 2)
         self._last_beat = now
 
-    def save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], continues: bool = False) -> None:
         """Record where a long operation is, so the next attempt continues from it (never from the start)."""
         if self.checkpoints is not None:
-            self.checkpoints(checkpoint)
+            self.checkpoints(checkpoint, continues)
             self.last_checkpoint = checkpoint
+
+    def step_done(self, checkpoint: dict[str, Any]) -> None:
+        """A step of a long operation is complete: record its checkpoint, then go on in this invocation if another
+        step fits before the deadline (heartbeating), else hand over: the checkpoint is recorded as a continuation
+        and ContinueLater raised, so the next delivery continues this attempt from it without spending another.
+        Without a recorder (a store that keeps no checkpoints) there is nothing to continue from: it goes on."""
+        out_of_time = (
+            self.checkpoints is not None
+            and self.deadline is not None
+            and self.deadline - self.clock.now() < STEPS_OF_TIME_LEFT * self.settings.import_step_s
+        )
+        self.save_checkpoint(checkpoint, continues=out_of_time)
+        if out_of_time:
+            raise ContinueLater(checkpoint)
+        self.heartbeat(force=True)
 
     def work_for(self, seconds: float, slice_s: float = 0.25) -> None:
         """Spend `seconds` of wall time in a long step, heartbeating as it goes."""

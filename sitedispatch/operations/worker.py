@@ -49,7 +49,7 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
-from sitedispatch.kinds.contract import HandlerContext, SiteDriver
+from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
 from sitedispatch.kinds.drivers import driver_for
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.operations.admission import counters_for, running_slot, share_counter, share_slot
@@ -89,11 +89,16 @@ class OperationsWorker:
     def __init__(self, deps: WorkerDeps) -> None:
         self.d = deps
         self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
+        self.deadline: float | None = None  # when the invocation must have returned
 
-    def process(self, message: QueueMessage, visibility: Visibility, request_id: str = "") -> Result:
+    def process(
+        self, message: QueueMessage, visibility: Visibility, request_id: str = "", deadline: float | None = None
+    ) -> Result:
         """Handle one delivery. The caller deletes the message iff `result.outcome.delete_message`.
-        `request_id` (the Lambda request) goes into dead-letter evidence."""
+        `request_id` (the Lambda request) goes into dead-letter evidence; `deadline` (clock time: the invocation's
+        start plus the function's timeout) bounds how many steps a long operation takes in this invocation."""
         self.request_id = request_id
+        self.deadline = deadline
         share = share_counter(message.lane, message.principal) if message.lane and message.principal else None
         delivery = self.d.operations.read_delivery(message.operation_id, message.site_id, share)
         op = delivery.operation
@@ -158,31 +163,35 @@ class OperationsWorker:
         started = self._claim(op, site, message, visibility, now)
         if isinstance(started, Result):
             return started
-        lease, op = started
+        lease, op, continued = started
         obs.bind(attempt=op.attempt, fence=lease.fence)
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
-        d.retry_budget.record_attempt(op.attempt, now)
-        obs.count("AttemptStarted")
-        if op.queued_at:
-            obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
+        if continued:
+            obs.count("AttemptContinued")  # the same attempt's next step: no attempt, no retry budget
+        else:
+            d.retry_budget.record_attempt(op.attempt, now)
+            obs.count("AttemptStarted")
+            if op.queued_at:
+                obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
         return self._run(op, site, lease, message, visibility)
 
     def _claim(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
-    ) -> tuple[Lease, Operation] | Result:
-        """The lease and the attempt, in one transaction when the site and the row are as just read (the usual
-        case), else in two steps. First the message's visibility is tied to the lease (heartbeats extend both): if
-        this process dies or stalls from the claim on, the message (and with it the site's FIFO group) is back
-        within two leases rather than the queue's visibility timeout (6 x the function timeout: 12 minutes for the
-        interactive lane). It comes before the claim, not after: a process stopped between the two would otherwise
-        hold a running operation's group for those 12 minutes. A claim that fails defers, which sets it again."""
+    ) -> tuple[Lease, Operation, bool] | Result:
+        """The lease and the attempt (or, for a row read `continuing`, the running attempt continued: whether it
+        was), in one transaction when the site and the row are as just read (the usual case), else in two steps.
+        First the message's visibility is tied to the lease (heartbeats extend both): if this process dies or stalls
+        from the claim on, the message (and with it the site's FIFO group) is back within two leases rather than the
+        queue's visibility timeout (6 x the function timeout: 12 minutes for the interactive lane). It comes before
+        the claim, not after: a process stopped between the two would otherwise hold a running operation's group for
+        those 12 minutes. A claim that fails defers, which sets it again."""
         d = self.d
         if not site.lease_free_for(op.operation_id, now):  # held, as the consistent read just showed: no write
             return self._lease_held(visibility, site.lease_expires_at or now, now)
         visibility.change(d.settings.lease_seconds * 2)
-        # A row that still holds a running slot (its last attempt died) keeps it: no second one is taken.
-        slot = running_slot(d.settings, op) if op.running_slot is None else None
+        # A row that still holds a running slot (its last attempt died, or it continues) keeps it: no second one.
+        slot = running_slot(d.settings, op) if op.running_slot is None and not op.continues else None
         try:
             started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
         except LimitReached:
@@ -195,7 +204,7 @@ class OperationsWorker:
             if isinstance(claimed, Result):
                 return claimed
             started = claimed
-        return started
+        return (*started, op.continues)
 
     def _claim_then_start(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
@@ -208,6 +217,8 @@ class OperationsWorker:
         except LeaseHeld as held:
             return self._lease_held(visibility, held.expires_at, now)
         try:
+            if op.continues:
+                return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, continues_from=op.fence)
             return lease, d.operations.start_attempt(
                 op.operation_id, lease.fence, now, running_slot(d.settings, op), op
             )
@@ -257,9 +268,10 @@ class OperationsWorker:
                 sites=d.sites,
                 visibility=visibility,
                 driver=driver,
+                deadline=self.deadline,
             )
-            ctx.checkpoints = lambda checkpoint: d.operations.save_checkpoint(
-                op.operation_id, ctx.lease.fence, checkpoint, d.clock.now()
+            ctx.checkpoints = lambda checkpoint, continues: d.operations.save_checkpoint(
+                op.operation_id, ctx.lease.fence, checkpoint, d.clock.now(), continues
             )
             mutation = handler(ctx, payload)
             lease = ctx.lease
@@ -267,6 +279,12 @@ class OperationsWorker:
             prepared = prepare_commit(d.settings, op, site, lease, mutation, now, d.pace)
             d.commits.commit(prepared, now)
             commit, publication = prepared.commit, prepared.publication
+        except ContinueLater:
+            # The step's checkpoint is recorded as a continuation: the lease stays ours until it lapses, and the
+            # message is back at once for the next invocation, which continues this attempt (no attempt spent).
+            visibility.change(0)
+            obs.count("OperationContinued")
+            return Result(Outcome.CONTINUING, "continuing")
         except AlreadyCommitted:
             obs.count("DuplicateCommitAvoided")
             earlier = d.commits.get(op.operation_id)

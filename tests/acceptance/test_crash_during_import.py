@@ -1,9 +1,11 @@
-"""G2/G4 with real processes: a worker SIGKILLed in the middle of a long import; the previous publication stays
-completely readable throughout; after a restart the import completes with exactly one commit."""
+"""G2/G4 with real processes: a worker SIGKILLed in the middle of a long import in steps; the previous publication
+stays completely readable throughout; after a restart the import completes with exactly one commit, continued from
+its last checkpoint, having spent one attempt for the kill and none for its continuations."""
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -57,9 +59,11 @@ def bodies_written(deps: Dependencies, site: str) -> int:
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a provisioned, published site and a long import (lease 3 s, kept alive by heartbeats while the worker
-    # lives; the function timeout is long enough for the whole import)
-    env = runtime.start_cloud(0, function_timeout_s=120, policy={"lease_seconds": 3})
+    # Given a provisioned, published site and a long import in steps of 200 items (lease 3 s, kept alive by
+    # heartbeats while the worker lives; with a 10 s function timeout and 10 s steps, every invocation has time for
+    # one step only, then hands over to the next: a continuation)
+    policy = {"lease_seconds": 3, "import_step_items": 200, "import_step_s": 10}
+    env = runtime.start_cloud(0, function_timeout_s=10, policy=policy)
     runtime.start_worker("operations", 1)
     worker = runtime.start_worker("bulk", 1)  # imports travel in the bulk lane
     runtime.start_worker("publications", 2)
@@ -88,9 +92,10 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
         interval_s=0.05,
         what="import running",
     )
-    # well inside the import: it has written a hundred of its post bodies (the provision wrote two)
+    # at a seeded instant inside the import: once it has written that many of its post bodies (the provision: 2)
+    kill_after = random.Random(11).randint(250, 1100)
     wait_for(
-        lambda: bodies_written(deps, "crash-site") >= 100,
+        lambda: bodies_written(deps, "crash-site") >= kill_after,
         timeout_s=30,
         interval_s=0.02,
         what="import writing post bodies",
@@ -111,11 +116,17 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     reader.stop.set()
     reader.join(30)
 
-    assert final.status == Status.SUCCEEDED and final.attempt == 2
+    assert final.status == Status.SUCCEEDED and final.attempt == 2  # the kill spent one; the continuations none
     history = deps.commits.history("crash-site")  # newest first: the import once, after the provision
     assert [(c.kind, c.version) for c in history] == [(Kind.IMPORT, 2), (Kind.PROVISION, 1)]
     assert history[0].operation_id == op_id
-    assert present(deps.commits.get(op_id)).summary["created"] == {"post": 1500}
+    summary = present(deps.commits.get(op_id)).summary
+    assert summary["created"] == {"post": 1500}  # no item twice
+    assert summary["steps"] >= 8 and summary["resumed_from_step"] >= 1  # continued, never restarted from item 1
+    assert present(final.fence) - 1 >= summary["steps"]  # an invocation per step (each under the next fence)
     assert reader.failures == [] and reader.reads > 0
     assert reader.seqs == sorted(reader.seqs)  # live seq never decreased
-    print(f"\nrecovered {present(final.finished_at) - killed_at:.1f}s after the kill; {reader.reads} reads, 0 failures")
+    print(
+        f"\nkilled after {kill_after} bodies, recovered {present(final.finished_at) - killed_at:.1f}s after the kill; "
+        f"{summary['steps']} steps, fence {final.fence}; {reader.reads} reads, 0 failures"
+    )

@@ -409,6 +409,44 @@ def test_a_checkpoint_is_written_only_under_the_running_attempts_fence(stores: S
     assert present(stores.operations.get("op_1")).checkpoint == {"offset": 8192, "items": 200, "steps": 2}
 
 
+def test_a_continuation_moves_the_running_attempt_to_the_next_fence_once_without_spending_an_attempt(
+    stores: Stores,
+) -> None:
+    first = running(stores)
+    step = {"offset": 4096, "items": 100, "steps": 1}
+    stores.operations.save_checkpoint("op_1", first.fence, step, NOW + 1, continues=True)
+    op = present(stores.operations.get("op_1"))
+    assert op.continuing and op.continues and op.attempt == 1 and op.checkpoint == step
+    site = present(stores.sites.get("acme-blog"))
+
+    taken = stores.operations.claim_and_start(op, site, NOW + 2, 30)  # the next invocation
+
+    assert taken is not None
+    lease, continued = taken
+    assert lease.fence == first.fence + 1
+    row = present(stores.operations.get("op_1"))
+    assert (row.attempt, row.fence, row.continuing, row.status) == (1, lease.fence, False, Status.RUNNING)
+    assert row.started_at == op.started_at and continued == replace(row, updated_at=continued.updated_at)
+    with pytest.raises(StaleFence):  # the invocation that handed over cannot write under its fence any more
+        stores.operations.save_checkpoint("op_1", first.fence, step, NOW + 3)
+    # once only: a copy read before the continuation was taken continues nothing, in one write or in two
+    again = stores.operations.claim_and_start(op, present(stores.sites.get("acme-blog")), NOW + 3, 30)
+    assert again is None
+    later = stores.sites.claim_lease("acme-blog", "op_1", NOW + 4, 30)
+    with pytest.raises(NotRunnable):
+        stores.operations.start_attempt("op_1", later.fence, NOW + 4, continues_from=first.fence)
+    # a continuation recorded under the current fence is taken by the two-step path too
+    stores.operations.save_checkpoint("op_1", lease.fence, step, NOW + 5, continues=True)
+    with pytest.raises(NotRunnable):  # under a fence that is not the row's
+        stores.operations.start_attempt("op_1", later.fence + 1, NOW + 5, continues_from=first.fence)
+    stepped = stores.operations.start_attempt("op_1", later.fence + 1, NOW + 5, continues_from=lease.fence)
+    assert (stepped.attempt, stepped.fence, stepped.continuing) == (1, later.fence + 1, False)
+    # an attempt started on a row still flagged (a redrive of a dead one, say) is never itself a continuation
+    stores.operations.save_checkpoint("op_1", later.fence + 1, step, NOW + 6, continues=True)
+    stores.operations.mark_dead("op_1", later.fence + 1, ERR, NOW + 7)
+    assert not present(stores.operations.get("op_1")).continues
+
+
 def test_second_commit_of_an_operation_is_already_committed(stores: Stores) -> None:
     lease = running(stores)
     stores.commits.commit(prepared(lease), NOW + 2)

@@ -122,12 +122,18 @@ class Harness:
         ).operation.operation_id
 
     def deliver(
-        self, operation_id: str, worker: OperationsWorker | None = None, request_id: str = ""
+        self,
+        operation_id: str,
+        worker: OperationsWorker | None = None,
+        request_id: str = "",
+        timeout_s: float | None = None,
     ) -> tuple[Result, RecordingVisibility]:
+        """One delivery; `timeout_s`: the invocation's function timeout, from now on the fake clock."""
         op = self.world.operations.get(operation_id)
         assert op is not None
         visibility = RecordingVisibility()
-        result = (worker or self.worker()).process(QueueMessage.of(op), visibility, request_id)
+        deadline = None if timeout_s is None else self.world.clock.now() + timeout_s
+        result = (worker or self.worker()).process(QueueMessage.of(op), visibility, request_id, deadline)
         return result, visibility
 
     def provisioned(self, site: str = "acme-blog") -> str:

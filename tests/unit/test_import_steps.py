@@ -56,8 +56,10 @@ def checkpoints_of(harness: Harness) -> list[dict[str, Any]]:
     saved: list[dict[str, Any]] = []
     real = harness.world.operations.save_checkpoint
 
-    def recording(operation_id: str, fence: int, checkpoint: dict[str, Any], now: float) -> None:
-        real(operation_id, fence, checkpoint, now)
+    def recording(
+        operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
+    ) -> None:
+        real(operation_id, fence, checkpoint, now, continues)
         saved.append(checkpoint)
 
     harness.world.operations.save_checkpoint = recording  # type: ignore[method-assign]
@@ -118,6 +120,49 @@ def test_a_killed_import_resumes_from_its_last_checkpoint_and_creates_nothing_tw
     assert added["n"] == events_in(wxr) - last["steps"] * 40  # the second attempt merged only what came after
     assert present(harness.world.sites.get("acme-blog")).head_revision == whole  # nothing twice, nothing lost
     assert present(result.commit).summary["steps"] > last["steps"]
+
+
+def test_an_import_out_of_time_continues_in_the_next_invocation_without_spending_an_attempt(
+    wxr: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each item takes 0.1 s on the fake clock and a step is 40 items (4 s); an invocation may run 20 s and starts a
+    step only with 1.5 step times (15 s) left: two steps per invocation, then it hands over. Every invocation after
+    the first continues the same attempt under the next fence, and no item is merged twice."""
+    whole, _ = imported(Harness(), wxr)
+    harness = Harness(import_step_items=40, import_step_s=10)
+    harness.provisioned()
+    real_add = ManifestMerger.add
+    merged = {"n": 0}
+
+    def add(self: ManifestMerger, event: Any) -> None:
+        merged["n"] += 1
+        harness.world.clock.advance(0.1)
+        real_add(self, event)
+
+    monkeypatch.setattr(ManifestMerger, "add", add)
+    op_id = harness.submit(kind="import", params=harness.submitter.stage_upload("acme-blog", wxr, "tenant-a"))
+    fence_before = present(harness.world.sites.get("acme-blog")).fence
+    outcomes, fences = [], []
+    for _ in range(20):
+        result, visibility = harness.deliver(op_id, timeout_s=20)
+        outcomes.append(result.outcome)
+        op = present(harness.world.operations.get(op_id))
+        fences.append(op.fence)
+        if result.outcome != Outcome.CONTINUING:
+            break
+        assert visibility.changes[-1] == 0  # the message is back at once for the next invocation
+        assert op.continuing and op.checkpoint is not None
+
+    steps = -(-events_in(wxr) // 40)
+    invocations = -(-steps // 2)
+    assert outcomes == [Outcome.CONTINUING] * (invocations - 1) + [Outcome.SUCCEEDED]
+    op = present(harness.world.operations.get(op_id))
+    assert op.status == Status.SUCCEEDED and op.attempt == 1  # continuing spent no attempt
+    assert fences == [fence_before + n for n in range(1, invocations + 1)]  # each invocation under the next fence
+    assert merged["n"] == events_in(wxr)  # each item merged once
+    assert present(harness.world.sites.get("acme-blog")).head_revision == whole
+    assert len([c for c in harness.world.db.commits.values() if c.operation_id == op_id]) == 1
+    assert present(result.commit).summary["steps"] == steps
 
 
 def test_a_dead_imports_evidence_names_its_last_checkpoint(wxr: Path, monkeypatch: pytest.MonkeyPatch) -> None:

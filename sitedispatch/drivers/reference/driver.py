@@ -55,7 +55,7 @@ def _checkpoint(
     started_at: float,
 ) -> None:
     """The merge so far stored (its bodies first, then its manifest and state), then the checkpoint naming them,
-    under the attempt's fence."""
+    under the attempt's fence; out of time, the invocation hands the attempt over here (ContinueLater)."""
     writer.flush()
     merged = merger.result()
     revision = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
@@ -72,8 +72,7 @@ def _checkpoint(
         started_at,
         ctx.clock.now(),
     )
-    ctx.save_checkpoint(checkpoint.to_dict())
-    ctx.heartbeat(force=True)
+    ctx.step_done(checkpoint.to_dict())
 
 
 class ReferenceDriver:
@@ -140,6 +139,8 @@ class ReferenceDriver:
                 "bytes": source.size,
                 "totals": merged.counts,
                 "steps": steps + 1,
+                # the step this invocation began from (0: the first item): after a continuation or a crash, > 0
+                "resumed_from_step": at.steps if at is not None else 0,
             },
             next_due_at=next_due_at,
         )
