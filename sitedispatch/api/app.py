@@ -173,15 +173,21 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     def detail(op: Operation) -> OperationDetail:
         from sitedispatch.operations.estimates import estimated_delay_for
+        from sitedispatch.operations.progress import Progress
 
-        if op.status.terminal or op.status == Status.RUNNING:
+        if op.status.terminal:
             return OperationDetail.of(op)
+        progress = Progress.of(op.checkpoint)
+        if op.status == Status.RUNNING:
+            return OperationDetail.of(op, progress=progress)
         d = deps()
         site = d.sites.get(op.site_id)
         if site is not None and site.paused:
-            return OperationDetail.of(op, waiting_because=f"paused: {site.pause_reason or 'no reason given'}")
+            return OperationDetail.of(
+                op, waiting_because=f"paused: {site.pause_reason or 'no reason given'}", progress=progress
+            )
         estimate = estimated_delay_for(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
-        return OperationDetail.of(op, estimated_delay_s=estimate.delay_s, estimate=estimate)
+        return OperationDetail.of(op, estimated_delay_s=estimate.delay_s, estimate=estimate, progress=progress)
 
     @app.get(
         "/operations/<operation_id>", responses=ERRORS, summary="One operation (a waiting one with its estimated delay)"

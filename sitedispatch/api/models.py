@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sitedispatch.domain.model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, Kind, Operation
 from sitedispatch.operations.estimates import DelayEstimate
+from sitedispatch.operations.progress import Progress
 
 SITE_ID = SITE_ID_PATTERN.pattern
 PRINCIPAL = PRINCIPAL_PATTERN.pattern
@@ -87,11 +88,13 @@ class SubmittedOperation:
 
 @dataclass(frozen=True)
 class OperationDetail(Operation):
-    """An operation, and for one still waiting its estimated delay and what decided it."""
+    """An operation, and for one still waiting its estimated delay and what decided it; for a long one not yet
+    ended, its progress from the last checkpoint (steps, items, bytes of its file, the measured rate and the ETA)."""
 
     estimated_delay_s: float | None = None
     estimate: DelayEstimate | None = None
     waiting_because: str | None = None  # "paused: REASON" when its site is paused (no estimate then)
+    progress: Progress | None = None
 
     @classmethod
     def of(cls, op: Operation, **extra: Any) -> OperationDetail:

@@ -21,6 +21,45 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
 WAIT_SLICE_S = 20.0  # the API's longest long poll
+PROGRESS_SLICE_S = 2.0  # while an operation reports progress, the bar is brought up to date this often
+
+
+class ProgressBar:
+    """`ops wait`'s bar for a long operation: the bytes of its file read, its steps and items, and the ETA the
+    server measured (from its checkpoints, not from this client's samples). Drawn only once progress is reported."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self.task: Any = None
+
+    def show(self, body: dict[str, Any]) -> None:
+        progress = body.get("progress")
+        if not self.enabled or not progress:
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=20),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[detail]}"),
+                console=console,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(body["kind"], total=None, detail="")
+        eta_s = progress.get("eta_s")
+        detail = f"{progress['steps']} steps, {progress['items']:,} items" + (
+            f", about {eta_s:.0f}s left" if eta_s is not None else ""
+        )
+        total = max(1, int(progress["bytes_total"]))
+        done = total if body["status"] == Status.SUCCEEDED.value else int(progress["bytes_done"])
+        self.bar.update(self.task, total=total, completed=done, detail=detail)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def render(op: Operation) -> None:
@@ -130,10 +169,17 @@ def wait(
         api = client(as_)
         deadline = time.monotonic() + timeout
         body = api.call("GET", f"/operations/{operation_id}/wait", query={"timeout_s": 0})
-        while not Status(body["status"]).terminal and (left := deadline - time.monotonic()) > 0:
-            body = api.call(
-                "GET", f"/operations/{operation_id}/wait", query={"timeout_s": round(min(WAIT_SLICE_S, left), 3)}
-            )
+        bar = ProgressBar(enabled=not json)
+        try:
+            while not Status(body["status"]).terminal and (left := deadline - time.monotonic()) > 0:
+                bar.show(body)
+                slice_s = PROGRESS_SLICE_S if body.get("progress") else WAIT_SLICE_S
+                body = api.call(
+                    "GET", f"/operations/{operation_id}/wait", query={"timeout_s": round(min(slice_s, left), 3)}
+                )
+            bar.show(body)
+        finally:
+            bar.close()
         emit_json(operation_fields(body)) if json else render(operation_of(body))
         if not Status(body["status"]).terminal:
             console.print(f"[yellow]still {body['status']} after {timeout:g}s[/]")

@@ -15,10 +15,7 @@ class Progress:
     bytes_total: int
     rate_bytes_s: float | None  # None until a step has completed after some time
     eta_s: float | None  # remaining bytes at that rate
-
-    @property
-    def fraction(self) -> float:
-        return self.bytes_done / self.bytes_total if self.bytes_total else 0.0
+    fraction: float  # of the file's bytes read (0 when its size is unknown)
 
     @classmethod
     def of(cls, checkpoint: dict[str, Any] | None) -> Progress | None:
@@ -28,4 +25,5 @@ class Progress:
         elapsed = float(checkpoint.get("at", 0.0)) - float(checkpoint.get("started_at", 0.0))
         rate = done / elapsed if elapsed > 0 and done > 0 else None
         eta = max(0.0, total - done) / rate if rate else None
-        return cls(int(checkpoint.get("steps", 0)), int(checkpoint.get("items", 0)), done, total, rate, eta)
+        fraction = min(1.0, done / total) if total else 0.0
+        return cls(int(checkpoint.get("steps", 0)), int(checkpoint.get("items", 0)), done, total, rate, eta, fraction)

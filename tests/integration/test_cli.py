@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -176,6 +177,33 @@ def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, clou
     assert code == 0 and "estimated delay: about 8s (2 earlier operations of queue-site" in out
     estimate = json.loads(run(cli, "ops", "get", ids[2], "--json")[1])["estimate"]
     assert estimate["bound"] == "site" and estimate["site_ahead"] == 2 and estimate["principal_ahead"] == 2
+
+
+def test_a_long_operations_progress_is_in_the_api_and_drawn_by_ops_wait(cli: CliRunner, cloud: Cloud) -> None:
+    """A running import's last checkpoint, as its worker records it: the API derives the rate and the ETA from it,
+    and `ops wait` draws the bar (and says it is still running when the wait times out)."""
+    code, out = run(cli, "submit", "publish", "--site", "long-site", "--json")
+    op_id = json.loads(out)["operation_id"]
+    lease = cloud.deps.sites.claim_lease("long-site", op_id, time.time(), 30)
+    cloud.deps.operations.start_attempt(op_id, lease.fence, time.time())
+    checkpoint: dict[str, Any] = {"steps": 3, "items": 30_000, "bytes_done": 250_000_000, "bytes_total": 10**9}
+    checkpoint |= {"started_at": 1000.0, "at": 1100.0}  # 250 MB in 100 s: 2.5 MB/s, 750 MB (300 s) to go
+    cloud.deps.operations.save_checkpoint(op_id, lease.fence, checkpoint, time.time())
+
+    code, out = run(cli, "ops", "get", op_id, "--json")
+    assert code == 0
+    assert json.loads(out)["progress"] == {
+        "steps": 3,
+        "items": 30_000,
+        "bytes_done": 250_000_000,
+        "bytes_total": 1_000_000_000,
+        "rate_bytes_s": 2_500_000.0,
+        "eta_s": 300.0,
+        "fraction": 0.25,
+    }
+    code, out = run(cli, "ops", "wait", op_id, "--timeout", "0.5")
+    assert code == 1
+    assert "25%" in out and "3 steps, 30,000 items, about 300s left" in out and "still running" in out
 
 
 def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
