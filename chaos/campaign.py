@@ -118,6 +118,10 @@ class Campaign:
                     "retry_budget_defer_s": 2.0,
                     "auto_pause_failures": 1000,
                     "attempt_budget": 6,
+                    # imports in steps of 5 items, each invocation handing over after every step (a step may run
+                    # as long as the function's timeout, so one never fits twice): kills land between and in steps
+                    "import_step_items": 5,
+                    "import_step_s": p.function_timeout_s,
                 },
             )
             os.environ.update(env)

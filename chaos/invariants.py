@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sitedispatch.domain.errors import NotFound
-from sitedispatch.domain.model import RUNNABLE, PublicationStatus, Status, sha256_hex
+from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status, sha256_hex
 from sitedispatch.domain.settings import Settings
 from sitedispatch.operations.admission import is_admission_counter, recount
 from sitedispatch.publication.live import object_key, receipt_key
@@ -160,6 +160,8 @@ def check_after(
         site = deps.sites.get(site_id)
         if site is not None and history and site.head_version != history[-1].version:
             violations.add("head is the last commit", f"{site_id}: head {site.head_version} vs {versions[-1]}")
+        if site is not None and site.head_revision:
+            _check_no_item_twice(deps, site_id, site.head_revision, violations)
 
     committed = {c.operation_id for history in commits_by_site.values() for c in history}
     for op in ops.values():
@@ -197,14 +199,33 @@ def check_after(
     for action, times in ledger.actions.items():
         if audited[action] < times:
             violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")
+    imports = [c for history in commits_by_site.values() for c in history if c.kind == Kind.IMPORT]
     return {
         "operations": len(ops),
         "commits": len(committed),
+        "imports_in_steps": sum(int(c.summary.get("steps", 1)) > 1 for c in imports),
+        "imports_resumed": sum(int(c.summary.get("resumed_from_step", 0)) > 0 for c in imports),
         "dead": sum(op.status == Status.DEAD for op in ops.values()),
         "cancelled": sum(op.status == Status.CANCELLED for op in ops.values()),
         "superseded": sum(op.status == Status.SUPERSEDED for op in ops.values()),
         "redriven": sum(op.epoch > 0 for op in ops.values()),
     }
+
+
+def _check_no_item_twice(deps: Any, site_id: str, revision: str, violations: Violations) -> None:
+    """An import resumed after a kill or continued across invocations creates nothing twice: the head revision
+    holds each imported item (its guid) once, and each post id once."""
+    from sitedispatch.drivers.reference.store import ContentStore
+
+    try:
+        manifest = ContentStore(deps.blobs, site_id).manifest(revision)
+    except Exception as exc:
+        violations.add("the head revision is readable", f"{site_id} {revision[:12]}: {exc!r}")
+        return
+    for what, values in (("guid", [p.guid for p in manifest.posts]), ("id", [p.id for p in manifest.posts])):
+        twice = sorted(str(v) for v, n in Counter(values).items() if n > 1)
+        if twice:
+            violations.add("no item twice", f"{site_id}: post {what}s {twice[:5]} more than once")
 
 
 def _check_evidence(deps: Any, op: Any, violations: Violations) -> None:
