@@ -4,6 +4,7 @@ from templates. Every kind is a pure function of the head revision and the input
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from sitedispatch.domain.errors import NotFound, PermanentError
@@ -13,11 +14,11 @@ from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInpu
 from sitedispatch.drivers.reference.content import Manifest, ScheduledEvent, default_site, gmt
 from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.drivers.reference.source import ManifestRoutes
-from sitedispatch.drivers.reference.steps import ImportCheckpoint, resumed_source, store_state
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
+from sitedispatch.kinds.import_steps import ImportCheckpoint, Steps, store_state
 from sitedispatch.publication.sources import RouteSource
-from sitedispatch.wxr import HashingReader, WxrPosition, read_wxr
+from sitedispatch.wxr import WxrPosition
 
 HEARTBEAT_EVERY_ITEMS = 100
 RECURRENCE_S = {"hourly": 3600, "twicedaily": 43200, "daily": 86400, "weekly": 604800}
@@ -48,11 +49,10 @@ def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **
 def _checkpoint(
     ctx: HandlerContext,
     payload: ImportInput,
+    steps: Steps,
     writer: BodyWriter,
     merger: ManifestMerger,
     position: WxrPosition,
-    steps: int,
-    started_at: float,
 ) -> None:
     """The merge so far stored (its bodies first, then its manifest and state), then the checkpoint naming them,
     under the attempt's fence; out of time, the invocation hands the attempt over here (ContinueLater)."""
@@ -60,19 +60,15 @@ def _checkpoint(
     merged = merger.result()
     revision = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
     key = store_state(ctx.blobs, ctx.site.site_id, merger.state())
-    checkpoint = ImportCheckpoint(
+    steps.record(
         payload.source_digest,
         ctx.site.head_revision,
         position,
         revision,
         key,
         merger.tally.items,
-        steps,
         payload.source_bytes,
-        started_at,
-        ctx.clock.now(),
     )
-    ctx.step_done(checkpoint.to_dict())
 
 
 class ReferenceDriver:
@@ -96,33 +92,18 @@ class ReferenceDriver:
 
     def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
         """A WXR file from S3, streamed, merged into the head revision by guid; re-import changes nothing. In
-        steps (steps.py): after each, a checkpoint; after a crash, the next attempt continues from the last one."""
+        steps (kinds/import_steps.py): after each, a checkpoint; the next invocation, or the next attempt after a
+        crash, continues from the last one."""
         at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest, ctx.site.head_revision)
-        if at is None:
-            head = _head(ctx)
-            source, resume = HashingReader(ctx.blobs.open(payload.source_key)), None
-        else:
-            head = _content(ctx).manifest(at.revision)
-            source, header = resumed_source(ctx.blobs, payload.source_key, at.position)
-            resume = (header, at.position)
+        head = _head(ctx) if at is None or at.revision is None else _content(ctx).manifest(at.revision)
+        steps = Steps(ctx, payload.source_key, at, HEARTBEAT_EVERY_ITEMS)
         with BodyWriter(_content(ctx), known={p.body for p in head.posts}) as writer:
             merger = ManifestMerger(head, writer.write)
             if at is not None:
                 merger.restore(json.loads(ctx.blobs.get(at.state_key)))
-            steps, in_step, step_started = (at.steps if at else 0), 0, ctx.clock.now()
-            started_at = at.started_at if at is not None else step_started
-            for n, (position, event) in enumerate(read_wxr(source, resume), start=1):
-                if (
-                    in_step >= ctx.settings.import_step_items
-                    or ctx.clock.now() - step_started >= ctx.settings.import_step_s
-                ):
-                    steps += 1
-                    _checkpoint(ctx, payload, writer, merger, position, steps, started_at)
-                    in_step, step_started = 0, ctx.clock.now()
+            for event in steps.events(partial(_checkpoint, ctx, payload, steps, writer, merger)):
                 merger.add(event)
-                in_step += 1
-                if n % HEARTBEAT_EVERY_ITEMS == 0:
-                    ctx.heartbeat()
+        source = steps.source
         source.read()  # anything after the closing tag still counts toward the digest
         tally = merger.tally
         if source.sha256.hexdigest() != payload.source_digest:
@@ -138,9 +119,9 @@ class ReferenceDriver:
                 "bodies_written": writer.written,
                 "bytes": source.size,
                 "totals": merged.counts,
-                "steps": steps + 1,
+                "steps": steps.total,
                 # the step this invocation began from (0: the first item): after a continuation or a crash, > 0
-                "resumed_from_step": at.steps if at is not None else 0,
+                "resumed_from_step": steps.resumed_from,
             },
             next_due_at=next_due_at,
         )

@@ -21,9 +21,10 @@ from sitedispatch.drivers.wordpress.credentials import Credentials
 from sitedispatch.drivers.wordpress.origin import MU_PLUGIN, WordPressOrigin
 from sitedispatch.drivers.wordpress.rest_import import RestImporter
 from sitedispatch.kinds.contract import HandlerContext, Mutation
+from sitedispatch.kinds.import_steps import ImportCheckpoint, Steps, store_state
 from sitedispatch.publication.live import canonical, snapshot_key
 from sitedispatch.publication.sources import RouteSource
-from sitedispatch.wxr import HashingReader, parse_wxr
+from sitedispatch.wxr import WxrPosition
 
 REQUIRED_CAPABILITIES = (
     "edit_posts",
@@ -75,19 +76,37 @@ class WordPressDriver:
         return self._snapshot(ctx, info, {"verified_user": me.get("username"), "requests": origin.requests})
 
     def import_wxr(self, ctx: HandlerContext, payload: ImportInput) -> Mutation:
+        """The file's items created through WordPress's REST API, each keyed by its source (what WordPress already
+        holds is asked first, so nothing is created twice). In steps (kinds/import_steps.py): after each, every
+        item fed is created and a checkpoint records the file's position; the next invocation, or the next attempt
+        after a crash, reads on from there (onto whatever the site holds: the keys make that safe)."""
         origin = self.origin(ctx.site, ctx.fence)
-        source = HashingReader(ctx.blobs.open(payload.source_key))
+        at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest, None)
+        steps = Steps(ctx, payload.source_key, at, HEARTBEAT_EVERY_ITEMS)
         imported = {str(k): int(v) for k, v in origin.info()["imported"].items()}
         with RestImporter(origin, imported, ctx.heartbeat, workers=IMPORT_WORKERS) as importer:
-            for n, event in enumerate(parse_wxr(source), start=1):
+            if at is not None:
+                importer.restore(json.loads(ctx.blobs.get(at.state_key)))
+
+            def checkpoint(position: WxrPosition) -> None:
+                importer.settle()
+                key = store_state(ctx.blobs, ctx.site.site_id, importer.state())
+                steps.record(payload.source_digest, None, position, None, key, importer.items, payload.source_bytes)
+
+            for event in steps.events(checkpoint):
                 importer.add(event)
-                if n % HEARTBEAT_EVERY_ITEMS == 0:
-                    ctx.heartbeat()
             tally = importer.finish()
+        source = steps.source
         source.read()
         if source.sha256.hexdigest() != payload.source_digest:
             raise PermanentError(f"{payload.source_key}: content does not match its digest", code="digest_mismatch")
-        return self._snapshot(ctx, origin.info(), {**tally.as_dict(), "bytes": source.size})
+        summary = {
+            **tally.as_dict(),
+            "bytes": source.size,
+            "steps": steps.total,
+            "resumed_from_step": steps.resumed_from,
+        }
+        return self._snapshot(ctx, origin.info(), summary)
 
     def publish(self, ctx: HandlerContext, payload: PublishInput) -> Mutation:
         return self._snapshot(ctx, self.origin(ctx.site, ctx.fence).info(), {})

@@ -45,6 +45,21 @@ class ImportTally:
     attachments: int = 0
     requests: int = 0
 
+    def counts(self) -> dict[str, Any]:
+        """What a checkpoint carries over to the next step."""
+        return {
+            "created": dict(self.created),
+            "existing": dict(self.existing),
+            "skipped": dict(self.skipped),
+            "attachments": self.attachments,
+            "requests": self.requests,
+        }
+
+    def restore(self, counts: dict[str, Any]) -> None:
+        self.created, self.existing = Counter(counts["created"]), Counter(counts["existing"])
+        self.skipped, self.attachments = Counter(counts["skipped"]), int(counts["attachments"])
+        self.requests = int(counts.get("requests", 0))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "created": dict(self.created),
@@ -74,6 +89,12 @@ class RestImporter:
         self.terms: dict[tuple[str, str], int] = {}
         self.wxr_ids: dict[int, int] = {}  # WXR post id -> WordPress id, for page parents
         self.orphans: list[tuple[int, int]] = []  # (WordPress page id, WXR parent id) resolved at the end
+        self.items = 0  # posts and pages fed so far (by earlier steps too)
+        self.earlier_requests = 0  # what earlier invocations of this import sent (this one's: origin.requests)
+        for key, post_id in self.imported.items():  # what WordPress already holds, for the parents of pages
+            head, sep, wxr_id = key.rpartition("#post-")
+            if sep and head and wxr_id.isdigit():
+                self.wxr_ids[int(wxr_id)] = post_id
 
     def __enter__(self) -> RestImporter:
         me = self.origin.rest("GET", "/wp/v2/users/me", query={"context": "edit"})
@@ -87,7 +108,7 @@ class RestImporter:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.pool.shutdown(wait=True, cancel_futures=exc is not None)
-        self.tally.requests = self.origin.requests
+        self.tally.requests = self.earlier_requests + self.origin.requests
 
     # -- events ------------------------------------------------------------------------------------------------------
 
@@ -106,11 +127,27 @@ class RestImporter:
         else:
             body = self._post_body(event)  # terms are ensured here, in file order, before the item is queued
             self._throttle()
+            self.items += 1
             self.pending.add(self.pool.submit(self._item, event, body))
 
-    def finish(self) -> ImportTally:
+    def settle(self) -> None:
+        """Every item fed so far created (or found): what a checkpoint may then say is done."""
         while self.pending:
             self._wait_some()
+
+    def state(self) -> dict[str, Any]:
+        """What the next step needs besides what WordPress holds: the counts and the pages awaiting a parent."""
+        self.tally.requests = self.earlier_requests + self.origin.requests
+        return {"tally": self.tally.counts(), "orphans": self.orphans, "items": self.items}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.tally.restore(state["tally"])
+        self.earlier_requests = self.tally.requests
+        self.orphans = [(int(page), int(parent)) for page, parent in state["orphans"]]
+        self.items = int(state["items"])
+
+    def finish(self) -> ImportTally:
+        self.settle()
         for page_id, parent_wxr_id in self.orphans:
             parent = self.wxr_ids.get(parent_wxr_id)
             if parent:
