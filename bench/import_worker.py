@@ -27,10 +27,12 @@ class NoVisibility:
 
 
 def main() -> None:
+    """ARGS: operation id, site id, and optionally the invocation's function timeout in seconds (its deadline)."""
     operation_id, site_id = sys.argv[1], sys.argv[2]
+    deadline = time.time() + float(sys.argv[3]) if len(sys.argv) > 3 else None
     deps = Dependencies(Settings()).warm()
     started = time.perf_counter()
-    result = deps.worker().process(QueueMessage(operation_id, site_id), NoVisibility())
+    result = deps.worker().process(QueueMessage(operation_id, site_id), NoVisibility(), deadline=deadline)
     elapsed = time.perf_counter() - started
     peak_kib = peak_rss_kib()
     print(

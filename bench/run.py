@@ -24,7 +24,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, fairness, fleet, latency, requests, sweeps, throughput
+from . import coldstart, fairness, fleet, import_steps, latency, requests, sweeps, throughput
 
 T = TypeVar("T")
 
@@ -111,10 +111,14 @@ def measuring_runtime(workdir: Path, *queues: str) -> Iterator[tuple[LocalRuntim
         yield runtime, env, Dependencies(Settings()).warm()
 
 
-def child_report(env: dict[str, str], module: str, *args: str) -> dict[str, Any]:
+def child_report(env: dict[str, str], module: str, *args: str, timeout: float = 1800) -> dict[str, Any]:
     """Run a measuring child process (its own peak RSS); its last output line is a JSON report."""
     child = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env={**os.environ, **env}, timeout=1800
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=timeout,
     )
     return dict(json.loads(child.stdout.strip().splitlines()[-1]))
 
@@ -238,6 +242,8 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
+    parser.add_argument("--steps-mb", type=int, default=100, help="WXR size of the imports-in-steps run (0: none)")
+    parser.add_argument("--steps-timeout", type=float, default=120.0, help="its function timeout, seconds")
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
@@ -314,6 +320,9 @@ def main() -> None:
         if args.import_mb:
             imports = import_rss(Path(tmp), args.import_mb)
             (RESULTS / "import.json").write_text(json.dumps({**meta, "runs": imports}, indent=2))
+        if args.steps_mb:
+            stepped = import_steps.measure(Path(tmp), args.steps_mb, args.steps_timeout)
+            (RESULTS / "import-steps.json").write_text(json.dumps({**meta, **stepped}, indent=2))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Status
-from sitedispatch.drivers.reference.content import Manifest
+from sitedispatch.drivers.reference.content import Manifest, PostRef, default_site
+from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.drivers.reference.store import ContentStore
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
@@ -139,8 +140,7 @@ def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> Non
 def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
     """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
     Manifest serialized whole, or revisions of the same content would differ by how they were written."""
-    from sitedispatch.drivers.reference.content import Manifest, PostRef, default_site
-    from sitedispatch.drivers.reference.merge import ManifestMerger
+
     from sitedispatch.drivers.reference.store import ContentStore
     from sitedispatch.wxr import parse_wxr
 
@@ -171,3 +171,46 @@ def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest
     stored = harness.world.blobs.get(f"sites/acme-blog/snapshots/{revision_id}.json")
     assert stored == whole.canonical_bytes() and Manifest.from_bytes(stored) == whole
     assert merged.counts == whole.counts()
+
+
+@pytest.mark.parametrize("read_bytes", [7, 4096, 256 * 1024])
+def test_a_stored_revision_read_as_a_stream_gives_back_its_frame_and_each_post_canonically(
+    harness: Harness, read_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The theme test data (unicode titles, quotes) plus a post whose title and summary hold the post list's own
+    opening; read in chunks that split multi-byte characters and JSON objects anywhere."""
+    from sitedispatch.drivers.reference import store
+    from sitedispatch.drivers.reference.merge import stored_posts
+    from sitedispatch.wxr import parse_wxr
+
+    monkeypatch.setattr(store, "READ_BYTES", read_bytes)
+    head, _ = default_site(
+        "acme-blog",
+        title='Acme "posts":[ — ünïcode',
+        url="https://acme.example",
+        admin_email="a@acme.example",
+        locale="en_US",
+        timezone="UTC",
+        admin_login="admin",
+        created_at=1_700_000_000.0,
+    )
+    merger = ManifestMerger(head, lambda body: body.digest)
+    with THEME_TEST_DATA.open("rb") as fh:
+        for event in parse_wxr(fh):
+            merger.add(event)
+    merged = merger.result()
+    posts = [PostRef.model_validate_json(p) for p in merged.canonical_posts()]
+    tricky = posts[0].model_copy(update={"title": '"posts":[{"id":1}] ✓ 日本語', "summary": '\\"posts\\":['})
+    whole = merged.frame.model_copy(update={"posts": (tricky, *posts[1:])})
+    content = ContentStore(harness.world.blobs, "acme-blog")
+    revision = content.put_manifest(whole)
+
+    stream = content.manifest_stream(revision)
+    read = list(stream.posts())
+
+    assert [PostRef.model_validate(p) for p in read] == list(whole.posts)
+    assert stream.frame() == whole.model_copy(update={"posts": ()})
+    stored = stored_posts(iter(read))
+    assert len(stored.entries) == len(whole.posts) and stored.bodies == {p.body for p in whole.posts}
+    again = ManifestMerger(stream.frame(), lambda body: body.digest, stored).result()
+    assert content.put_manifest_stream(again.frame, again.canonical_posts()) == revision  # the same bytes

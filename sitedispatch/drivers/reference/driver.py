@@ -12,7 +12,7 @@ from sitedispatch.domain.model import REFERENCE_DRIVER, Site
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
 from sitedispatch.drivers.reference.content import Manifest, ScheduledEvent, default_site, gmt
-from sitedispatch.drivers.reference.merge import ManifestMerger
+from sitedispatch.drivers.reference.merge import ManifestMerger, stored_posts
 from sitedispatch.drivers.reference.source import ManifestRoutes
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
@@ -95,10 +95,15 @@ class ReferenceDriver:
         steps (kinds/import_steps.py): after each, a checkpoint; the next invocation, or the next attempt after a
         crash, continues from the last one."""
         at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest, ctx.site.head_revision)
-        head = _head(ctx) if at is None or at.revision is None else _content(ctx).manifest(at.revision)
+        base = ctx.site.head_revision if at is None or at.revision is None else at.revision
+        assert base is not None  # the handler checked the site is provisioned
+        stream = _content(ctx).manifest_stream(base)  # the posts one at a time, packed as they are read
+        stored = stored_posts(stream.posts())
+        head = stream.frame()
         steps = Steps(ctx, payload.source_key, at, HEARTBEAT_EVERY_ITEMS)
-        with BodyWriter(_content(ctx), known={p.body for p in head.posts}) as writer:
-            merger = ManifestMerger(head, writer.write)
+        with BodyWriter(_content(ctx), known=stored.bodies) as writer:
+            merger = ManifestMerger(head, writer.write, stored)
+            del stored  # the merger holds its entries
             if at is not None:
                 merger.restore(json.loads(ctx.blobs.get(at.state_key)))
             for event in steps.events(partial(_checkpoint, ctx, payload, steps, writer, merger)):

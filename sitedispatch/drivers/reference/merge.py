@@ -6,8 +6,9 @@ listed twice), so the guid alone does not identify an item; with the WXR post id
 
 from __future__ import annotations
 
+import json
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +80,46 @@ def _unpack(data: bytes) -> PostRef:
     return PostRef.model_validate_json(zlib.decompress(data))
 
 
+def _packed_json(post: dict[str, Any]) -> bytes:
+    """A stored post's canonical bytes, packed, straight from its parsed JSON (no PostRef built: the stored bytes
+    are canonical, and dumping them again the same way gives the same bytes)."""
+    return zlib.compress(json.dumps(post, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(), 1)
+
+
+@dataclass
+class StoredPosts:
+    """A stored revision's posts as the merge keeps them, read one at a time (`stored_posts`)."""
+
+    entries: dict[tuple[str, int], Entry] = field(default_factory=dict)
+    bodies: set[str] = field(default_factory=set)  # the bodies they hold: not written again
+    next_due_at: float | None = None  # the earliest `future` post's time
+
+
+def stored_posts(posts: Iterable[dict[str, Any]]) -> StoredPosts:
+    """Each post as parsed from a stored revision's canonical JSON (store.StreamedManifest), packed at once."""
+    out = StoredPosts()
+    for post in posts:
+        out.entries[(str(post["guid"]), int(post["source_id"]))] = (
+            int(post["id"]),
+            str(post["type"]),
+            int(post["comment_count"]),
+            _packed_json(post),
+        )
+        out.bodies.add(str(post["body"]))
+        if post["status"] == "future":
+            due = parse_gmt(str(post["date_gmt"]))
+            out.next_due_at = due if out.next_due_at is None else min(out.next_due_at, due)
+    return out
+
+
 class ManifestMerger:
     """Accumulates a WXR stream on top of `head`. Bodies are handed to `write_body` as they come (never kept)."""
 
-    def __init__(self, head: Manifest, write_body: Callable[[PostBody], str]) -> None:
+    def __init__(
+        self, head: Manifest, write_body: Callable[[PostBody], str], stored: StoredPosts | None = None
+    ) -> None:
+        """`stored`: the head's posts as read from its stored revision (`head` is then its frame, without posts):
+        the merge never holds them as PostRefs."""
         self.head = head
         self.write_body = write_body
         self.authors = {a.login: a for a in head.authors}
@@ -91,13 +128,17 @@ class ManifestMerger:
         self.posts: dict[tuple[str, int], Entry] = {
             (p.guid, p.source_id): (p.id, p.type, p.comment_count, _pack(p)) for p in head.posts
         }
-        self.ids = {p.id for p in head.posts}
-        self.wxr_to_id: dict[int, int] = {}
-        self.parent_wxr: dict[tuple[str, int], int] = {}
-        self.tally = ImportTally()
         # Early is harmless (a wp_cron that finds nothing due changes nothing), late would miss work: keep the
         # earliest of the head's and every imported `future` post's times.
         self.next_due_at = head.next_due_at()
+        if stored is not None:
+            self.posts.update(stored.entries)
+            if stored.next_due_at is not None:
+                self.next_due_at = min(stored.next_due_at, self.next_due_at or stored.next_due_at)
+        self.ids = {entry[0] for entry in self.posts.values()}
+        self.wxr_to_id: dict[int, int] = {}
+        self.parent_wxr: dict[tuple[str, int], int] = {}
+        self.tally = ImportTally()
 
     def state(self) -> dict[str, object]:
         """What `result()` needs beyond the manifest it produced so far, for a later step to continue the merge: the

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import json
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
+from typing import IO, Any
 
 from sitedispatch.domain.model import sha256_hex
 from sitedispatch.domain.ports import BlobStore
@@ -25,6 +28,12 @@ class ContentStore:
 
     def manifest(self, revision_id: str) -> Manifest:
         return Manifest.from_bytes(self.blobs.get(snapshot_key(self.site_id, revision_id)))
+
+    def manifest_stream(self, revision_id: str) -> StreamedManifest:
+        """A revision read as a stream: its frame (everything but the posts) at once, its posts one at a time as
+        they are read, each as its canonical JSON object (never the whole list, never a PostRef per post: 33,000
+        posts as PostRefs take ~100 MB, as the merge's packed entries ~10 MB)."""
+        return StreamedManifest(self.blobs.open(snapshot_key(self.site_id, revision_id)))
 
     def put_manifest(self, manifest: Manifest) -> str:
         data = manifest.canonical_bytes()  # serialized once: the bytes name the revision and are what is stored
@@ -59,6 +68,62 @@ class ContentStore:
         digest = body.digest
         self.blobs.put_if_absent(body_key(self.site_id, digest), body.canonical_bytes())
         return digest
+
+
+POSTS_OPENING = b'"posts":['  # where a canonical manifest's post list begins (its keys are sorted; see below)
+READ_BYTES = 256 * 1024
+
+
+class StreamedManifest:
+    """A canonical manifest (content.canonical_frame: prefix + "[" + posts + "]" + suffix) read from a stream. The
+    first unescaped `"posts":[` is the post list's opening: the keys before it (authors, events) hold only JSON
+    strings, in which a double quote is always escaped. Iterate `posts()` once, then read `frame()`."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.prefix = self._until_posts()
+        self.suffix: bytes | None = None
+
+    def _until_posts(self) -> bytes:
+        while (at := self.buffer.find(POSTS_OPENING)) < 0:
+            chunk = self.stream.read(READ_BYTES)
+            if not chunk:
+                raise ValueError("not a manifest: no post list")
+            self.buffer += chunk
+        prefix, self.buffer = self.buffer[: at + len(POSTS_OPENING) - 1], self.buffer[at + len(POSTS_OPENING) :]
+        return prefix
+
+    def posts(self) -> Iterator[dict[str, Any]]:
+        """Each post as parsed from its canonical JSON object, in the manifest's (id) order."""
+        decoder = json.JSONDecoder()
+        reader = codecs.getincrementaldecoder("utf-8")()
+        text, at = reader.decode(self.buffer), 0
+        self.buffer = b""
+        eof = False
+        while True:
+            while at < len(text) and text[at] in ", ":
+                at += 1
+            if at < len(text) and text[at] == "]":
+                self.suffix = (text[at + 1 :] + reader.decode(self.stream.read(), final=True)).encode()
+                return
+            try:
+                post, end = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                if eof:
+                    raise
+                chunk = self.stream.read(READ_BYTES)
+                eof = not chunk
+                text, at = text[at:] + reader.decode(chunk, final=eof), 0
+                continue
+            yield post
+            at = end
+
+    def frame(self) -> Manifest:
+        """The manifest without its posts (after `posts()` has been read to its end)."""
+        if self.suffix is None:
+            raise RuntimeError("read the posts first")
+        return Manifest.from_bytes(self.prefix + b"[]" + self.suffix)
 
 
 class BodyWriter:
