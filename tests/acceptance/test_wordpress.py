@@ -56,9 +56,9 @@ def wordpress(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWordPre
 @pytest.fixture
 def dispatcher(runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
     """The local runtime (cloud, workers in real processes) and in-process dependencies pointing at it. Imports run
-    in steps of 25 events, each invocation handing over to the next after every step (a step may take as long as
+    in steps of 50 events, each invocation handing over to the next after every step (a step may take as long as
     the function's timeout, so two never fit in one)."""
-    policy = {"lease_seconds": 3, "import_step_items": 25, "import_step_s": 120}
+    policy = {"lease_seconds": 3, "import_step_items": 50, "import_step_s": 120}
     env = runtime.start_cloud(0, function_timeout_s=120, policy=policy)
     runtime.start_workers(
         [("operations", 2, None, None, None), ("bulk", 1, "bulk", None, None), ("publications", 2, None, None, None)]
