@@ -10,7 +10,7 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Status
 from sitedispatch.drivers.reference.content import Manifest, PostRef, default_site
-from sitedispatch.drivers.reference.merge import ManifestMerger
+from sitedispatch.drivers.reference.merge import ManifestMerger, Merged
 from sitedispatch.drivers.reference.store import ContentStore
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
@@ -137,16 +137,13 @@ def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> Non
     assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
 
 
-def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
-    """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
-    Manifest serialized whole, or revisions of the same content would differ by how they were written."""
-
-    from sitedispatch.drivers.reference.store import ContentStore
+def theme_merged(title: str) -> Merged:
+    """WordPress's theme test data merged into a new site's defaults (bodies not stored)."""
     from sitedispatch.wxr import parse_wxr
 
     head, _ = default_site(
         "acme-blog",
-        title="Acme",
+        title=title,
         url="https://acme.example",
         admin_email="a@acme.example",
         locale="en_US",
@@ -158,7 +155,14 @@ def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest
     with THEME_TEST_DATA.open("rb") as fh:
         for event in parse_wxr(fh):
             merger.add(event)
-    merged = merger.result()
+    return merger.result()
+
+
+def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
+    """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
+    Manifest serialized whole, or revisions of the same content would differ by how they were written."""
+
+    merged = theme_merged("Acme")
     whole = merged.frame.model_copy(
         update={"posts": tuple(PostRef.model_validate_json(p) for p in merged.canonical_posts())}
     )
@@ -181,24 +185,9 @@ def test_a_stored_revision_read_as_a_stream_gives_back_its_frame_and_each_post_c
     opening; read in chunks that split multi-byte characters and JSON objects anywhere."""
     from sitedispatch.drivers.reference import store
     from sitedispatch.drivers.reference.merge import stored_posts
-    from sitedispatch.wxr import parse_wxr
 
     monkeypatch.setattr(store, "READ_BYTES", read_bytes)
-    head, _ = default_site(
-        "acme-blog",
-        title='Acme "posts":[ — ünïcode',
-        url="https://acme.example",
-        admin_email="a@acme.example",
-        locale="en_US",
-        timezone="UTC",
-        admin_login="admin",
-        created_at=1_700_000_000.0,
-    )
-    merger = ManifestMerger(head, lambda body: body.digest)
-    with THEME_TEST_DATA.open("rb") as fh:
-        for event in parse_wxr(fh):
-            merger.add(event)
-    merged = merger.result()
+    merged = theme_merged('Acme "posts":[ — ünïcode')
     posts = [PostRef.model_validate_json(p) for p in merged.canonical_posts()]
     tricky = posts[0].model_copy(update={"title": '"posts":[{"id":1}] ✓ 日本語', "summary": '\\"posts\\":['})
     whole = merged.frame.model_copy(update={"posts": (tricky, *posts[1:])})
