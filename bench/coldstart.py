@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sitedispatch.domain.resources import FUNCTIONS
+from sitedispatch.domain.resources import FUNCTIONS, LAMBDA_FUNCTION_NAME_ENV
 from sitedispatch.local.gateway import http_api_event
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def lambda_environment(xray_daemon: str) -> dict[str, str]:
     return {
         **POWERTOOLS_ENVIRONMENT,
         "LAMBDA_TASK_ROOT": str(ROOT),
-        "AWS_LAMBDA_FUNCTION_NAME": "ColdStart",
+        LAMBDA_FUNCTION_NAME_ENV: "ColdStart",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
         "AWS_XRAY_DAEMON_ADDRESS": xray_daemon,
         "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",

@@ -45,22 +45,14 @@ class ImportTally:
     attachments: int = 0
     requests: int = 0
 
-    def counts(self) -> dict[str, Any]:
-        """What a checkpoint carries over to the next step."""
-        return {
-            "created": dict(self.created),
-            "existing": dict(self.existing),
-            "skipped": dict(self.skipped),
-            "attachments": self.attachments,
-            "requests": self.requests,
-        }
-
     def restore(self, counts: dict[str, Any]) -> None:
+        """Carry over what an earlier step counted (its `as_dict()`, as its checkpoint stored it)."""
         self.created, self.existing = Counter(counts["created"]), Counter(counts["existing"])
-        self.skipped, self.attachments = Counter(counts["skipped"]), int(counts["attachments"])
-        self.requests = int(counts.get("requests", 0))
+        self.skipped, self.attachments = Counter(counts["skipped"]), int(counts["attachments_counted"])
+        self.requests = int(counts["requests"])
 
     def as_dict(self) -> dict[str, Any]:
+        """The commit summary's counts, and what a checkpoint carries over to the next step."""
         return {
             "created": dict(self.created),
             "existing": dict(self.existing),
@@ -138,7 +130,7 @@ class RestImporter:
     def state(self) -> dict[str, Any]:
         """What the next step needs besides what WordPress holds: the counts and the pages awaiting a parent."""
         self.tally.requests = self.earlier_requests + self.origin.requests
-        return {"tally": self.tally.counts(), "orphans": self.orphans, "items": self.items}
+        return {"tally": self.tally.as_dict(), "orphans": self.orphans, "items": self.items}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.tally.restore(state["tally"])
