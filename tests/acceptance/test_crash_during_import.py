@@ -24,6 +24,8 @@ from tests.factories import PROVISION, present
 
 pytestmark = pytest.mark.acceptance
 
+POSTS = 900  # 8 steps of 120
+
 
 class Reader(threading.Thread):
     """Reads every route of the site's live revision in a loop; records failures and the live seqs it saw."""
@@ -59,10 +61,10 @@ def bodies_written(deps: Dependencies, site: str) -> int:
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a provisioned, published site and a long import in steps of 200 items (lease 3 s, kept alive by
+    # Given a provisioned, published site and a long import in steps of 120 items (lease 3 s, kept alive by
     # heartbeats while the worker lives; with a 10 s function timeout and 10 s steps, every invocation has time for
     # one step only, then hands over to the next: a continuation)
-    policy = {"lease_seconds": 3, "import_step_items": 200, "import_step_s": 10}
+    policy = {"lease_seconds": 3, "import_step_items": 120, "import_step_s": 10}
     env = runtime.start_cloud(0, function_timeout_s=10, policy=policy)
     runtime.start_worker("operations", 1)
     worker = runtime.start_worker("bulk", 1)  # imports travel in the bulk lane
@@ -78,7 +80,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
         what="first publication live",
     )
     wxr = tmp_path / "long.xml"
-    write_wxr(wxr, posts=1500, seed=7)
+    write_wxr(wxr, posts=POSTS, seed=7)
     reader = Reader(deps, "crash-site")
     reader.start()
     op_id = submitter.submit(
@@ -93,7 +95,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
         what="import running",
     )
     # at a seeded instant inside the import: once it has written that many of its post bodies (the provision: 2)
-    kill_after = random.Random(11).randint(250, 1100)
+    kill_after = random.Random(11).randint(150, POSTS - 150)
     wait_for(
         lambda: bodies_written(deps, "crash-site") >= kill_after,
         timeout_s=30,
@@ -124,7 +126,7 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     assert [(c.kind, c.version) for c in history] == [(Kind.IMPORT, 2), (Kind.PROVISION, 1)]
     assert history[0].operation_id == op_id
     summary = present(deps.commits.get(op_id)).summary
-    assert summary["created"] == {"post": 1500}  # no item twice
+    assert summary["created"] == {"post": POSTS}  # no item twice
     assert summary["steps"] >= 8 and summary["resumed_from_step"] >= 1  # continued, never restarted from item 1
     assert present(final.fence) - 1 >= summary["steps"]  # an invocation per step (each under the next fence)
     assert reader.failures == [] and reader.reads > 0
