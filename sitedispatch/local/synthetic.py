@@ -36,8 +36,10 @@ def write_wxr(
     paragraphs: int = 6,
     categories: int = 20,
     tags: int = 50,
+    first_id: int = 1001,
 ) -> dict[str, int]:
-    """Write posts until `posts` are written or the file reaches `target_bytes`. Returns counts."""
+    """Write posts until `posts` are written or the file reaches `target_bytes`, with WXR post ids from `first_id`
+    (guids follow them). Returns counts."""
     rng = random.Random(seed)
     written = 0
     size = 0
@@ -55,11 +57,12 @@ def write_wxr(
             )
             title = " ".join(rng.choice(WORDS) for _ in range(5)).capitalize()
             day = 1 + written % 28
+            post_id = first_id + written - 1
             item = (
                 f"<item><title>{escape(title)} {written}</title><dc:creator>writer</dc:creator>"
-                f'<guid isPermaLink="false">https://synthetic.example/?p={written}</guid>'
+                f'<guid isPermaLink="false">https://synthetic.example/?p={post_id}</guid>'
                 f"<content:encoded><![CDATA[{body}]]></content:encoded><excerpt:encoded><![CDATA[]]></excerpt:encoded>"
-                f"<wp:post_id>{1000 + written}</wp:post_id>"
+                f"<wp:post_id>{post_id}</wp:post_id>"
                 f"<wp:post_date_gmt>2024-{1 + written % 12:02d}-{day:02d} 10:{written % 60:02d}:00</wp:post_date_gmt>"
                 f"<wp:post_name>post-{written}</wp:post_name><wp:status>publish</wp:status>"
                 f"<wp:post_type>post</wp:post_type>"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Status
-from sitedispatch.drivers.reference.content import Manifest, PostRef, default_site
-from sitedispatch.drivers.reference.merge import ManifestMerger, Merged
+from sitedispatch.drivers.reference import content
+from sitedispatch.drivers.reference.content import Manifest, default_site
 from sitedispatch.drivers.reference.store import ContentStore
+from tests.fakes import MemoryBlobStore
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA, Harness
 
 
@@ -137,13 +141,38 @@ def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> Non
     assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
 
 
-def theme_merged(title: str) -> Merged:
-    """WordPress's theme test data merged into a new site's defaults (bodies not stored)."""
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 16 ids and a site in pages past 20 posts: the theme test data (171 posts) spans 14 pages."""
+    monkeypatch.setattr(content, "PAGE_IDS", 16)
+    monkeypatch.setattr(content, "FLAT_MAX_POSTS", 20)
+
+
+class CountingBlobs(MemoryBlobStore):
+    """Counts reads and writes by the kind of object (the key's third part: snapshots, pages, index, objects)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[str] = Counter()
+        self.writes: Counter[str] = Counter()
+
+    def get(self, key: str) -> bytes:
+        self.reads[key.split("/")[2]] += 1
+        return super().get(key)
+
+    def put_if_absent(self, key: str, body: Any, content_type: str = "application/json", sha256: Any = None) -> bool:
+        self.writes[key.split("/")[2]] += 1
+        return super().put_if_absent(key, body, content_type, sha256)
+
+
+def merged_theme(store: ContentStore) -> Manifest:
+    """WordPress's theme test data merged into a new site's defaults (bodies stored), read back whole."""
+    from sitedispatch.drivers.reference.merge import ManifestMerger
     from sitedispatch.wxr import parse_wxr
 
-    head, _ = default_site(
+    base, bodies = default_site(
         "acme-blog",
-        title=title,
+        title="Acme",
         url="https://acme.example",
         admin_email="a@acme.example",
         locale="en_US",
@@ -151,55 +180,96 @@ def theme_merged(title: str) -> Merged:
         admin_login="admin",
         created_at=1_700_000_000.0,
     )
-    merger = ManifestMerger(head, lambda body: body.digest)
+    for body in bodies:
+        store.put_body(body)
+    merger = ManifestMerger(store, base, store.put_body)
     with THEME_TEST_DATA.open("rb") as fh:
         for event in parse_wxr(fh):
             merger.add(event)
-    return merger.result()
+    return store.manifest(merger.result().revision_id)
 
 
-def test_streamed_manifest_has_exactly_the_canonical_bytes_of_the_whole_manifest(harness: Harness) -> None:
-    """The import writes its manifest as a stream; the bytes (hence the revision id) must be those of the same
-    Manifest serialized whole, or revisions of the same content would differ by how they were written."""
+def test_a_large_site_is_stored_in_pages_and_reads_back_as_the_same_manifest(small_pages: None) -> None:
+    blobs = CountingBlobs()
+    store = ContentStore(blobs, "acme-blog")
+    whole = merged_theme(store)
+    flat_bytes = whole.canonical_bytes()
 
-    merged = theme_merged("Acme")
-    whole = merged.frame.model_copy(
-        update={"posts": tuple(PostRef.model_validate_json(p) for p in merged.canonical_posts())}
-    )
+    revision = store.put_manifest(whole)
+    frame = store.frame(revision)
 
-    revision_id = ContentStore(harness.world.blobs, "acme-blog").put_manifest_stream(
-        merged.frame, merged.canonical_posts()
-    )
-
-    assert revision_id == whole.revision_id
-    stored = harness.world.blobs.get(f"sites/acme-blog/snapshots/{revision_id}.json")
-    assert stored == whole.canonical_bytes() and Manifest.from_bytes(stored) == whole
-    assert merged.counts == whole.counts()
+    assert frame.paged and frame.posts == () and frame.index is not None
+    assert [p.number for p in frame.pages] == sorted({p.id // 16 for p in whole.posts})
+    assert sum(p.count for p in frame.pages) == len(whole.posts)
+    assert store.manifest(revision) == whole and whole.canonical_bytes() == flat_bytes  # the same posts read back
+    assert frame.counts() == whole.counts() and frame.next_due_at() == whole.next_due_at()
+    writes = sum(blobs.writes.values())
+    assert store.put_manifest(store.manifest(revision), frame.pages) == revision  # the same content, the same id
+    assert sum(blobs.writes.values()) == writes + 2  # its pages known: the index and the frame, refused as present
 
 
-@pytest.mark.parametrize("read_bytes", [7, 4096, 256 * 1024])
-def test_a_stored_revision_read_as_a_stream_gives_back_its_frame_and_each_post_canonically(
-    harness: Harness, read_bytes: int, monkeypatch: pytest.MonkeyPatch
+def test_a_small_site_stays_one_document_with_the_bytes_it_had_before_pages() -> None:
+    store = ContentStore(MemoryBlobStore(), "acme-blog")
+    whole = merged_theme(store)
+
+    revision = store.put_manifest(whole)
+
+    assert revision == whole.revision_id and not store.frame(revision).paged
+    document = json.loads(store.blobs.get(f"sites/acme-blog/snapshots/{revision}.json"))
+    assert "pages" not in document and "index" not in document
+
+
+def test_an_import_into_a_paged_site_reads_and_writes_only_the_pages_its_items_touch(
+    small_pages: None, tmp_path: Path
 ) -> None:
-    """The theme test data (unicode titles, quotes) plus a post whose title and summary hold the post list's own
-    opening; read in chunks that split multi-byte characters and JSON objects anywhere."""
-    from sitedispatch.drivers.reference import store
-    from sitedispatch.drivers.reference.merge import stored_posts
+    """Ten new posts (WXR ids 5001-5010) into the theme site in pages: one new page (and a second, for the ids past
+    its end), the index and the frame written; of the 14 pages, only the last is read (the next free id)."""
+    from sitedispatch.drivers.reference.merge import ManifestMerger
+    from sitedispatch.local.synthetic import write_wxr
+    from sitedispatch.wxr import parse_wxr
 
-    monkeypatch.setattr(store, "READ_BYTES", read_bytes)
-    merged = theme_merged('Acme "posts":[ — ünïcode')
-    posts = [PostRef.model_validate_json(p) for p in merged.canonical_posts()]
-    tricky = posts[0].model_copy(update={"title": '"posts":[{"id":1}] ✓ 日本語', "summary": '\\"posts\\":['})
-    whole = merged.frame.model_copy(update={"posts": (tricky, *posts[1:])})
-    content = ContentStore(harness.world.blobs, "acme-blog")
-    revision = content.put_manifest(whole)
+    blobs = CountingBlobs()
+    store = ContentStore(blobs, "acme-blog")
+    site = store.put_manifest(merged_theme(store))
+    before = store.frame(site)
+    wxr = tmp_path / "ten.xml"
+    write_wxr(wxr, posts=10, seed=5, first_id=5001)
+    blobs.reads.clear()
+    blobs.writes.clear()
 
-    stream = content.manifest_stream(revision)
-    read = list(stream.posts())
+    merger = ManifestMerger(store, before, lambda body: body.digest)
+    with wxr.open("rb") as fh:
+        for event in parse_wxr(fh):
+            merger.add(event)
+    stored = merger.result()
 
-    assert [PostRef.model_validate(p) for p in read] == list(whole.posts)
-    assert stream.frame() == whole.model_copy(update={"posts": ()})
-    stored = stored_posts(iter(read))
-    assert len(stored.entries) == len(whole.posts) and stored.bodies == {p.body for p in whole.posts}
-    again = ManifestMerger(stream.frame(), lambda body: body.digest, stored).result()
-    assert content.put_manifest_stream(again.frame, again.canonical_posts()) == revision  # the same bytes
+    after = stored.manifest
+    assert merger.tally.created == {"post": 10} and after.post_count == before.post_count + 10
+    new_pages = {p.number for p in after.pages} - {p.number for p in before.pages}
+    assert new_pages == {5001 // 16, 5010 // 16}
+    assert [p for p in after.pages if p.number not in new_pages] == list(before.pages)  # every other page reused
+    assert blobs.writes == {"pages": 2, "index": 1, "snapshots": 1}
+    assert blobs.reads == {"index": 1, "pages": 1}  # the base frame was read before counting
+    again = ManifestMerger(store, after, lambda body: body.digest)
+    with wxr.open("rb") as fh:
+        for event in parse_wxr(fh):
+            again.add(event)
+    assert again.tally.unchanged == {"post": 10} and again.result().revision_id == stored.revision_id
+
+
+def test_a_paged_site_publishes_the_routes_and_pages_the_same_content_in_one_document_does(
+    small_pages: None,
+) -> None:
+    from sitedispatch.drivers.reference.source import ManifestRoutes
+
+    store = ContentStore(MemoryBlobStore(), "acme-blog")
+    whole = merged_theme(store)
+    paged_revision = store.put_manifest(whole)
+    flat_revision = store.put_frame(whole)  # the same content as one document
+
+    paged, flat = ManifestRoutes(store, paged_revision), ManifestRoutes(store, flat_revision)
+
+    assert store.frame(paged_revision).paged and not store.frame(flat_revision).paged
+    assert paged.routes() == flat.routes() and len(paged.routes()) > 100
+    sample = paged.routes()[:: max(1, len(paged.routes()) // 12)]
+    assert [paged.render(r) for r in sample] == [flat.render(r) for r in sample]

@@ -15,7 +15,9 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import PermanentError
 from sitedispatch.domain.model import Status
+from sitedispatch.drivers.reference import content
 from sitedispatch.drivers.reference.merge import ManifestMerger
+from sitedispatch.drivers.reference.store import ContentStore
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.operations.progress import Progress
 from sitedispatch.wxr import WxrItem, parse_wxr
@@ -27,6 +29,16 @@ POSTS = 240
 
 class SimulatedKill(BaseException):
     """The process dies here (SIGKILL): nothing after it runs, no exception handler of the core sees it."""
+
+
+@pytest.fixture(autouse=True, params=["one document", "pages"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the site's revisions in one document, and in pages of 16 ids past 20 posts (each step then
+    reads and writes pages, the key index and a frame)."""
+    if request.param == "pages":
+        monkeypatch.setattr(content, "PAGE_IDS", 16)
+        monkeypatch.setattr(content, "FLAT_MAX_POSTS", 20)
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +79,9 @@ def checkpoints_of(harness: Harness) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("path", ["synthetic", "theme"])
-def test_an_import_in_steps_commits_once_with_the_revision_a_single_step_makes(path: str, wxr: Path) -> None:
+def test_an_import_in_steps_commits_once_with_the_revision_a_single_step_makes(
+    path: str, wxr: Path, layout: str
+) -> None:
     source = wxr if path == "synthetic" else THEME_TEST_DATA
     whole, whole_summary = imported(Harness(), source)
     stepped = Harness(import_step_items=50)
@@ -76,6 +90,8 @@ def test_an_import_in_steps_commits_once_with_the_revision_a_single_step_makes(p
     revision, summary = imported(stepped, source)
 
     assert revision == whole  # the same content, so the same revision
+    paged = ContentStore(stepped.world.blobs, "acme-blog").frame(revision).paged
+    assert paged == (layout == "pages")
     assert len(stepped.world.commits.history("acme-blog")) == 2  # the provision's and the import's: one commit
     assert len(saved) == (events_in(source) - 1) // 50 and summary["steps"] == len(saved) + 1
     assert [c["steps"] for c in saved] == list(range(1, len(saved) + 1))

@@ -4,6 +4,11 @@ A revision is a `Manifest`: site settings, authors, terms, events and one `PostR
 listing needs). Post bodies (content, excerpt, meta) are separate blobs named by their sha256, so a site of any size
 is written and read a post at a time and an unchanged post is never rewritten. Canonical bytes (sorted keys, no
 whitespace) make `revision_id` = sha256(manifest bytes): the same content always has the same revision.
+
+A site of more than `FLAT_MAX_POSTS` posts is stored in pages: the revision names its pages (`PageRef`: the posts
+whose ids fall in one range of `PAGE_IDS`, each page a content-addressed blob) and its key index (store.KeyIndex:
+which post each import identity is), and holds no post itself. An import reads and writes only the pages its items
+touch; an unchanged page is the next revision's too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from sitedispatch.domain.model import sha256_hex
 PostStatus = Literal["publish", "draft", "future", "private", "pending", "trash", "inherit"]
 Taxonomy = Literal["category", "post_tag"]
 SUMMARY_CHARS = 280
+PAGE_IDS = 1024  # page n holds the posts with ids n * PAGE_IDS .. (n + 1) * PAGE_IDS - 1
+FLAT_MAX_POSTS = 2048  # a revision with more posts is stored in pages (read at each write: tests lower it)
 
 
 class _Frozen(BaseModel):
@@ -101,8 +108,20 @@ class ScheduledEvent(_Frozen):
     args: tuple[str, ...] = ()
 
 
+class PageRef(_Frozen):
+    """One page of a paged revision: its blob and what its posts hold (summed for the revision's counts)."""
+
+    number: int
+    digest: str  # sha256 of the page's bytes
+    count: int
+    types: dict[str, int]
+    comments: int
+    next_due_at: float | None = None  # its earliest `future` post's time
+
+
 class Manifest(_Frozen):
-    """One revision of a site."""
+    """One revision of a site: its posts in the document (`posts`), or, for a large site, in pages (`pages` and
+    `index` set, `posts` empty: `store.ContentStore.manifest` reads them back in)."""
 
     site_id: str
     settings: SiteSettings
@@ -110,10 +129,23 @@ class Manifest(_Frozen):
     terms: tuple[Term, ...] = ()
     posts: tuple[PostRef, ...] = ()
     events: tuple[ScheduledEvent, ...] = ()
+    pages: tuple[PageRef, ...] = ()
+    index: str | None = None  # a paged revision's key index (its blob's digest)
+
+    def canonical_bytes(self) -> bytes:
+        """A revision in one document has the bytes it had before pages existed (the same content, the same id)."""
+        document = self.model_dump(mode="json")
+        if not self.pages:
+            del document["pages"], document["index"]
+        return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
     @property
     def revision_id(self) -> str:
         return sha256_hex(self.canonical_bytes())
+
+    @property
+    def paged(self) -> bool:
+        return bool(self.pages)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
@@ -121,16 +153,37 @@ class Manifest(_Frozen):
 
     def next_due_at(self) -> float | None:
         """When WordPress's cron next has work here: the earliest scheduled event or `future` post."""
+        if self.paged:
+            times = [float(e.timestamp) for e in self.events] + [
+                p.next_due_at for p in self.pages if p.next_due_at is not None
+            ]
+            return min(times, default=None)
         return earliest_due(self.events, self.posts)
 
     def counts(self) -> dict[str, int]:
+        if self.paged:
+            types: dict[str, int] = {}
+            for page in self.pages:
+                for kind, n in page.types.items():
+                    types[kind] = types.get(kind, 0) + n
+            return content_counts(
+                types,
+                sum(p.comments for p in self.pages),
+                terms=len(self.terms),
+                authors=len(self.authors),
+                events=len(self.events),
+            )
         return content_counts(
-            [p.type for p in self.posts],
+            _by_type(p.type for p in self.posts),
             sum(p.comment_count for p in self.posts),
             terms=len(self.terms),
             authors=len(self.authors),
             events=len(self.events),
         )
+
+    @property
+    def post_count(self) -> int:
+        return sum(p.count for p in self.pages) if self.paged else len(self.posts)
 
     def normalised(self) -> Manifest:
         """Sorted collections: the same content in any insertion order has the same bytes."""
@@ -140,6 +193,7 @@ class Manifest(_Frozen):
                 "terms": tuple(sorted(self.terms, key=lambda t: t.id)),
                 "posts": tuple(sorted(self.posts, key=lambda p: p.id)),
                 "events": tuple(sorted(self.events, key=lambda e: (e.timestamp, e.hook, e.args))),
+                "pages": tuple(sorted(self.pages, key=lambda p: p.number)),
             }
         )
 
@@ -150,11 +204,15 @@ def earliest_due(events: Iterable[ScheduledEvent], posts: Iterable[PostRef]) -> 
     return min(times, default=None)
 
 
-def content_counts(types: list[str], comments: int, *, terms: int, authors: int, events: int) -> dict[str, int]:
-    """What a revision holds, by kind of post; the summary every content-changing commit records."""
+def _by_type(types: Iterable[str]) -> dict[str, int]:
     by_type: dict[str, int] = {}
     for kind in types:
         by_type[kind] = by_type.get(kind, 0) + 1
+    return by_type
+
+
+def content_counts(by_type: dict[str, int], comments: int, *, terms: int, authors: int, events: int) -> dict[str, int]:
+    """What a revision holds, by kind of post; the summary every content-changing commit records."""
     return {
         "posts": by_type.get("post", 0),
         "pages": by_type.get("page", 0),
@@ -167,20 +225,16 @@ def content_counts(types: list[str], comments: int, *, terms: int, authors: int,
     }
 
 
-def canonical_frame(manifest_without_posts: Manifest) -> tuple[bytes, bytes]:
-    """The canonical bytes of a manifest around its post list: prefix + b"[" + b",".join(posts) + b"]" + suffix
-    equals `Manifest.canonical_bytes()` when the posts are each PostRef's canonical bytes sorted by id. This lets a
-    huge manifest be written as a stream without ever holding it as one object."""
-    marker = "posts-placeholder-8f2c1e"
-    document = manifest_without_posts.model_dump(mode="json")
-    document["posts"] = marker
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    prefix, suffix = text.split(json.dumps(marker), 1)
-    return prefix.encode(), suffix.encode()
-
-
 def body_key(site_id: str, digest: str) -> str:
     return f"sites/{site_id}/objects/{digest}.json"
+
+
+def page_key(site_id: str, digest: str) -> str:
+    return f"sites/{site_id}/pages/{digest}.json"
+
+
+def index_key(site_id: str, digest: str) -> str:
+    return f"sites/{site_id}/index/{digest}.bin"
 
 
 def gmt(ts: float) -> str:

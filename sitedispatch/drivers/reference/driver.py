@@ -11,8 +11,8 @@ from sitedispatch.domain.errors import NotFound, PermanentError
 from sitedispatch.domain.model import REFERENCE_DRIVER, Site
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
-from sitedispatch.drivers.reference.content import Manifest, ScheduledEvent, default_site, gmt
-from sitedispatch.drivers.reference.merge import ManifestMerger, stored_posts
+from sitedispatch.drivers.reference.content import Manifest, PageRef, ScheduledEvent, default_site, gmt
+from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.drivers.reference.source import ManifestRoutes
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
@@ -29,8 +29,9 @@ def _content(ctx: HandlerContext) -> ContentStore:
 
 
 def _head(ctx: HandlerContext) -> Manifest:
+    """The head revision as stored (a paged one without its posts)."""
     assert ctx.site.head_revision is not None  # the handler checked the site is provisioned
-    return _content(ctx).manifest(ctx.site.head_revision)
+    return _content(ctx).frame(ctx.site.head_revision)
 
 
 def _unchanged(ctx: HandlerContext, head: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
@@ -39,10 +40,16 @@ def _unchanged(ctx: HandlerContext, head: Manifest, summary: dict[str, Any], **a
     return Mutation(revision_id=ctx.site.head_revision, summary=summary, next_due_at=head.next_due_at(), **after)
 
 
-def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
-    """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op)."""
+def _stored(
+    ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], reuse: tuple[PageRef, ...] = (), **after: Any
+) -> Mutation:
+    """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op; a page
+    among `reuse`, already stored, is not written again)."""
     return Mutation(
-        revision_id=_content(ctx).put_manifest(manifest), summary=summary, next_due_at=manifest.next_due_at(), **after
+        revision_id=_content(ctx).put_manifest(manifest, reuse),
+        summary=summary,
+        next_due_at=manifest.next_due_at(),
+        **after,
     )
 
 
@@ -57,14 +64,13 @@ def _checkpoint(
     """The merge so far stored (its bodies first, then its manifest and state), then the checkpoint naming them,
     under the attempt's fence; out of time, the invocation hands the attempt over here (ContinueLater)."""
     writer.flush()
-    merged = merger.result()
-    revision = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
+    stored = merger.store()
     key = store_state(ctx.blobs, ctx.site.site_id, merger.state())
     steps.record(
         payload.source_digest,
         ctx.site.head_revision,
         position,
-        revision,
+        stored.revision_id,
         key,
         merger.tally.items,
         payload.source_bytes,
@@ -97,13 +103,10 @@ class ReferenceDriver:
         at = ImportCheckpoint.of(ctx.operation.checkpoint, payload.source_digest, ctx.site.head_revision)
         base = ctx.site.head_revision if at is None or at.revision is None else at.revision
         assert base is not None  # the handler checked the site is provisioned
-        stream = _content(ctx).manifest_stream(base)  # the posts one at a time, packed as they are read
-        stored = stored_posts(stream.posts())
-        head = stream.frame()
+        content = _content(ctx)
         steps = Steps(ctx, payload.source_key, at, HEARTBEAT_EVERY_ITEMS)
-        with BodyWriter(_content(ctx), known=stored.bodies) as writer:
-            merger = ManifestMerger(head, writer.write, stored)
-            del stored  # the merger holds its entries
+        with BodyWriter(content) as writer:
+            merger = ManifestMerger(content, content.frame(base), writer.write)
             if at is not None:
                 merger.restore(json.loads(ctx.blobs.get(at.state_key)))
             for event in steps.events(partial(_checkpoint, ctx, payload, steps, writer, merger)):
@@ -113,22 +116,19 @@ class ReferenceDriver:
         tally = merger.tally
         if source.sha256.hexdigest() != payload.source_digest:
             raise PermanentError(f"{payload.source_key}: content does not match its digest", code="digest_mismatch")
-        merged = merger.result()
-        next_due_at = merger.next_due_at
-        del merger  # its post index is no longer needed: only the merged bytes are
-        revision_id = _content(ctx).put_manifest_stream(merged.frame, merged.canonical_posts())
+        stored = merger.result()
         return Mutation(
-            revision_id=revision_id,
+            revision_id=stored.revision_id,
             summary={
                 **tally.as_dict(),
                 "bodies_written": writer.written,
                 "bytes": source.size,
-                "totals": merged.counts,
+                "totals": stored.manifest.counts(),
                 "steps": steps.total,
                 # the step this invocation began from (0: the first item): after a continuation or a crash, > 0
                 "resumed_from_step": steps.resumed_from,
             },
-            next_due_at=next_due_at,
+            next_due_at=stored.manifest.next_due_at(),
         )
 
     def publish(self, ctx: HandlerContext, payload: PublishInput) -> Mutation:
@@ -138,7 +138,8 @@ class ReferenceDriver:
 
     def wp_cron(self, ctx: HandlerContext, payload: WpCronInput) -> Mutation:
         """Due events run and scheduled (`future`) posts whose date has passed are published, as WordPress's cron."""
-        head = _head(ctx)
+        frame = _head(ctx)
+        head = _content(ctx).with_posts(frame)
         as_of = payload.due_minute * 60 if payload.due_minute is not None else int(ctx.operation.created_at)
         now = gmt(as_of)
         published = []
@@ -164,6 +165,7 @@ class ReferenceDriver:
             ctx,
             manifest,
             {"as_of": now, "published_posts": published, "ran_events": ran},
+            frame.pages,
             publish=bool(published or ran),
         )  # events change only when some ran
 
@@ -171,14 +173,19 @@ class ReferenceDriver:
         """Roll the live site back to an earlier revision, or restore the head's content from one."""
         head = _head(ctx)
         try:
-            target = _content(ctx).manifest(payload.revision_id)
+            target = _content(ctx).frame(payload.revision_id)
         except NotFound:
             raise PermanentError(
                 f"site {ctx.site.site_id} has no revision {payload.revision_id}", code="unknown_revision"
             ) from None
         if payload.mode == "restore":
             # Head content becomes the old revision; it is then published under a new, higher sequence.
-            return _stored(ctx, target, {"restored": payload.revision_id, "previous_head": ctx.site.head_revision})
+            return _stored(
+                ctx,
+                _content(ctx).with_posts(target),
+                {"restored": payload.revision_id, "previous_head": ctx.site.head_revision},
+                target.pages,
+            )
         # Head stays; the old revision goes live again under a new sequence (live seq never decreases).
         return _unchanged(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
 

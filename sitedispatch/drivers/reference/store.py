@@ -1,24 +1,136 @@
-"""Reading and writing a site's content blobs: manifests (revisions) and post bodies, all immutable."""
+"""Reading and writing a site's content blobs: manifests (revisions), their pages and key indexes, and post bodies,
+all immutable and content-addressed."""
 
 from __future__ import annotations
 
-import codecs
+import bisect
 import hashlib
 import json
-import tempfile
+import struct
+import sys
 import threading
-from collections.abc import Iterable, Iterator
+import zlib
+from array import array
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 from sitedispatch.domain.model import sha256_hex
 from sitedispatch.domain.ports import BlobStore
-from sitedispatch.drivers.reference.content import Manifest, PostBody, body_key, canonical_frame
+from sitedispatch.drivers.reference import content
+from sitedispatch.drivers.reference.content import (
+    Manifest,
+    PageRef,
+    PostBody,
+    PostRef,
+    body_key,
+    index_key,
+    page_key,
+    parse_gmt,
+)
 from sitedispatch.publication.live import snapshot_key
 
 WRITE_CONCURRENCY = 8
-SPOOL_IN_MEMORY_BYTES = 4 * 1024 * 1024
+
+
+def key_hash(guid: str, source_id: int) -> int:
+    """A post's import identity (guid, WXR post id) as 64 bits: what the key index is sorted by."""
+    digest = hashlib.blake2b(f"{guid}\0{source_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class KeyIndex:
+    """Which post holds each import identity, for a paged revision: (key hash, post id) pairs sorted, 16 bytes a
+    post (330,000 posts: 5.3 MB), so an import finds an item's post without reading the pages. Two identities may
+    share a hash: `candidates` returns every id under it, and the caller checks the post itself."""
+
+    def __init__(self, hashes: array[int] | None = None, ids: array[int] | None = None) -> None:
+        self.hashes = hashes if hashes is not None else array("Q")
+        self.ids = ids if ids is not None else array("q")
+        self.added: dict[int, list[int]] = {}  # since the last `merged()`
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> KeyIndex:
+        ordered = sorted(pairs)
+        return cls(array("Q", (h for h, _ in ordered)), array("q", (i for _, i in ordered)))
+
+    def candidates(self, key: int) -> list[int]:
+        at, end = bisect.bisect_left(self.hashes, key), bisect.bisect_right(self.hashes, key)
+        return list(self.ids[at:end]) + self.added.get(key, [])
+
+    def add(self, key: int, post_id: int) -> None:
+        self.added.setdefault(key, []).append(post_id)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added)
+
+    def merged(self) -> KeyIndex:
+        """The index with what was added folded in (one pass over both, in order)."""
+        if not self.added:
+            return self
+        new = sorted((h, i) for h, ids in self.added.items() for i in ids)
+        hashes, ids = array("Q"), array("q")
+        at = 0
+        for h, i in new:
+            stop = bisect.bisect_left(self.hashes, h, at)
+            hashes.extend(self.hashes[at:stop])
+            ids.extend(self.ids[at:stop])
+            hashes.append(h)
+            ids.append(i)
+            at = stop
+        hashes.extend(self.hashes[at:])
+        ids.extend(self.ids[at:])
+        return KeyIndex(hashes, ids)
+
+    def to_bytes(self) -> bytes:
+        merged = self.merged()
+        hashes, ids = array("Q", merged.hashes), array("q", merged.ids)
+        if sys.byteorder != "little":
+            hashes.byteswap()
+            ids.byteswap()
+        return zlib.compress(struct.pack("<Q", len(hashes)) + hashes.tobytes() + ids.tobytes(), 6)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyIndex:
+        raw = zlib.decompress(data)
+        (n,) = struct.unpack_from("<Q", raw)
+        hashes, ids = array("Q"), array("q")
+        hashes.frombytes(raw[8 : 8 + 8 * n])
+        ids.frombytes(raw[8 + 8 * n : 8 + 16 * n])
+        if sys.byteorder != "little":
+            hashes.byteswap()
+            ids.byteswap()
+        return cls(hashes, ids)
+
+
+# One page in memory: each post's canonical bytes by id (a PostRef is built only for a post an import touches).
+Page = dict[int, bytes]
+
+
+def page_bytes(page: Page) -> bytes:
+    return b"[" + b",".join(page[n] for n in sorted(page)) + b"]"
+
+
+def page_ref(number: int, page: Page, digest: str) -> PageRef:
+    types: dict[str, int] = {}
+    comments, due = 0, None
+    for data in page.values():
+        post = json.loads(data)
+        types[post["type"]] = types.get(post["type"], 0) + 1
+        comments += int(post["comment_count"])
+        if post["status"] == "future":
+            at = parse_gmt(post["date_gmt"])
+            due = at if due is None else min(due, at)
+    return PageRef(number=number, digest=digest, count=len(page), types=types, comments=comments, next_due_at=due)
+
+
+def paged(posts: Iterable[PostRef]) -> dict[int, Page]:
+    pages: dict[int, Page] = {}
+    for post in posts:
+        pages.setdefault(post.id // content.PAGE_IDS, {})[post.id] = post.canonical_bytes()
+    return pages
 
 
 class ContentStore:
@@ -26,40 +138,62 @@ class ContentStore:
         self.blobs = blobs
         self.site_id = site_id
 
-    def manifest(self, revision_id: str) -> Manifest:
+    def frame(self, revision_id: str) -> Manifest:
+        """A revision as stored: for a paged one, without its posts (they are in its pages)."""
         return Manifest.from_bytes(self.blobs.get(snapshot_key(self.site_id, revision_id)))
 
-    def manifest_stream(self, revision_id: str) -> StreamedManifest:
-        """A revision read as a stream: its frame (everything but the posts) at once, its posts one at a time as
-        they are read, each as its canonical JSON object (never the whole list, never a PostRef per post: 33,000
-        posts as PostRefs take ~100 MB, as the merge's packed entries ~10 MB)."""
-        return StreamedManifest(self.blobs.open(snapshot_key(self.site_id, revision_id)))
+    def manifest(self, revision_id: str) -> Manifest:
+        """A revision with all its posts (a paged one's read from its pages)."""
+        return self.with_posts(self.frame(revision_id))
 
-    def put_manifest(self, manifest: Manifest) -> str:
-        data = manifest.canonical_bytes()  # serialized once: the bytes name the revision and are what is stored
+    def with_posts(self, frame: Manifest) -> Manifest:
+        """A stored revision's document with its posts (a paged one's read from its pages)."""
+        if not frame.paged:
+            return frame
+        posts = [PostRef.model_validate_json(data) for ref in frame.pages for data in _posts_of(self.page(ref))]
+        return frame.model_copy(update={"posts": tuple(posts), "pages": (), "index": None})
+
+    def page(self, ref: PageRef) -> Page:
+        return {
+            int(post["id"]): _canonical(post) for post in json.loads(self.blobs.get(page_key(self.site_id, ref.digest)))
+        }
+
+    def put_page(self, number: int, page: Page, known: Container[str] = ()) -> PageRef:
+        data = page_bytes(page)
+        digest = sha256_hex(data)
+        if digest not in known:
+            self.blobs.put_if_absent(page_key(self.site_id, digest), data)
+        return page_ref(number, page, digest)
+
+    def key_index(self, frame: Manifest) -> KeyIndex:
+        if frame.index is None:
+            return KeyIndex()
+        return KeyIndex.from_bytes(self.blobs.get(index_key(self.site_id, frame.index)))
+
+    def put_key_index(self, index: KeyIndex) -> str:
+        data = index.to_bytes()
+        digest = sha256_hex(data)
+        self.blobs.put_if_absent(index_key(self.site_id, digest), data)
+        return digest
+
+    def put_frame(self, frame: Manifest) -> str:
+        data = frame.canonical_bytes()  # serialized once: the bytes name the revision and are what is stored
         revision_id = sha256_hex(data)
         self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), data)
         return revision_id
 
-    def put_manifest_stream(self, frame: Manifest, posts: Iterable[bytes]) -> str:
-        """Write a manifest whose posts arrive as canonical PostRef bytes in id order, spooled to disk while hashed;
-        returns its revision id. Same bytes, same id as `put_manifest` of the equivalent Manifest."""
-        prefix, suffix = canonical_frame(frame)
-        digest = hashlib.sha256()
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES) as spool:
-
-            def emit(data: bytes) -> None:
-                digest.update(data)
-                spool.write(data)
-
-            emit(prefix + b"[")
-            for n, post in enumerate(posts):
-                emit(b"," + post if n else post)
-            emit(b"]" + suffix)
-            spool.seek(0)
-            revision_id = digest.hexdigest()
-            self.blobs.put_if_absent(snapshot_key(self.site_id, revision_id), spool)
-        return revision_id
+    def put_manifest(self, manifest: Manifest, reuse: Iterable[PageRef] = ()) -> str:
+        """A revision with its posts in the document, or past `FLAT_MAX_POSTS` in pages (a page whose digest is
+        among `reuse`, the pages of a revision already stored, is not written again)."""
+        if len(manifest.posts) <= content.FLAT_MAX_POSTS:
+            return self.put_frame(manifest)
+        known = {ref.digest for ref in reuse}
+        pages = paged(manifest.posts)
+        refs = tuple(self.put_page(n, pages[n], known) for n in sorted(pages))
+        index = KeyIndex.of((key_hash(p.guid, p.source_id), p.id) for p in manifest.posts)
+        return self.put_frame(
+            manifest.model_copy(update={"posts": (), "pages": refs, "index": self.put_key_index(index)})
+        )
 
     def body(self, digest: str) -> PostBody:
         return PostBody.model_validate_json(self.blobs.get(body_key(self.site_id, digest)))
@@ -70,60 +204,14 @@ class ContentStore:
         return digest
 
 
-POSTS_OPENING = b'"posts":['  # where a canonical manifest's post list begins (its keys are sorted; see below)
-READ_BYTES = 256 * 1024
+def _canonical(post: dict[str, Any]) -> bytes:
+    """A stored post's canonical bytes from its parsed JSON (stored bytes are canonical: dumped the same way, the
+    same bytes), without building a PostRef."""
+    return json.dumps(post, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-class StreamedManifest:
-    """A canonical manifest (content.canonical_frame: prefix + "[" + posts + "]" + suffix) read from a stream. The
-    first unescaped `"posts":[` is the post list's opening: the keys before it (authors, events) hold only JSON
-    strings, in which a double quote is always escaped. Iterate `posts()` once, then read `frame()`."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.prefix = self._until_posts()
-        self.suffix: bytes | None = None
-
-    def _until_posts(self) -> bytes:
-        while (at := self.buffer.find(POSTS_OPENING)) < 0:
-            chunk = self.stream.read(READ_BYTES)
-            if not chunk:
-                raise ValueError("not a manifest: no post list")
-            self.buffer += chunk
-        prefix, self.buffer = self.buffer[: at + len(POSTS_OPENING) - 1], self.buffer[at + len(POSTS_OPENING) :]
-        return prefix
-
-    def posts(self) -> Iterator[dict[str, Any]]:
-        """Each post as parsed from its canonical JSON object, in the manifest's (id) order."""
-        decoder = json.JSONDecoder()
-        reader = codecs.getincrementaldecoder("utf-8")()
-        text, at = reader.decode(self.buffer), 0
-        self.buffer = b""
-        eof = False
-        while True:
-            while at < len(text) and text[at] in ", ":
-                at += 1
-            if at < len(text) and text[at] == "]":
-                self.suffix = (text[at + 1 :] + reader.decode(self.stream.read(), final=True)).encode()
-                return
-            try:
-                post, end = decoder.raw_decode(text, at)
-            except json.JSONDecodeError:
-                if eof:
-                    raise
-                chunk = self.stream.read(READ_BYTES)
-                eof = not chunk
-                text, at = text[at:] + reader.decode(chunk, final=eof), 0
-                continue
-            yield post
-            at = end
-
-    def frame(self) -> Manifest:
-        """The manifest without its posts (after `posts()` has been read to its end)."""
-        if self.suffix is None:
-            raise RuntimeError("read the posts first")
-        return Manifest.from_bytes(self.prefix + b"[]" + self.suffix)
+def _posts_of(page: Page) -> Iterator[bytes]:
+    return (page[n] for n in sorted(page))
 
 
 class BodyWriter:
@@ -160,8 +248,10 @@ class BodyWriter:
         return digest
 
     def flush(self) -> None:
-        """Every body handed in so far is stored (before a checkpoint names a revision that refers to them)."""
+        """Every body handed in so far is stored (before a checkpoint names a revision that refers to them); the
+        digests remembered against writing a body twice are forgotten, so they take what a step wrote, no more."""
         self._drain()
+        self.known.clear()
 
     def _drain(self, keep: int = 0) -> None:
         while len(self.pending) > keep:
