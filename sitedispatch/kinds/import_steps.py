@@ -4,9 +4,9 @@ wordpress driver: what it has counted, WordPress holding the items) and a checkp
 position is recorded under the attempt's fence (`HandlerContext.step_done`, which also hands the attempt to the next
 invocation when this one has no time for another step). The next invocation, or the next attempt after a crash or a
 lost lease, continues from the last checkpoint, never from the first item; what a step redoes creates nothing twice
-(content-addressed blobs; WordPress items keyed by their source). The operation still ends in one commit.
-
-Not yet: memory bounded by the step for the reference driver (its merge still holds the site's whole post index).
+(content-addressed blobs; WordPress items keyed by their source). The operation still ends in one commit. A
+reference site large enough to be stored in pages is read and written a page at a time (reference/merge.py), so a
+step's memory is what the step touches.
 """
 
 from __future__ import annotations
