@@ -273,3 +273,32 @@ def test_a_paged_site_publishes_the_routes_and_pages_the_same_content_in_one_doc
     assert paged.routes() == flat.routes() and len(paged.routes()) > 100
     sample = paged.routes()[:: max(1, len(paged.routes()) // 12)]
     assert [paged.render(r) for r in sample] == [flat.render(r) for r in sample]
+
+
+def test_identities_sharing_a_key_hash_are_told_apart_by_the_post_itself(
+    small_pages: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every identity hashed to one value (a 64-bit collision, everywhere at once): the merge still finds each
+    item's own post, a re-import changes nothing, and the index's bytes do not depend on the order it was built in."""
+    from sitedispatch.drivers.reference import merge
+    from sitedispatch.drivers.reference.store import KeyIndex
+
+    from sitedispatch.drivers.reference import store as store_module
+
+    monkeypatch.setattr(merge, "key_hash", lambda guid, source_id: 7)
+    monkeypatch.setattr(store_module, "key_hash", lambda guid, source_id: 7)
+    store = ContentStore(MemoryBlobStore(), "acme-blog")
+    whole = merged_theme(store)
+    revision = store.put_manifest(whole)
+
+    again = merge.ManifestMerger(store, store.frame(revision), store.put_body)
+    with THEME_TEST_DATA.open("rb") as fh:
+        from sitedispatch.wxr import parse_wxr
+
+        for event in parse_wxr(fh):
+            again.add(event)
+
+    assert again.tally.created == {} and sum(again.tally.unchanged.values()) == again.tally.items
+    built = KeyIndex.of([(5, 1), (5, 3), (9, 1)])
+    built.add(5, 2)
+    assert built.to_bytes() == KeyIndex.of([(5, 1), (5, 2), (5, 3), (9, 1)]).to_bytes()

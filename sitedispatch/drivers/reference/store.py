@@ -75,6 +75,8 @@ class KeyIndex:
         at = 0
         for h, i in new:
             stop = bisect.bisect_left(self.hashes, h, at)
+            while stop < len(self.hashes) and self.hashes[stop] == h and self.ids[stop] < i:
+                stop += 1  # equal hashes in id order, as `of` sorts them: the same pairs, the same bytes
             hashes.extend(self.hashes[at:stop])
             ids.extend(self.ids[at:stop])
             hashes.append(h)
