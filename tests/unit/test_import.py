@@ -281,9 +281,8 @@ def test_identities_sharing_a_key_hash_are_told_apart_by_the_post_itself(
     """Every identity hashed to one value (a 64-bit collision, everywhere at once): the merge still finds each
     item's own post, a re-import changes nothing, and the index's bytes do not depend on the order it was built in."""
     from sitedispatch.drivers.reference import merge
-    from sitedispatch.drivers.reference.store import KeyIndex
-
     from sitedispatch.drivers.reference import store as store_module
+    from sitedispatch.drivers.reference.store import KeyIndex
 
     monkeypatch.setattr(merge, "key_hash", lambda guid, source_id: 7)
     monkeypatch.setattr(store_module, "key_hash", lambda guid, source_id: 7)
