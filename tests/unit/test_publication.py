@@ -179,17 +179,39 @@ def test_restore_makes_head_content_an_old_revision(harness: Harness) -> None:
     assert live(harness) == (3, original)
 
 
-def test_wp_cron_publishes_future_posts_once_their_date_passes(harness: Harness) -> None:
+@pytest.mark.parametrize("layout", ["one document", "pages"])
+def test_wp_cron_publishes_future_posts_once_their_date_passes(
+    harness: Harness, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In pages (4 ids each, past 3 posts), the cron reads only the page that holds the future post."""
+    from sitedispatch.drivers.reference import content
     from sitedispatch.drivers.reference.content import parse_gmt
+    from sitedispatch.drivers.reference.store import ContentStore
 
+    if layout == "pages":
+        monkeypatch.setattr(content, "PAGE_IDS", 4)
+        monkeypatch.setattr(content, "FLAT_MAX_POSTS", 3)
     harness.provisioned()
     harness.import_file(FIXTURES / "fixture-1.2.xml")
     harness.drain_publications()
+    store = ContentStore(harness.world.blobs, "acme-blog")
+    frame = store.frame(present(harness.world.sites.get("acme-blog")).head_revision or "")
+    assert frame.paged == (layout == "pages") and (not frame.paged or len(frame.pages) > 2)
+    page_reads: list[str] = []
+    real_get = harness.world.blobs.get
+
+    def get(key: str) -> bytes:
+        if "/pages/" in key:
+            page_reads.append(key)
+        return real_get(key)
+
+    monkeypatch.setattr(harness.world.blobs, "get", get)
     due = int(parse_gmt("2030-06-01 12:00:00") // 60)
     with pytest.raises(NotFound):
         read_live_route(harness.world.sites, harness.world.blobs, "acme-blog", "/2030/06/01/future-post/")
 
     early = harness.run("wp_cron", key="early", due_minute=due - 1)
+    assert page_reads == []  # nothing due yet: no page read
     harness.drain_publications()
     assert early.commit.summary["published_posts"] == []  # type: ignore[union-attr]
     # the core events were due long before 2030: they ran, and recurring ones moved past as_of
@@ -197,9 +219,12 @@ def test_wp_cron_publishes_future_posts_once_their_date_passes(harness: Harness)
     with pytest.raises(NotFound):
         read_live_route(harness.world.sites, harness.world.blobs, "acme-blog", "/2030/06/01/future-post/")
 
+    page_reads.clear()  # the publication reads every page back
     on_time = harness.run("wp_cron", key="on-time", due_minute=due)
+    reads_of_the_cron = len(page_reads)
     harness.drain_publications()
 
+    assert reads_of_the_cron == (1 if layout == "pages" else 0)  # the one page with the due post
     assert len(on_time.commit.summary["published_posts"]) == 1  # type: ignore[union-attr]
     assert on_time.commit.summary["ran_events"] == []  # type: ignore[union-attr]  # not due again a minute later
     page, _ = read_live_route(harness.world.sites, harness.world.blobs, "acme-blog", "/2030/06/01/future-post/")

@@ -11,7 +11,7 @@ from sitedispatch.domain.errors import NotFound, PermanentError
 from sitedispatch.domain.model import REFERENCE_DRIVER, Site
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
-from sitedispatch.drivers.reference.content import Manifest, PageRef, ScheduledEvent, default_site, gmt
+from sitedispatch.drivers.reference.content import Manifest, PageRef, PostRef, ScheduledEvent, default_site, gmt
 from sitedispatch.drivers.reference.merge import ManifestMerger
 from sitedispatch.drivers.reference.source import ManifestRoutes
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
@@ -77,6 +77,42 @@ def _checkpoint(
     )
 
 
+def _run_events(events: tuple[ScheduledEvent, ...], as_of: int) -> tuple[tuple[ScheduledEvent, ...], list[str]]:
+    """The events left after those due at `as_of` ran (a recurring one moved past it), and the hooks that ran."""
+    ran: list[str] = []
+    left: list[ScheduledEvent] = []
+    for event in events:
+        if event.timestamp > as_of:
+            left.append(event)
+            continue
+        ran.append(event.hook)
+        interval = RECURRENCE_S.get(event.recurrence or "")
+        if interval:  # recurring: next run after now; one-off: done
+            missed = (as_of - event.timestamp) // interval + 1
+            left.append(event.model_copy(update={"timestamp": event.timestamp + missed * interval}))
+    return tuple(left), ran
+
+
+def _publish_due_pages(
+    content: ContentStore, frame: Manifest, as_of: int, now: str
+) -> tuple[tuple[PageRef, ...], list[int]]:
+    """A paged revision's pages with their due `future` posts published: only pages due by `as_of` are read."""
+    pages, published = [], []
+    for ref in frame.pages:
+        if ref.next_due_at is None or ref.next_due_at > as_of:
+            pages.append(ref)
+            continue
+        page = content.page(ref)
+        for post_id in sorted(page):
+            post = json.loads(page[post_id])
+            if post["status"] == "future" and post["date_gmt"] <= now:
+                post["status"] = "publish"
+                page[post_id] = PostRef.model_validate(post).canonical_bytes()
+                published.append(post_id)
+        pages.append(content.put_page(ref.number, page))
+    return tuple(pages), published
+
+
 class ReferenceDriver:
     def provision(self, ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
         """A new site with WordPress's defaults, recorded as commit 1."""
@@ -137,36 +173,32 @@ class ReferenceDriver:
         return _unchanged(ctx, head, {"published": ctx.site.head_revision})
 
     def wp_cron(self, ctx: HandlerContext, payload: WpCronInput) -> Mutation:
-        """Due events run and scheduled (`future`) posts whose date has passed are published, as WordPress's cron."""
+        """Due events run and scheduled (`future`) posts whose date has passed are published, as WordPress's cron. A
+        site in pages reads only the pages with a post due (each page names its earliest)."""
         frame = _head(ctx)
-        head = _content(ctx).with_posts(frame)
         as_of = payload.due_minute * 60 if payload.due_minute is not None else int(ctx.operation.created_at)
         now = gmt(as_of)
-        published = []
+        events, ran = _run_events(frame.events, as_of)
+        summary: dict[str, Any] = {"as_of": now, "ran_events": ran}
+        if frame.paged:
+            pages, published = _publish_due_pages(_content(ctx), frame, as_of, now)
+            manifest = frame.model_copy(update={"pages": pages, "events": events}).normalised()
+            return Mutation(
+                revision_id=_content(ctx).put_frame(manifest),
+                summary={**summary, "published_posts": published},
+                next_due_at=manifest.next_due_at(),
+                publish=bool(published or ran),
+            )
         posts = []
-        for post in head.posts:
+        published = []
+        for post in frame.posts:
             if post.status == "future" and post.date_gmt <= now:
                 post = post.model_copy(update={"status": "publish"})
                 published.append(post.id)
             posts.append(post)
-        ran: list[str] = []
-        events: list[ScheduledEvent] = []
-        for event in head.events:
-            if event.timestamp > as_of:
-                events.append(event)
-                continue
-            ran.append(event.hook)
-            interval = RECURRENCE_S.get(event.recurrence or "")
-            if interval:  # recurring: next run after now; one-off: done
-                missed = (as_of - event.timestamp) // interval + 1
-                events.append(event.model_copy(update={"timestamp": event.timestamp + missed * interval}))
-        manifest = head.model_copy(update={"posts": tuple(posts), "events": tuple(events)}).normalised()
+        manifest = frame.model_copy(update={"posts": tuple(posts), "events": events}).normalised()
         return _stored(
-            ctx,
-            manifest,
-            {"as_of": now, "published_posts": published, "ran_events": ran},
-            frame.pages,
-            publish=bool(published or ran),
+            ctx, manifest, {**summary, "published_posts": published}, publish=bool(published or ran)
         )  # events change only when some ran
 
     def recover(self, ctx: HandlerContext, payload: RecoverInput) -> Mutation:
