@@ -101,11 +101,100 @@ def measure(workdir: Path, megabytes: int, timeout_s: float) -> dict[str, Any]:
     return out
 
 
+def _large_revision(store: Any, frame: Any, posts: int) -> str:
+    """A revision of `frame` plus `posts` synthetic posts (ids from 10,000), written as pages straight into the
+    site's content (one shared body: an import into it reads no other body), with its key index."""
+    from sitedispatch.drivers.reference import content
+    from sitedispatch.drivers.reference.content import PostBody, PostRef
+    from sitedispatch.drivers.reference.store import KeyIndex, key_hash
+
+    body = store.put_body(PostBody(content="<p>synthetic</p>"))
+    refs, pairs, page, number = [], [], {}, None
+    base_posts = {p.id: p.canonical_bytes() for p in frame.posts}
+    for post_id in [*sorted(base_posts), *range(10_000, 10_000 + posts)]:
+        if number is not None and post_id // content.PAGE_IDS != number:
+            refs.append(store.put_page(number, page))
+            page = {}
+        number = post_id // content.PAGE_IDS
+        if post_id in base_posts:
+            data = base_posts[post_id]
+            guid, source = frame.posts[[p.id for p in frame.posts].index(post_id)].guid, 0
+        else:
+            guid, source = f"https://large.example/?p={post_id}", post_id
+            data = PostRef(
+                id=post_id,
+                guid=guid,
+                title=f"Post {post_id}",
+                slug=f"post-{post_id}",
+                date_gmt="2024-01-01 10:00:00",
+                modified_gmt="2024-01-01 10:00:00",
+                term_ids=(1,),
+                summary="synthetic",
+                body=body,
+                source_id=post_id,
+            ).canonical_bytes()
+        page[post_id] = data
+        pairs.append((key_hash(guid, source), post_id))
+    refs.append(store.put_page(number, page))
+    index = store.put_key_index(KeyIndex.of(pairs))
+    return str(store.put_frame(frame.model_copy(update={"posts": (), "pages": tuple(refs), "index": index})))
+
+
+def ten_into_large_site(workdir: Path, posts: int, timeout_s: float) -> dict[str, Any]:
+    """Ten new posts imported into a site that already holds `posts` (its revision restored from pages written
+    straight into its content: importing 300,000 posts on moto first would take most of an hour here)."""
+    from bench.run import measuring_runtime, present
+    from sitedispatch.drivers.reference.store import ContentStore
+
+    with tempfile.TemporaryDirectory() as tmp, measuring_runtime(workdir / "large-site") as (_, env, deps):
+        site = "large-site"
+        submitter = deps.submitter()
+        provision = submitter.submit(
+            kind="provision", site_id=site, principal="bench", params={"title": "L", "admin_email": "l@l.co"}
+        )
+        _invocations(env, provision.operation.operation_id, site, 900, deps)
+        store = ContentStore(deps.blobs, site)
+        started = time.perf_counter()
+        revision = _large_revision(store, store.frame(present(present(deps.sites.get(site)).head_revision)), posts)
+        built_s = round(time.perf_counter() - started, 1)
+        restore = submitter.submit(
+            kind="recover", site_id=site, principal="bench", params={"revision_id": revision, "mode": "restore"}
+        )
+        [restored] = _invocations(env, restore.operation.operation_id, site, 900, deps)
+        small = Path(tmp) / "ten.xml"
+        write_wxr(small, posts=10, seed=3, first_id=1_000_000)
+        ten = submitter.submit(
+            kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, small, "bench")
+        ).operation
+        [into] = _invocations(env, ten.operation_id, site, timeout_s, deps)
+        head = store.frame(present(present(deps.sites.get(site)).head_revision))
+        out = {
+            "site_posts": posts,
+            "pages": len(head.pages),
+            "built_s": built_s,
+            "restore": restored,
+            "ten_posts": into,
+            "posts_after": head.post_count,
+        }
+    print(
+        f"ten posts into a {posts}-post site ({out['pages']} pages): {into['outcome']} in {into['wall_s']} s, "
+        f"peak RSS {into.get('peak_rss_mb')} MB; {out['posts_after']} posts after",
+        flush=True,
+    )
+    return out
+
+
 if __name__ == "__main__":
     import json
 
     from bench.run import RESULTS, scoped_environ
 
+    if sys.argv[1:2] == ["--large-site"]:
+        posts = int(sys.argv[2]) if len(sys.argv) > 2 else 300_000
+        with scoped_environ(), tempfile.TemporaryDirectory() as tmp:
+            result = ten_into_large_site(Path(tmp), posts, 120.0)
+        (RESULTS / "import-large-site.json").write_text(json.dumps(result, indent=2))
+        sys.exit(0)
     mb = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     timeout = float(sys.argv[2]) if len(sys.argv) > 2 else 120.0
     with scoped_environ(), tempfile.TemporaryDirectory() as tmp:

@@ -244,6 +244,9 @@ def main() -> None:
     parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
     parser.add_argument("--steps-mb", type=int, default=100, help="WXR size of the imports-in-steps run (0: none)")
     parser.add_argument("--steps-timeout", type=float, default=120.0, help="its function timeout, seconds")
+    parser.add_argument(
+        "--large-site-posts", type=int, default=300_000, help="posts of the site ten posts are imported into (0: none)"
+    )
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
@@ -323,6 +326,9 @@ def main() -> None:
         if args.steps_mb:
             stepped = import_steps.measure(Path(tmp), args.steps_mb, args.steps_timeout)
             (RESULTS / "import-steps.json").write_text(json.dumps({**meta, **stepped}, indent=2))
+        if args.large_site_posts:
+            large = import_steps.ten_into_large_site(Path(tmp), args.large_site_posts, args.steps_timeout)
+            (RESULTS / "import-large-site.json").write_text(json.dumps({**meta, **large}, indent=2))
 
 
 if __name__ == "__main__":

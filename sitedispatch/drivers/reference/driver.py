@@ -40,16 +40,10 @@ def _unchanged(ctx: HandlerContext, head: Manifest, summary: dict[str, Any], **a
     return Mutation(revision_id=ctx.site.head_revision, summary=summary, next_due_at=head.next_due_at(), **after)
 
 
-def _stored(
-    ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], reuse: tuple[PageRef, ...] = (), **after: Any
-) -> Mutation:
-    """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op; a page
-    among `reuse`, already stored, is not written again)."""
+def _stored(ctx: HandlerContext, manifest: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
+    """The manifest as the site's next revision: stored (content-addressed, so storing it again is a no-op)."""
     return Mutation(
-        revision_id=_content(ctx).put_manifest(manifest, reuse),
-        summary=summary,
-        next_due_at=manifest.next_due_at(),
-        **after,
+        revision_id=_content(ctx).put_manifest(manifest), summary=summary, next_due_at=manifest.next_due_at(), **after
     )
 
 
@@ -211,12 +205,12 @@ class ReferenceDriver:
                 f"site {ctx.site.site_id} has no revision {payload.revision_id}", code="unknown_revision"
             ) from None
         if payload.mode == "restore":
-            # Head content becomes the old revision; it is then published under a new, higher sequence.
-            return _stored(
-                ctx,
-                _content(ctx).with_posts(target),
-                {"restored": payload.revision_id, "previous_head": ctx.site.head_revision},
-                target.pages,
+            # Head content becomes the old revision (already stored under its id: nothing is written, a paged one's
+            # pages are not read); it is then published under a new, higher sequence.
+            return Mutation(
+                revision_id=payload.revision_id,
+                summary={"restored": payload.revision_id, "previous_head": ctx.site.head_revision},
+                next_due_at=target.next_due_at(),
             )
         # Head stays; the old revision goes live again under a new sequence (live seq never decreases).
         return _unchanged(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
