@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from sitedispatch.domain.errors import Backpressure, Conflict, NotFound, SiteDis
 from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, QueueMessage, Status, lane_for
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.faults import RATE_ENV, SEED_ENV
+from sitedispatch.local.strict import STRICT_DELETE_LOST, strict_counts_path
 from sitedispatch.local.supervisor import Child, LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.operator.controls import Caller, DeadLetterFilter
@@ -51,9 +52,11 @@ class Profile:
     settle_bound_s: float = 120.0
     lease_s: float = 2.0
     function_timeout_s: int = 4  # visibility 24 s: a message held by a killed worker is back soon
+    strict: bool = False  # the local cloud as AWS where moto is kinder (local/strict.py), seeded with the run
 
 
-PROFILES = {"short": Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0)), "full": Profile()}
+SHORT = Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0))
+PROFILES = {"short": SHORT, "full": Profile(), "strict": replace(SHORT, strict=True)}
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Campaign:
             self.runtime = runtime
             env = runtime.start_cloud(
                 0,
+                strict_seed=self.seed if p.strict else None,
                 function_timeout_s=p.function_timeout_s,
                 policy={
                     "lease_seconds": p.lease_s,
@@ -155,9 +159,21 @@ class Campaign:
                 routes_read=sampler.routes_read,
             )
             self.report.faults.update(self._transient_faults())
+            if p.strict:
+                self.report.figures.update(self._strict_figures())
         self.report.violations = list(self.violations.found)
         self.report.wall_s = round(time.monotonic() - started, 1)
         return self.report
+
+    def _strict_figures(self) -> dict[str, int]:
+        """What the strict local cloud did: its own counts (transaction conflicts, lagged index reads) and the
+        records the event source mappings delivered again (their logs)."""
+        counts_file = strict_counts_path(self.runtime.env_file)
+        counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
+        again = sum(
+            log.read_text(errors="replace").count(STRICT_DELETE_LOST) for log in self.workdir.glob("worker-*.log")
+        )
+        return {**{f"strict_{name}": int(n) for name, n in counts.items()}, "strict_deliveries_again": again}
 
     def _files(self) -> dict[str, Path]:
         files = {}

@@ -38,12 +38,16 @@ def cloud(
         int, typer.Option(help="function timeout in seconds; queue visibility is 6x this, the lease 1x")
     ] = DEFAULT_FUNCTION_TIMEOUT_S,
     set_: Annotated[list[str] | None, typer.Option("--set", help="policy setting FIELD=VALUE")] = None,
+    strict: Annotated[
+        bool, typer.Option(help="behave as AWS where moto is kinder: transaction conflicts (docs/aws-semantics.md)")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="the seed of --strict's choices")] = 0,
 ) -> None:
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
     from sitedispatch.local.cloud import serve
 
     with reported(False):
-        serve(port, env_file, function_timeout, _policy(set_ or []))
+        serve(port, env_file, function_timeout, _policy(set_ or []), seed if strict else None)
 
 
 @app.command("api")

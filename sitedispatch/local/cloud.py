@@ -25,6 +25,14 @@ from sitedispatch.domain.resources import (
     visibility_timeout_s,
 )
 from sitedispatch.domain.settings import Settings
+from sitedispatch.local.strict import (
+    STRICT,
+    STRICT_COUNTS_EVERY_S,
+    STRICT_SEED_ENV,
+    patch_moto_lagging_indexes,
+    patch_moto_transaction_conflicts,
+    strict_counts_path,
+)
 
 LOCAL_PREFIX = "sitedispatch"
 LOCAL_REGION = "us-east-1"
@@ -200,8 +208,10 @@ def quiet_moto() -> None:
     patch_moto_long_poll()
     patch_moto_module_scan()
     patch_moto_transaction_snapshot()
+    patch_moto_lagging_indexes()  # inert unless `--strict`; inside the isolation lock (installed before it)
     patch_moto_dynamodb_isolation()
     patch_moto_checksum()
+    patch_moto_transaction_conflicts()  # inert unless `--strict` (local/strict.py)
 
 
 @contextmanager
@@ -346,25 +356,37 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
-def serve(port: int, env_file: Path | None, function_timeout_s: int, policy: dict[str, Any]) -> None:
-    """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable."""
+def serve(
+    port: int, env_file: Path | None, function_timeout_s: int, policy: dict[str, Any], strict_seed: int | None = None
+) -> None:
+    """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable.
+    `strict_seed`: behave as AWS does where moto is kinder (local/strict.py), seeded."""
     from moto.server import ThreadedMotoServer
 
     check_port_free(port)
     os.environ.update(FAKE_AWS)
     quiet_moto()
+    if strict_seed is not None:
+        STRICT.enable(strict_seed)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     endpoint = f"http://{host}:{bound}"
     settings = create_resources(endpoint, function_timeout_s=function_timeout_s, **policy)
     env = local_environment(settings, endpoint, function_timeout_s)
+    if strict_seed is not None:
+        env[STRICT_SEED_ENV] = str(strict_seed)  # the event source mappings it serves duplicate deliveries too
     if env_file:
         write_env_file(env_file, env)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(json.dumps({"ready": True, "endpoint": endpoint, "env": env}), flush=True)
-    stop.wait()
+    print(json.dumps({"ready": True, "endpoint": endpoint, "env": env, "strict": STRICT.enabled}), flush=True)
+    counts = strict_counts_path(env_file) if STRICT.enabled and env_file else None
+    while not stop.wait(STRICT_COUNTS_EVERY_S if counts else None):
+        if counts:  # what the strict emulation did so far, for a campaign or a test to read (not a port: a file)
+            counts.write_text(json.dumps(STRICT.counts()))
+    if counts:
+        counts.write_text(json.dumps(STRICT.counts()))
     server.stop()
     sys.stdout.flush()

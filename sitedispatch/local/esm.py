@@ -15,6 +15,7 @@ import dataclasses
 import importlib
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -26,6 +27,7 @@ from typing import Any
 from sitedispatch.aws.sqs import queue_arn_from_url
 from sitedispatch.domain.resources import FUNCTIONS, QUEUES, FunctionSpec
 from sitedispatch.local.cloud import FUNCTION_TIMEOUT_ENV
+from sitedispatch.local.strict import DUPLICATE_RATE, STRICT_DELETE_LOST, duplicate_chooser
 
 TIMEOUT_EXIT = 124
 PR_SET_PDEATHSIG = 1
@@ -121,9 +123,20 @@ def records_to_delete(messages: list[dict[str, Any]], response: Any) -> list[dic
     return [m for m in messages if m["MessageId"] not in failed]
 
 
-def settle(sqs: Any, queue_url: str, messages: list[dict[str, Any]], response: Any) -> int:
-    """Delete the records the invocation completed; the rest keep the visibility the handler set."""
+def settle(
+    sqs: Any, queue_url: str, messages: list[dict[str, Any]], response: Any, lose: random.Random | None = None
+) -> int:
+    """Delete the records the invocation completed; the rest keep the visibility the handler set. `lose` (a strict
+    local cloud): a seeded few completed records are not deleted but visible again at once, as after a lost delete."""
     done = records_to_delete(messages, response)
+    if lose is not None:
+        lost = [m for m in done if lose.random() < DUPLICATE_RATE]
+        for message in lost:
+            sqs.change_message_visibility(
+                QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+            print(json.dumps({"level": "INFO", "message": STRICT_DELETE_LOST, "id": message["MessageId"]}), flush=True)
+        done = [m for m in done if all(m is not other for other in lost)]
     if done:
         sqs.delete_message_batch(
             QueueUrl=queue_url,
@@ -161,6 +174,7 @@ class Environment:
         self._inject_faults()
         sqs: Any = boto3.session.Session(region_name=self.region).client("sqs")
         arn = queue_arn_from_url(self.queue_url, self.region)
+        lose = duplicate_chooser(self.index)
         if self.ready_fd is not None:
             os.write(self.ready_fd, b"r")
             os.close(self.ready_fd)
@@ -175,7 +189,7 @@ class Environment:
             if not messages:
                 continue
             response = self.invoke(sqs_event(messages, arn, self.region))
-            settle(sqs, self.queue_url, messages, response)
+            settle(sqs, self.queue_url, messages, response, lose)
 
     def _inject_faults(self) -> None:
         """A chaos run asks (by environment) for transient AWS errors in the function's own clients."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch.domain.errors import SiteDispatchError
+from sitedispatch.local.strict import STRICT_SEED_ENV
 
 READY_TIMEOUT_S = 60.0
 
@@ -120,9 +121,17 @@ class LocalRuntime:
         return log.stat().st_size if log.exists() else 0
 
     def start_cloud(
-        self, port: int = 0, function_timeout_s: int | None = None, policy: dict[str, Any] | None = None
+        self,
+        port: int = 0,
+        function_timeout_s: int | None = None,
+        policy: dict[str, Any] | None = None,
+        strict_seed: int | None = None,
     ) -> dict[str, str]:
         args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
+        if strict_seed is None and os.environ.get(STRICT_SEED_ENV):  # a whole suite run strict (make test-strict)
+            strict_seed = int(os.environ[STRICT_SEED_ENV])
+        if strict_seed is not None:
+            args += ["--strict", "--seed", str(strict_seed)]
         if function_timeout_s:
             args += ["--function-timeout", str(function_timeout_s)]
         for key, value in (policy or {}).items():

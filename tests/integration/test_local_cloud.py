@@ -3,9 +3,15 @@ it named as it was, whatever it had applied before the failing item."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from botocore.exceptions import ClientError
 
+from sitedispatch.local.strict import STRICT, Strictness
 from tests.conftest import Cloud
 
 
@@ -88,3 +94,109 @@ def test_a_visibility_change_for_a_message_another_delivery_took_is_logged_not_r
     SqsVisibility(sqs, url, message["ReceiptHandle"]).change(30)  # gone: nothing raised
     with pytest.raises(ClientError):  # anything else still raises
         SqsVisibility(sqs, url + "-no-such-queue", message["ReceiptHandle"]).change(30)
+
+
+@pytest.fixture
+def strict() -> Iterator[Strictness]:
+    """`--strict` in this process's moto, for one test (transactions held 0.2-0.4 s, so overlap is certain)."""
+    STRICT.enable(seed=1, hold_s=0.4)
+    try:
+        yield STRICT
+    finally:
+        STRICT.disable()
+
+
+def _bump(table: str, counter: str) -> dict[str, Any]:
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"counter_id": {"S": counter}},
+            "UpdateExpression": "ADD #v :one",
+            "ExpressionAttributeNames": {"#v": "value"},
+            "ExpressionAttributeValues": {":one": {"N": "1"}},
+        }
+    }
+
+
+def test_strict_a_request_on_an_item_a_transaction_is_in_progress_on_fails_as_on_aws(
+    cloud: Cloud, strict: Strictness
+) -> None:
+    """A second transaction naming the item: TransactionCanceledException, reason TransactionConflict for that entry
+    only; a single write to it: TransactionConflictException; an unrelated item is not held up."""
+    client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
+    table = cloud.settings.counters_table
+    first = threading.Thread(target=lambda: client.transact_write_items(TransactItems=[_bump(table, "shared")]))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not strict.in_progress and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert strict.in_progress  # the first transaction is in progress (held)
+
+    with pytest.raises(ClientError) as cancelled:
+        client.transact_write_items(TransactItems=[_bump(table, "other"), _bump(table, "shared")])
+    with pytest.raises(ClientError) as single:
+        client.put_item(TableName=table, Item={"counter_id": {"S": "shared"}, "value": {"N": "9"}})
+    client.put_item(TableName=table, Item={"counter_id": {"S": "unrelated"}, "value": {"N": "1"}})
+    first.join(10)
+
+    error = cancelled.value.response
+    assert error["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in error["CancellationReasons"]] == ["None", "TransactionConflict"]
+    assert single.value.response["Error"]["Code"] == "TransactionConflictException"
+    items = {item["counter_id"]["S"]: item["value"]["N"] for item in client.scan(TableName=table)["Items"]}
+    assert items == {"shared": "1", "unrelated": "1"}  # only the first transaction applied
+    assert strict.conflicts == {"transactions": 1, "writes": 1} and not strict.in_progress
+
+
+def test_without_strict_overlapping_requests_are_serialized(cloud: Cloud) -> None:
+    client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
+    table = cloud.settings.counters_table
+    threads = [
+        threading.Thread(target=lambda: client.transact_write_items(TransactItems=[_bump(table, "shared")]))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    [item] = client.scan(TableName=table)["Items"]
+    assert item["value"]["N"] == "8"
+
+
+def test_strict_a_global_index_read_may_lag_the_table_and_catches_up_within_the_bound(cloud: Cloud) -> None:
+    """With reads lagging 0-0.5 s (seeded): a put shows in the table at once and in the counters' by-held index only
+    after some reads miss it; a delete stays visible there for a while; past the bound every read agrees."""
+    client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
+    table = cloud.settings.counters_table
+
+    def held() -> list[str]:
+        found = client.query(
+            TableName=table,
+            IndexName="by-held",
+            KeyConditionExpression="#h = :h",
+            ExpressionAttributeNames={"#h": "held"},
+            ExpressionAttributeValues={":h": {"S": "h"}},
+        )
+        return [item["counter_id"]["S"] for item in found["Items"]]
+
+    STRICT.enable(seed=3, index_lag_max_s=0.5)
+    try:
+        client.put_item(TableName=table, Item={"counter_id": {"S": "c1"}, "held": {"S": "h"}})
+        table_sees = client.get_item(TableName=table, Key={"counter_id": {"S": "c1"}}, ConsistentRead=True)
+        early = [held() for _ in range(20)]  # within the first fraction of a second
+        time.sleep(0.6)
+        settled = held()
+        client.delete_item(TableName=table, Key={"counter_id": {"S": "c1"}})
+        after_delete = [held() for _ in range(20)]
+        time.sleep(0.6)
+        gone = held()
+        lagged = STRICT.lagged_reads
+    finally:
+        STRICT.disable()
+
+    assert "Item" in table_sees  # the table itself is strongly consistent
+    assert [] in early and ["c1"] in early  # some reads missed the put, some saw it (seeded)
+    assert settled == ["c1"] and gone == []
+    assert ["c1"] in after_delete  # the deleted item still showed in the index for a while
+    assert lagged >= 42
+    assert held() == []  # not strict: the index is as current as the table

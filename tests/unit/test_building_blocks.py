@@ -122,6 +122,44 @@ def test_partial_batch_response_rules(response: object, deleted: list[str]) -> N
     assert [m["MessageId"] for m in records_to_delete(messages, response)] == deleted
 
 
+def test_a_strict_event_source_mapping_loses_a_seeded_few_deletes_and_the_record_comes_again() -> None:
+    """Of the completed records, those the seeded draw picks are made visible at once instead of deleted (SQS's
+    at-least-once delivery, FIFO too); a failed record is left alone either way."""
+    import random
+
+    from sitedispatch.local import esm
+    from sitedispatch.local.strict import DUPLICATE_RATE
+
+    class Sqs:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+            self.visible_again: list[str] = []
+
+        def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> None:
+            self.deleted += [e["ReceiptHandle"] for e in Entries]
+
+        def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> None:
+            assert VisibilityTimeout == 0
+            self.visible_again.append(ReceiptHandle)
+
+    messages = [{"MessageId": m, "ReceiptHandle": f"rh-{m}"} for m in ["a", *(f"m{n}" for n in range(99))]]
+    response = {"batchItemFailures": [{"itemIdentifier": "a"}]}
+    sqs, seed = Sqs(), random.Random(4)
+    draws = random.Random(4)
+    expected_lost = [m["ReceiptHandle"] for m in messages if m["MessageId"] != "a" and draws.random() < DUPLICATE_RATE]
+
+    settled = esm.settle(sqs, "url", messages, response, seed)
+
+    assert expected_lost and sqs.visible_again == expected_lost
+    assert sorted(sqs.deleted + sqs.visible_again) == sorted(
+        m["ReceiptHandle"] for m in messages if m["MessageId"] != "a"
+    )
+    assert settled == len(sqs.deleted)
+    plain = Sqs()
+    esm.settle(plain, "url", messages, response)  # not strict: every completed record deleted
+    assert plain.visible_again == [] and len(plain.deleted) == 99
+
+
 def test_lambda_context_counts_down_remaining_time() -> None:
     context = LambdaContext("fn", 10, 128, "us-east-1", time.time() - 4)
     assert 5000 < context.get_remaining_time_in_millis() <= 6000
