@@ -200,3 +200,30 @@ def test_strict_a_global_index_read_may_lag_the_table_and_catches_up_within_the_
     assert ["c1"] in after_delete  # the deleted item still showed in the index for a while
     assert lagged >= 42
     assert held() == []  # not strict: the index is as current as the table
+
+
+def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retried(cloud: Cloud) -> None:
+    """Ten submits of one principal at once meet on its counters: on the strict cloud (as on AWS) their
+    transactions conflict, and each is sent again until it lands; nothing is refused, nothing counted twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sitedispatch.operations.admission import principal_counter
+    from tests.factories import PROVISION
+
+    submitter = cloud.deps.submitter()
+    STRICT.enable(seed=2, hold_s=0.03)
+    try:
+        with ThreadPoolExecutor(10) as pool:
+            results = list(
+                pool.map(
+                    lambda n: submitter.submit(kind="provision", site_id=f"s-{n}", principal="p", params=PROVISION),
+                    range(10),
+                )
+            )
+        conflicts = dict(STRICT.conflicts)
+    finally:
+        STRICT.disable()
+
+    assert len({r.operation.operation_id for r in results}) == 10
+    assert conflicts["transactions"] >= 1  # they did meet
+    assert cloud.deps.operations.counter(principal_counter("p")) == 10
