@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import bisect
 import json
-import sys
 import zlib
 from array import array
 from collections import OrderedDict
@@ -24,7 +23,15 @@ from typing import Any
 
 from sitedispatch.drivers.reference import content
 from sitedispatch.drivers.reference.content import Author, Manifest, PageRef, PostBody, PostRef, Term, summarise
-from sitedispatch.drivers.reference.store import ContentStore, KeyIndex, Page, key_hash, paged
+from sitedispatch.drivers.reference.store import (
+    ContentStore,
+    KeyIndex,
+    Page,
+    from_little_endian,
+    key_hash,
+    little_endian,
+    paged,
+)
 from sitedispatch.wxr import WxrAuthor, WxrEvent, WxrItem, WxrTerm
 
 CACHED_PAGES = 16  # pages read and unchanged, kept in case the next items need them (sequential ids mostly do)
@@ -82,18 +89,11 @@ class SortedInts:
 
     def to_text(self) -> str:
         self.fold()
-        values = array("q", self.values)
-        if sys.byteorder != "little":
-            values.byteswap()
-        return base64.b64encode(zlib.compress(values.tobytes(), 6)).decode()
+        return base64.b64encode(zlib.compress(little_endian(self.values), 6)).decode()
 
     @classmethod
     def from_text(cls, text: str) -> SortedInts:
-        values = array("q")
-        values.frombytes(zlib.decompress(base64.b64decode(text)))
-        if sys.byteorder != "little":
-            values.byteswap()
-        return cls(values)
+        return cls(from_little_endian("q", zlib.decompress(base64.b64decode(text))))
 
 
 @dataclass(frozen=True)

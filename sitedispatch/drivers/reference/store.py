@@ -88,23 +88,32 @@ class KeyIndex:
 
     def to_bytes(self) -> bytes:
         merged = self.merged()
-        hashes, ids = array("Q", merged.hashes), array("q", merged.ids)
-        if sys.byteorder != "little":
-            hashes.byteswap()
-            ids.byteswap()
-        return zlib.compress(struct.pack("<Q", len(hashes)) + hashes.tobytes() + ids.tobytes(), 6)
+        return zlib.compress(
+            struct.pack("<Q", len(merged.hashes)) + little_endian(merged.hashes) + little_endian(merged.ids), 6
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyIndex:
         raw = zlib.decompress(data)
         (n,) = struct.unpack_from("<Q", raw)
-        hashes, ids = array("Q"), array("q")
-        hashes.frombytes(raw[8 : 8 + 8 * n])
-        ids.frombytes(raw[8 + 8 * n : 8 + 16 * n])
-        if sys.byteorder != "little":
-            hashes.byteswap()
-            ids.byteswap()
-        return cls(hashes, ids)
+        return cls(from_little_endian("Q", raw[8 : 8 + 8 * n]), from_little_endian("q", raw[8 + 8 * n : 8 + 16 * n]))
+
+
+def little_endian(values: array[int]) -> bytes:
+    """An integer array's bytes, little-endian whatever the machine (stored blobs and checkpoints)."""
+    if sys.byteorder == "little":
+        return values.tobytes()
+    swapped = array(values.typecode, values)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def from_little_endian(typecode: str, data: bytes) -> array[int]:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
 
 
 # One page in memory: each post's canonical bytes by id (a PostRef is built only for a post an import touches).
