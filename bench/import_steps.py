@@ -6,6 +6,7 @@ a large site (the site is stored in pages: the merge reads the key index, 16 byt
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,54 @@ def _large_revision(store: Any, frame: Any, posts: int) -> str:
     return str(store.put_frame(frame.model_copy(update={"posts": (), "pages": tuple(refs), "index": index})))
 
 
+def publish_sampled(env: dict[str, str], deps: Any, site: str, revision_id: str) -> dict[str, Any]:
+    """The head's publication, step by step in fresh processes: the plan step (it builds the route plan, reading
+    every page once), then a sample of chunks of each kind (the feed and sitemap index; the first, a middle and the
+    last listing chunk; the first, a middle and the last content page's chunk). Rendering every chunk of 300,000
+    posts on moto takes most of an hour here; the whole is estimated from the sample, per kind."""
+    from bench.run import child_report
+    from sitedispatch.drivers.reference.plan import plan_key
+
+    seq = next(
+        n
+        for n in range(20, 0, -1)
+        if (p := deps.publications.get(site, n)) is not None and p.revision_id == revision_id
+    )
+    planned = child_report(env, "bench.publish_step", site, str(seq), "plan")
+    document = json.loads(deps.blobs.get(plan_key(site, revision_id)))
+    kinds: dict[str, list[int]] = {}
+    for number, chunk in enumerate(document["chunks"]):
+        kinds.setdefault(chunk["kind"], []).append(number)
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for kind, numbers in kinds.items():
+        for number in sorted({numbers[0], numbers[len(numbers) // 2], numbers[-1]}):
+            report = child_report(env, "bench.publish_step", site, str(seq), str(number))
+            report["routes"] = document["chunks"][number]["routes"]
+            samples.setdefault(kind, []).append(report)
+    estimate = sum(
+        len(kinds[kind]) * sum(r["seconds"] for r in reports) / len(reports) for kind, reports in samples.items()
+    )
+    peak = max([planned["peak_rss_mb"], *(r["peak_rss_mb"] for rs in samples.values() for r in rs)])
+    out = {
+        "routes": document["route_count"],
+        "chunks": {kind: len(numbers) for kind, numbers in kinds.items()},
+        "plan_step": planned,
+        "samples": samples,
+        "estimated_chunk_seconds_one_worker": round(estimate, 1),
+        "peak_rss_mb_of_any_step": peak,
+    }
+    print(
+        f"publication of that site: {out['routes']} routes in {sum(out['chunks'].values())} chunks {out['chunks']}; "
+        f"plan step {planned['seconds']} s, {planned['peak_rss_mb']} MB; sampled chunks "
+        + ", ".join(
+            f"{k} {max(r['peak_rss_mb'] for r in rs)} MB {max(r['seconds'] for r in rs)} s" for k, rs in samples.items()
+        )
+        + f"; every chunk on one worker ~{out['estimated_chunk_seconds_one_worker']} s",
+        flush=True,
+    )
+    return out
+
+
 def ten_into_large_site(workdir: Path, posts: int, timeout_s: float) -> dict[str, Any]:
     """Ten new posts imported into a site that already holds `posts` (its revision restored from pages written
     straight into its content: importing 300,000 posts on moto first would take most of an hour here)."""
@@ -168,6 +217,7 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float) -> dict[str
         ).operation
         [into] = _invocations(env, ten.operation_id, site, timeout_s, deps)
         head = store.frame(present(present(deps.sites.get(site)).head_revision))
+        publication = publish_sampled(env, deps, site, present(present(deps.sites.get(site)).head_revision))
         out = {
             "site_posts": posts,
             "pages": len(head.pages),
@@ -175,6 +225,7 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float) -> dict[str
             "restore": restored,
             "ten_posts": into,
             "posts_after": head.post_count,
+            "publication": publication,
         }
     print(
         f"ten posts into a {posts}-post site ({out['pages']} pages): {into['outcome']} in {into['wall_s']} s, "
@@ -185,8 +236,6 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float) -> dict[str
 
 
 if __name__ == "__main__":
-    import json
-
     from bench.run import RESULTS, scoped_environ
 
     if sys.argv[1:2] == ["--large-site"]:

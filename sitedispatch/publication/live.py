@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from sitedispatch.domain.errors import NotFound
@@ -33,6 +34,16 @@ def chunk_receipt_key(site_id: str, revision_id: str, total: int, chunk: int) ->
 
 def receipt_key(site_id: str, revision_id: str) -> str:
     return f"sites/{site_id}/receipts/{revision_id}.json"
+
+
+def receipt_routes(blobs: BlobStore, receipt: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every route a receipt describes: listed in it, or (a publication past the inline limit) in the chunk
+    receipts it names."""
+    if "routes" in receipt:
+        yield from receipt["routes"]
+        return
+    for part in receipt["chunks"]:
+        yield from json.loads(blobs.get(part["key"]))["routes"]
 
 
 def live_key(site_id: str) -> str:

@@ -49,7 +49,3 @@ def normalise_route(route: str) -> str:
     if not route.endswith((".xml", "/")):
         route += "/"
     return route
-
-
-def chunks(routes: list[Route], size: int) -> list[list[Route]]:
-    return [routes[i : i + size] for i in range(0, len(routes), size)] or [[]]

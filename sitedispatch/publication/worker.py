@@ -32,11 +32,12 @@ from sitedispatch.publication.live import (
     revision_prefix,
     write_live_document,
 )
-from sitedispatch.publication.routes import Route, chunks
-from sitedispatch.publication.sources import RouteSource
+from sitedispatch.publication.routes import Route
+from sitedispatch.publication.sources import RoutePlan, RouteSource
 
 PUT_CONCURRENCY = 8
 PLAN_CACHE_SIZE = 4
+RECEIPT_INLINE_ROUTES = 10_000  # a receipt past this many routes names its chunks' receipts instead
 
 
 @dataclass
@@ -52,10 +53,10 @@ class PublicationDeps:
 
 @dataclass(frozen=True)
 class Plan:
-    """A revision's route source and routes: derived once per warm environment, reused by every chunk."""
+    """A revision's route source and its chunks: derived once per warm environment, reused by every chunk."""
 
     source: RouteSource
-    routes: list[Route]
+    chunks: RoutePlan
 
 
 class PublicationWorker:
@@ -69,7 +70,7 @@ class PublicationWorker:
         plan = self._plans.get(key)
         if plan is None:
             source = driver_for(self.d.drivers, site).route_source(self.d.blobs, site, revision_id)
-            plan = Plan(source, source.routes())
+            plan = Plan(source, source.plan(self.d.settings.publication_chunk_routes))
             self._plans[key] = plan
             while len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
@@ -119,22 +120,21 @@ class PublicationWorker:
             obs.logger.error("publication of a site that does not exist")
             return Result(Outcome.ACKED, "unknown_site")
         plan = self._plan_for(site, message.revision_id)
-        routes = plan.routes
-        parts = chunks(routes, d.settings.publication_chunk_routes)
-        if message.step == "plan" and len(parts) <= 1:
+        total = plan.chunks.chunk_count()
+        if message.step == "plan" and total <= 1:
             # One chunk: rendered here, not fanned out (no plan write, chunk message, chunk receipt or fan-in)
-            entries = self._render(plan.source, publication, parts[0] if parts else [])
-            return self._finish(publication, site, routes, entries)
+            entries = self._render(plan.source, publication, plan.chunks.chunk(0))
+            return self._finish(publication, site, self._receipt(publication, entries))
         if message.step == "plan":
-            return self._plan(publication, len(parts))
-        if publication.total_chunks != len(parts) or not 0 <= message.chunk < len(parts):
+            return self._plan(publication, total)
+        if publication.total_chunks != total or not 0 <= message.chunk < total:
             obs.logger.error("chunk does not belong to the plan", extra={"total": publication.total_chunks})
             return Result(Outcome.ACKED, "chunk_outside_plan")
-        self._render_chunk(plan.source, publication, message.chunk, parts[message.chunk])
+        self._render_chunk(plan.source, publication, message.chunk, plan.chunks.chunk(message.chunk))
         done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
-        if len(done.done_chunks) < len(parts):
-            return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{len(parts)}")
-        return self._finish(done, site, routes, self._chunk_entries(done, len(parts)))
+        if len(done.done_chunks) < total:
+            return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{total}")
+        return self._finish(done, site, self._fan_in(done, plan.chunks))
 
     def _plan(self, publication: Publication, total: int) -> Result:
         d = self.d
@@ -179,16 +179,58 @@ class PublicationWorker:
         obs.count("RoutesRendered", len(entries))
         return entries
 
-    def _chunk_entries(self, publication: Publication, total: int) -> list[dict[str, object]]:
+    def _receipt(self, publication: Publication, entries: list[dict[str, object]]) -> dict[str, object]:
+        return {
+            "site_id": publication.site_id,
+            "revision_id": publication.revision_id,
+            "route_count": len(entries),
+            "bytes": sum(int(str(e["size"])) for e in entries),
+            "routes": entries,
+        }
+
+    def _fan_in(self, publication: Publication, plan: RoutePlan) -> dict[str, object]:
+        """The receipt of a publication whose chunks are all stored, from their receipts, each checked against the
+        plan. Up to RECEIPT_INLINE_ROUTES routes it lists every route; past that it names each chunk's receipt
+        (with its digest, route count and bytes), so neither it nor its fan-in grows with the site."""
         site_id, revision_id = publication.site_id, publication.revision_id
+        total = plan.chunk_count()
+        inline = sum(plan.chunk_size(n) for n in range(total)) <= RECEIPT_INLINE_ROUTES
         entries: list[dict[str, object]] = []
+        parts: list[dict[str, object]] = []
         for chunk in range(total):
+            key = chunk_receipt_key(site_id, revision_id, total, chunk)
             try:
-                part = json.loads(self.d.blobs.get(chunk_receipt_key(site_id, revision_id, total, chunk)))
+                data = self.d.blobs.get(key)
             except NotFound:
                 raise RuntimeError(f"chunk {chunk} marked done but its receipt is missing") from None
-            entries.extend(part["routes"])
-        return entries
+            routes = json.loads(data)["routes"]
+            planned = [r.path for r in plan.chunk(chunk)] if inline else None
+            if len(routes) != plan.chunk_size(chunk) or (
+                planned is not None and [e["route"] for e in routes] != planned
+            ):
+                raise RuntimeError(f"chunk {chunk}'s receipt does not cover its planned routes")
+            if inline:
+                entries.extend(routes)
+            else:
+                size = sum(int(e["size"]) for e in routes)
+                parts.append(
+                    {
+                        "chunk": chunk,
+                        "key": key,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "routes": len(routes),
+                        "bytes": size,
+                    }
+                )
+        if inline:
+            return self._receipt(publication, entries)
+        return {
+            "site_id": site_id,
+            "revision_id": revision_id,
+            "route_count": sum(int(str(p["routes"])) for p in parts),
+            "bytes": sum(int(str(p["bytes"])) for p in parts),
+            "chunks": parts,
+        }
 
     def _finished_already(self, publication: Publication, site: Site | None) -> Result:
         """A step of a finished publication (a duplicate, or a redelivery after its finisher stopped between the
@@ -198,25 +240,12 @@ class PublicationWorker:
             write_live_document(self.d.blobs, site)
         return Result(Outcome.ACKED, f"already_{publication.status.value}")
 
-    def _finish(
-        self, publication: Publication, before: Site, routes: list[Route], entries: list[dict[str, object]]
-    ) -> Result:
-        """Every route is stored: receipt (only now, listing every route), then promotion, then live.json.
+    def _finish(self, publication: Publication, before: Site, receipt: dict[str, object]) -> Result:
+        """Every route is stored: receipt (only now, naming every route), then promotion, then live.json.
         `before` is the site as read when this step began."""
         d = self.d
         site_id, revision_id = publication.site_id, publication.revision_id
-        if [e["route"] for e in entries] != [r.path for r in routes]:
-            raise RuntimeError("chunk receipts do not cover the planned routes")
-        receipt = canonical(
-            {
-                "site_id": site_id,
-                "revision_id": revision_id,
-                "route_count": len(entries),
-                "bytes": sum(int(str(e["size"])) for e in entries),
-                "routes": entries,
-            }
-        )
-        d.blobs.put_if_absent(receipt_key(site_id, revision_id), receipt)
+        d.blobs.put_if_absent(receipt_key(site_id, revision_id), canonical(receipt))
         now = d.clock.now()
         promoted = d.publications.publish(site_id, publication.seq, revision_id, now)  # pointer and status at once
         if promoted:  # the pointer is ours: no need to read it back
@@ -234,7 +263,7 @@ class PublicationWorker:
         obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")
         if promoted:
             obs.seconds("PublicationLatency", now - publication.created_at)
-        obs.logger.info("publication finished", extra={"promoted": promoted, "routes": len(entries)})
+        obs.logger.info("publication finished", extra={"promoted": promoted, "routes": receipt["route_count"]})
         return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")
 
 

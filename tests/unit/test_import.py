@@ -257,24 +257,6 @@ def test_an_import_into_a_paged_site_reads_and_writes_only_the_pages_its_items_t
     assert again.tally.unchanged == {"post": 10} and again.result().revision_id == stored.revision_id
 
 
-def test_a_paged_site_publishes_the_routes_and_pages_the_same_content_in_one_document_does(
-    small_pages: None,
-) -> None:
-    from sitedispatch.drivers.reference.source import ManifestRoutes
-
-    store = ContentStore(MemoryBlobStore(), "acme-blog")
-    whole = merged_theme(store)
-    paged_revision = store.put_manifest(whole)
-    flat_revision = store.put_frame(whole)  # the same content as one document
-
-    paged, flat = ManifestRoutes(store, paged_revision), ManifestRoutes(store, flat_revision)
-
-    assert store.frame(paged_revision).paged and not store.frame(flat_revision).paged
-    assert paged.routes() == flat.routes() and len(paged.routes()) > 100
-    sample = paged.routes()[:: max(1, len(paged.routes()) // 12)]
-    assert [paged.render(r) for r in sample] == [flat.render(r) for r in sample]
-
-
 def test_identities_sharing_a_key_hash_are_told_apart_by_the_post_itself(
     small_pages: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

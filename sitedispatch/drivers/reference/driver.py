@@ -13,7 +13,7 @@ from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
 from sitedispatch.drivers.reference.content import Manifest, PageRef, PostRef, ScheduledEvent, default_site, gmt
 from sitedispatch.drivers.reference.merge import ManifestMerger
-from sitedispatch.drivers.reference.source import ManifestRoutes
+from sitedispatch.drivers.reference.source import route_source
 from sitedispatch.drivers.reference.store import BodyWriter, ContentStore
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
 from sitedispatch.kinds.import_steps import ImportCheckpoint, Steps, store_state
@@ -216,7 +216,7 @@ class ReferenceDriver:
         return _unchanged(ctx, head, {"rolled_back_to": payload.revision_id}, publish_revision=payload.revision_id)
 
     def route_source(self, blobs: BlobStore, site: Site, revision_id: str) -> RouteSource:
-        return ManifestRoutes(ContentStore(blobs, site.site_id), revision_id)
+        return route_source(ContentStore(blobs, site.site_id), revision_id)
 
 
 def reference_only() -> dict[str, SiteDriver]:

@@ -10,10 +10,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sitedispatch.drivers.reference.content import Manifest, PostBody, PostRef
-from sitedispatch.drivers.reference.routes import SiteIndex
+from sitedispatch.drivers.reference.routes import FEED_ITEMS, SiteView, home_path, term_path
 from sitedispatch.publication.routes import CATEGORY, FEED, HOME, SINGLE, SITEMAP, TAG, Route
-
-FEED_ITEMS = 10
 
 
 @lru_cache(maxsize=1)
@@ -32,19 +30,19 @@ def rfc822(gmt: str) -> str:
 
 
 class Renderer:
-    """Renders routes of one revision. `load_body` fetches a post body by digest (only single views and the feed
-    need bodies)."""
+    """Renders routes of one revision from what its view says. `load_body` fetches a post body by digest (only
+    single views and the feed need bodies)."""
 
-    def __init__(self, manifest: Manifest, load_body: Callable[[str], PostBody]) -> None:
-        self.index = SiteIndex(manifest)
-        self.manifest = manifest
+    def __init__(self, frame: Manifest, view: SiteView, load_body: Callable[[str], PostBody]) -> None:
+        self.view = view
+        self.frame = frame
         self.load_body = load_body
-        base = manifest.settings.url.rstrip("/")
+        base = frame.settings.url.rstrip("/")
         self.common: dict[str, Any] = {
-            "site": manifest,
+            "site": frame,
             "url": lambda path: base + path,
             "rfc822": rfc822,
-            "nav": [{"title": p.title, "path": self.index.permalinks[p.id]} for p in self.index.pages if p.parent == 0],
+            "nav": view.nav,
         }
 
     def render(self, route: Route) -> bytes:
@@ -52,15 +50,12 @@ class Renderer:
 
     def _entries(self, posts: list[PostRef], with_body: bool = False) -> list[dict[str, Any]]:
         return [
-            {"post": p, "path": self.index.permalinks[p.id], "body": self.load_body(p.body) if with_body else None}
+            {"post": p, "path": self.view.permalink(p), "body": self.load_body(p.body) if with_body else None}
             for p in posts
         ]
 
-    def _listing(
-        self, route: Route, posts: list[PostRef], heading: str, body_class: str, page_path: Callable[[int], str]
-    ) -> str:
-        per = self.index.per_page
-        window = posts[(route.page - 1) * per : route.page * per]
+    def _listing(self, route: Route, heading: str, body_class: str, page_path: Callable[[int], str]) -> str:
+        window, pages = self.view.listing(route.ref, route.page)
         return (
             environment()
             .get_template("list.html")
@@ -70,35 +65,31 @@ class Renderer:
                 heading=heading,
                 body_class=body_class,
                 page=route.page,
-                pages=self.index.page_count(len(posts)),
+                pages=pages,
                 page_path=page_path,
             )
         )
 
     def _home(self, route: Route) -> str:
-        return self._listing(route, self.index.home_order, "", "home blog", lambda n: "/" if n == 1 else f"/page/{n}/")
+        return self._listing(route, "", "home blog", home_path)
 
     def _archive(self, route: Route) -> str:
-        term = self.index.terms[route.ref]
+        term = self.view.terms[route.ref]
         label = "Category" if term.taxonomy == "category" else "Tag"
         return self._listing(
-            route,
-            self.index.term_posts.get(term.id, []),
-            f"{label}: {term.name}",
-            f"archive {term.taxonomy}-{term.slug}",
-            lambda n: self.index.term_path(term, n),
+            route, f"{label}: {term.name}", f"archive {term.taxonomy}-{term.slug}", lambda n: term_path(term, n)
         )
 
     _category = _archive
     _tag = _archive
 
     def _single(self, route: Route) -> str:
-        post = self.index.by_id[route.ref]
-        author = next((a for a in self.manifest.authors if a.id == post.author_id), None)
+        post = self.view.post(route.ref)
+        author = next((a for a in self.frame.authors if a.id == post.author_id), None)
         terms = [
-            {"name": self.index.terms[t].name, "path": self.index.term_path(self.index.terms[t])}
+            {"name": self.view.terms[t].name, "path": term_path(self.view.terms[t])}
             for t in post.term_ids
-            if t in self.index.terms
+            if t in self.view.terms
         ]
         return (
             environment()
@@ -110,16 +101,12 @@ class Renderer:
         return (
             environment()
             .get_template("feed.xml")
-            .render(**self.common, entries=self._entries(self.index.posts[:FEED_ITEMS], with_body=True))
+            .render(**self.common, entries=self._entries(self.view.feed()[:FEED_ITEMS], with_body=True))
         )
 
     def _sitemap(self, route: Route) -> str:
-        entries = [{"path": "/", "lastmod": self.index.posts[0].modified_gmt[:10] if self.index.posts else ""}]
-        entries += [
-            {"path": self.index.permalinks[p.id], "lastmod": p.modified_gmt[:10]}
-            for p in sorted([*self.index.posts, *self.index.pages], key=lambda p: p.id)
-        ]
-        return environment().get_template("sitemap.xml").render(**self.common, entries=entries)
+        template, entries = self.view.sitemap(route)
+        return environment().get_template(template).render(**self.common, entries=entries)
 
 
 __all__ = ["CATEGORY", "FEED", "HOME", "SINGLE", "SITEMAP", "TAG", "Renderer", "rfc822"]

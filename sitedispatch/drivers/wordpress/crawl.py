@@ -13,6 +13,7 @@ from sitedispatch.domain.ports import BlobStore
 from sitedispatch.drivers.wordpress.origin import WordPressOrigin
 from sitedispatch.publication.live import canonical, revision_prefix
 from sitedispatch.publication.routes import FEED, SINGLE, SITEMAP, Route
+from sitedispatch.publication.sources import ListedRoutes
 
 SITEMAP_INDEX = "/wp-sitemap.xml"
 ALWAYS = ("/", "/feed/", SITEMAP_INDEX)
@@ -44,6 +45,9 @@ class CrawledRoutes:
             self.blobs.put_if_absent(self.key, canonical({"routes": self.discover()}))
             paths = json.loads(self.blobs.get(self.key))["routes"]  # whoever stored first decided the list
         return [route_for(path) for path in paths]
+
+    def plan(self, chunk_routes: int) -> ListedRoutes:
+        return ListedRoutes(self.routes(), chunk_routes)
 
     def discover(self) -> list[str]:
         paths = set(ALWAYS)
