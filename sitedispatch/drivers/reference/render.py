@@ -26,7 +26,13 @@ def environment() -> Environment:
 
 
 def rfc822(gmt: str) -> str:
-    return datetime.strptime(gmt, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).strftime("%a, %d %b %Y %H:%M:%S +0000")
+    """A feed item's date; one not in WordPress's form (an import keeps what the file said) is shown as it is
+    rather than failing the publication."""
+    try:
+        parsed = datetime.strptime(gmt, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return gmt
+    return parsed.replace(tzinfo=UTC).strftime("%a, %d %b %Y %H:%M:%S +0000")
 
 
 class Renderer:
