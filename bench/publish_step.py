@@ -1,6 +1,6 @@
-"""Child process of the large-site publication benchmark: one publication message (the plan step, or one chunk)
-handled by the real publication worker core in a fresh process (a cold environment), with its wall time, peak RSS
-and the blob requests it made."""
+"""Child process of the large-site publication benchmark: one publication message (the plan step, or one chunk;
+or, `rest`, every chunk not yet done) handled by the real publication worker core in a fresh process (a cold
+environment), with its wall time, peak RSS and the blob requests it made."""
 
 from __future__ import annotations
 
@@ -33,18 +33,25 @@ def main() -> None:
     worker = deps.publication_worker()
     publication = deps.publications.get(site_id, seq)
     assert publication is not None
-    message = (
-        PublicationMessage(site_id, publication.revision_id, seq)
-        if step == "plan"
-        else PublicationMessage(site_id, publication.revision_id, seq, int(step))
-    )
+    if step == "rest":  # every chunk not yet done, then the fan-in: the whole publication's end, in this process
+        messages = [
+            PublicationMessage(site_id, publication.revision_id, seq, n)
+            for n in range(publication.total_chunks or 0)
+            if n not in publication.done_chunks
+        ]
+    elif step == "plan":
+        messages = [PublicationMessage(site_id, publication.revision_id, seq)]
+    else:
+        messages = [PublicationMessage(site_id, publication.revision_id, seq, int(step))]
     started = time.perf_counter()
-    result = worker.process(message)
+    for message in messages:
+        result = worker.process(message)
     print(
         json.dumps(
             {
                 "step": step,
                 "result": result.reason,
+                "messages": len(messages),
                 "seconds": round(time.perf_counter() - started, 2),
                 "peak_rss_mb": round(peak_rss_kib() / 1024, 1),
                 "requests": dict(sorted(requests.items())),
