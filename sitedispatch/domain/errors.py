@@ -210,6 +210,7 @@ HTTP_STATUS: tuple[tuple[type[SiteDispatchError], int], ...] = (
     (Conflict, 409),
     (Backpressure, 429),
     (Unreachable, 503),
+    (TransientError, 503),  # nothing was done, retry (a transaction that kept meeting others, say)
 )
 
 

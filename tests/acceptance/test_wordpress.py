@@ -28,7 +28,7 @@ from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, WordPressSite
 from sitedispatch.publication.live import read_live_route, receipt_key
 from sitedispatch.wxr import WxrItem, parse_wxr
 from tests.acceptance.conftest import wait_for
-from tests.factories import PROVISION
+from tests.factories import PROVISION, present
 
 pytestmark = pytest.mark.acceptance
 
@@ -282,8 +282,13 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
         what="the resumed worker's write refused",
     )
     assert b"stale_fence" in stalled.log.read_bytes()
-    assert [c.operation_id for c in deps.commits.history(site.name)][:1] == [op_id]
-    assert sum(c.operation_id == op_id for c in deps.commits.history(site.name)) == 1
+    assert present(deps.commits.get(op_id)).operation_id == op_id  # the commit, read consistently by its key
+    history = wait_for(  # the by-site index is eventually consistent (the strict cloud lags it, as AWS may)
+        lambda: (h := [c.operation_id for c in deps.commits.history(site.name)])[:1] == [op_id] and h,
+        timeout_s=5,
+        what="the import's commit at the head of the site's history",
+    )
+    assert history.count(op_id) == 1
     sources = sources_in_wordpress(site)
     assert len(sources) == len(set(sources)) == 150  # every post once, whoever created it
 
