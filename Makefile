@@ -12,7 +12,7 @@ LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements
 LAMBDA_PYTHON := 3.13
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version $(LAMBDA_PYTHON) --implementation cp
 
-.PHONY: demo test unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+.PHONY: demo test test-localstack localstack unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,21 @@ $(CHECKOV): tools/checkov.lock
 	rm -f .venv-checkov/.installed-* && touch $@
 
 checkov: $(CHECKOV)
+
+# LocalStack (SQS and S3), the second emulator, in its own environment from its own lock (its pins clash with ours;
+# ~500 MB, ~50 s the first time). `make test-localstack` runs the integration suite and one end-to-end run of the
+# local runtime with the queues and the bucket on it, the tables on moto (its DynamoDB needs a Java download).
+LOCALSTACK := .venv-localstack/.installed-$(shell sha256sum tools/localstack.lock | cut -c1-16)
+$(LOCALSTACK): tools/localstack.lock
+	test -x .venv-localstack/bin/python || $(PYTHON) -m venv .venv-localstack
+	.venv-localstack/bin/pip install --quiet --disable-pip-version-check --require-hashes -r tools/localstack.lock
+	rm -f .venv-localstack/.installed-* && touch $@
+
+localstack: $(LOCALSTACK)
+
+test-localstack: $(STAMP) $(LOCALSTACK)  ## the integration suite and an end-to-end run with SQS and S3 on LocalStack
+	SITEDISPATCH_LOCALSTACK_PYTHON=.venv-localstack/bin/python $(PY) -m pytest -q --durations=5 -m "not moto_only" \
+		tests/integration tests/acceptance/test_second_emulator.py
 
 demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
 	$(VENV)/bin/sitedispatch demo
@@ -104,4 +119,4 @@ lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the p
 		--no-emit-package python-dateutil --no-emit-package six -o requirements-lambda.lock
 
 clean:
-	rm -rf $(VENV) .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out .cache
+	rm -rf $(VENV) .venv-checkov .venv-localstack .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out .cache

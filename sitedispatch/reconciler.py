@@ -139,11 +139,7 @@ class Reconciler:
         for op in flight[Status.ACCEPTED]:
             if self._out_of_time(sweep):
                 break
-            if op.waiting_for:
-                continue  # not sent on purpose: it waits for its principal's share (release_waiting)
-            if op.created_at <= now - self.policy.orphan_grace_s:
-                self._send(op)
-                d.operations.mark_queued(op.operation_id, d.clock.now())
+            if op.created_at <= now - self.policy.orphan_grace_s and self._resend_accepted(op):
                 resent += 1
         paused: dict[str, bool] = {}  # read per site, only for candidates (a paused site's messages wait on purpose)
         for op in flight[Status.QUEUED]:
@@ -159,6 +155,19 @@ class Reconciler:
                 self._send(op)
                 resent += 1
         return resent
+
+    def _resend_accepted(self, op: Operation) -> bool:
+        """Send an operation accepted and never sent. One waiting for its principal's share is not sent on purpose
+        (release_waiting); the index may still show a row sent meanwhile (eventually consistent), so the row itself,
+        read consistently, decides."""
+        if op.waiting_for:
+            return False
+        current = self.d.operations.get(op.operation_id)
+        if current is None or current.status != Status.ACCEPTED or current.waiting_for:
+            return False
+        self._send(current)
+        self.d.operations.mark_queued(op.operation_id, self.d.clock.now())
+        return True
 
     def release_waiting(self, sweep: Sweep, accepted: list[Operation]) -> int:
         """Operations wait for their principal's share until a finish releases them; a finish whose read came before

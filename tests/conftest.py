@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -15,6 +16,11 @@ from hypothesis import settings as hypothesis_settings
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
+from sitedispatch.local.localstack import localstack_python, running_localstack
+from sitedispatch.local.strict import STRICT, STRICT_SEED_ENV, duplicate_chooser
+from tests.factories import present
+
+T = TypeVar("T")
 
 # `make test` is deterministic: every property test draws the same examples on every run and machine (a failure CI
 # finds is a failure anyone reproduces). `make fuzz` explores: fresh random examples, ten times as many, each run.
@@ -31,10 +37,49 @@ def examples(n: int) -> int:
 
 _prefixes = itertools.count(1)
 
+# Every test marked `guarantee` (one of DESIGN.md's G1-G8, on moto or on the local runtime) runs twice: on moto as it
+# is, and on the strict local cloud (local/strict.py: lagging index reads, transaction conflicts, S3 409s, lost
+# deletes), seeded with this. Replay one: pytest 'tests/...::test_x[strict]'.
+STRICT_TEST_SEED = 11
+EMULATIONS = ("moto", "strict")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("guarantee") and "emulation" in metafunc.fixturenames:
+        metafunc.parametrize("emulation", EMULATIONS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def emulation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """ "moto", or "strict": this process's moto and every local cloud the test starts behave as AWS does where
+    moto is kinder. Autouse, so it is in force before any fixture starts a cloud or a runtime."""
+    mode = getattr(request, "param", "moto")
+    if mode != "strict":
+        yield mode
+        return
+    monkeypatch.setenv(STRICT_SEED_ENV, str(STRICT_TEST_SEED))  # LocalRuntime.start_cloud and pump read it
+    STRICT.enable(STRICT_TEST_SEED)
+    try:
+        yield mode
+    finally:
+        STRICT.disable()
+
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     with in_process_cloud() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def sqs_s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """LocalStack's SQS and S3 for the whole session when SITEDISPATCH_LOCALSTACK_PYTHON names its environment
+    (`make test-localstack`): every `cloud` then keeps its queues and bucket there, its tables on moto."""
+    python = localstack_python()
+    if python is None:
+        yield None
+        return
+    with running_localstack(python, tmp_path_factory.mktemp("localstack")) as endpoint:
         yield endpoint
 
 
@@ -43,26 +88,60 @@ class Cloud:
     endpoint: str
     settings: Settings
     deps: Dependencies
+    sqs_s3_endpoint: str | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        return local_environment(self.settings, self.endpoint)
+        return local_environment(self.settings, self.endpoint, sqs_s3_endpoint=self.sqs_s3_endpoint)
 
 
 @pytest.fixture
-def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
+def cloud(moto_endpoint: str, sqs_s3_endpoint: str | None, monkeypatch: pytest.MonkeyPatch) -> Cloud:
     """Fresh queues, tables and bucket (unique prefix) and the environment pointing at them."""
-    settings = create_resources(moto_endpoint, prefix=f"t{next(_prefixes)}-{os.getpid()}", function_timeout_s=10)
-    for key, value in local_environment(settings, moto_endpoint).items():
+    settings = create_resources(
+        moto_endpoint,
+        prefix=f"t{next(_prefixes)}-{os.getpid()}",
+        function_timeout_s=10,
+        sqs_s3_endpoint=sqs_s3_endpoint,
+    )
+    for key, value in local_environment(settings, moto_endpoint, sqs_s3_endpoint=sqs_s3_endpoint).items():
         monkeypatch.setenv(key, value)
-    return Cloud(moto_endpoint, settings, Dependencies(settings))
+    return Cloud(moto_endpoint, settings, Dependencies(settings), sqs_s3_endpoint)
+
+
+def wait_for(
+    check: Callable[[], T | Literal[False] | None],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.1,
+    what: str = "condition",
+) -> T:
+    """Poll until `check()` is truthy; fail with `what` at the deadline (no bare sleeps in tests)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def assert_committed_once(deps: Dependencies, site: str, operation_ids: list[str], timeout_s: float = 5.0) -> None:
+    """The site's commits are exactly `operation_ids` (newest first), one each: first what reads consistently (the
+    site's row at that many versions, each commit by its key), then the by-site history, an index that AWS and the
+    strict local cloud update after the write, waited for within `timeout_s`."""
+    assert present(deps.sites.get(site)).head_version == len(operation_ids)
+    assert all(deps.commits.get(op_id) is not None for op_id in operation_ids)
+    wait_for(
+        lambda: [c.operation_id for c in deps.commits.history(site)] == operation_ids,
+        timeout_s=timeout_s,
+        what=f"{site}'s history to show {operation_ids}",
+    )
 
 
 def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     """Drive both queues through the real Lambda entrypoints in this process until they are empty (an in-process
     event source mapping for integration tests; the real-process one is `sitedispatch local worker`)."""
-    import time
-
     import functions.operations_worker as operations
     import functions.publication_worker as publications
     from functions.runtime import dependencies
@@ -88,7 +167,7 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
             idle = False
             event = sqs_event(messages, queue_arn_from_url(url, "us-east-1"), "us-east-1")
             response = handler(event, LambdaContext("Pump", 60, 512, "us-east-1", time.time()))
-            settle(cloud.deps.sqs, url, messages, response)
+            settle(cloud.deps.sqs, url, messages, response, duplicate_chooser(0))  # strict: a few deletes lost
             handled += len(messages)
         if idle:
             return handled

@@ -11,8 +11,11 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
-from sitedispatch.domain.errors import InvalidInput, NotFound, TransientError
+from sitedispatch.aws.conflicts import Conflicted, patiently
+from sitedispatch.domain.errors import InvalidInput, NotFound
 from sitedispatch.domain.ports import SignedUpload, StoredObject
+
+CONDITIONAL_CONFLICT = "ConditionalRequestConflict"  # S3's 409: retry (aws/conflicts.py)
 
 
 def sha256_b64(hex_digest: str) -> str:
@@ -36,23 +39,33 @@ class S3BlobStore:
         self, key: str, body: bytes | IO[bytes], content_type: str = "application/json", sha256: str | None = None
     ) -> bool:
         checksum = {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_b64(sha256)} if sha256 else {}
+        start = body.tell() if not isinstance(body, bytes) else 0
+
+        def put() -> bool:
+            if not isinstance(body, bytes):
+                body.seek(start)  # a request sent again sends the whole body again
+            try:
+                self._put_conditionally(Key=key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum)
+                return True
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code == "PreconditionFailed":
+                    return False
+                if code == "BadDigest":
+                    refused = f"s3://{self.bucket}/{key}: the body is not the declared SHA-256"
+                    raise InvalidInput(refused, field="sha256") from None
+                raise
+
+        return patiently(put, f"s3://{self.bucket}/{key}", "s3_conflict")
+
+    def _put_conditionally(self, **params: Any) -> None:
+        """A conditional PUT; S3's 409 (another conditional write of the key was in progress, nothing written)
+        becomes Conflicted, which `patiently` sends again: then the other write is there (412) or gone."""
         try:
-            self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum
-            )
-            return True
+            self.client.put_object(Bucket=self.bucket, **params)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code == "PreconditionFailed":
-                return False
-            if code == "BadDigest":
-                refused = f"s3://{self.bucket}/{key}: the body is not the declared SHA-256"
-                raise InvalidInput(refused, field="sha256") from None
-            if code == "ConditionalRequestConflict":
-                # Two writers raced on the same key; S3 says retry. Content-addressed keys make the retry a no-op.
-                raise TransientError(
-                    f"s3://{self.bucket}/{key}: concurrent conditional write", code="s3_conflict"
-                ) from exc
+            if exc.response.get("Error", {}).get("Code") == CONDITIONAL_CONFLICT:
+                raise Conflicted(exc) from exc
             raise
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
@@ -66,13 +79,17 @@ class S3BlobStore:
 
     def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         condition = {"IfMatch": expected_etag} if expected_etag else {"IfNoneMatch": "*"}
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, **condition)
-            return True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"PreconditionFailed", "ConditionalRequestConflict"}:
-                return False
-            raise
+
+        def put() -> bool:
+            try:
+                self._put_conditionally(Key=key, Body=body, ContentType=content_type, **condition)
+                return True
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
+                    return False
+                raise
+
+        return patiently(put, f"s3://{self.bucket}/{key}", "s3_conflict")
 
     def get(self, key: str) -> bytes:
         return self.open(key).read()

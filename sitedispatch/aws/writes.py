@@ -9,9 +9,6 @@ keeps each one's name beside it, so a reordering cannot turn one failed conditio
 
 from __future__ import annotations
 
-import itertools
-import random
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -29,19 +26,11 @@ from pynamodb.constants import (
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.models import Model
 
-from sitedispatch.domain.errors import TransientError
+from sitedispatch.aws.conflicts import Conflicted, patiently
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 CANCELLED_BY_CONDITION = "ConditionalCheckFailed"
-TRANSACTION_CONFLICT = "TransactionConflict"
-# A cancellation only by conflicts wrote nothing and is sent again, for up to CONFLICT_PATIENCE_S: a transaction
-# holds its items for some tens of milliseconds, so the backoff stays near that (10 ms doubling to 80 ms, jittered
-# 0.5-1.5x) rather than idle the item; many writers at once on one item (a principal's simultaneous submits meet
-# on its counters) take their turns within it. Past it the caller gets a TransientError (nothing was written).
-CONFLICT_PATIENCE_S = 5.0
-CONFLICT_BACKOFF_S = 0.01
-CONFLICT_BACKOFF_CAP_S = 0.08
-CONFLICT_BACKOFF_CAP_S = 0.08
+TRANSACTION_CONFLICT = "TransactionConflict"  # a cancellation only by these is sent again (aws/conflicts.py)
 MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key (2048 for a partition key); ours are far shorter
 M = TypeVar("M", bound=Model)
 
@@ -166,7 +155,7 @@ class NamedTransaction:
     Used as a context manager: the items are sent on a clean exit. A cancellation with at least one failed condition
     raises TransactionFailed. A cancellation only by `TransactionConflict` (another transaction or write was in
     progress on one of its items: two submits of one principal at once meet on its counters) wrote nothing, and is
-    sent again after a short jittered backoff, as AWS advises, for up to `CONFLICT_PATIENCE_S` (then TransientError,
+    sent again after a short jittered backoff, as AWS advises (aws/conflicts.py; past its patience a TransientError,
     code `transaction_conflict`: the API answers 503, a worker retries); anything else (throttling) raises
     pynamodb's TransactWriteError unchanged, so the caller's retry policy sees it as it is. Found by the strict
     local cloud (`local cloud --strict`): ten submits of one principal at once failed there, as they would on AWS;
@@ -208,35 +197,23 @@ class NamedTransaction:
         self._items.append((name, {kind: kwargs}))
 
     def commit(self) -> None:
-        if not self._items:
-            return
-        deadline = time.monotonic() + CONFLICT_PATIENCE_S
-        for attempt in itertools.count():
-            try:
-                self._connection.dispatch(TRANSACT_WRITE_ITEMS, {TRANSACT_ITEMS: [item for _, item in self._items]})
-                return
-            except BOTOCORE_EXCEPTIONS as cause:  # wrapped as pynamodb's own TransactWrite wraps it
-                exc = TransactWriteError("Failed to write transaction items", cause)
-                reasons = [reason.code if reason is not None else None for reason in exc.cancellation_reasons]
-                failed = frozenset(
-                    name
-                    for (name, _), code in zip(self._items, reasons, strict=False)
-                    if code == CANCELLED_BY_CONDITION
-                )
-                if failed:
-                    raise TransactionFailed(failed, exc) from cause
-                conflict_only = TRANSACTION_CONFLICT in reasons and set(reasons) <= {TRANSACTION_CONFLICT, None, "None"}
-                if not conflict_only:
-                    raise exc from cause
-                backoff = min(CONFLICT_BACKOFF_CAP_S, CONFLICT_BACKOFF_S * 2 ** min(attempt, 8)) * (
-                    0.5 + random.random()
-                )
-                if time.monotonic() + backoff > deadline:
-                    raise TransientError(
-                        f"a transaction met others on its items for {CONFLICT_PATIENCE_S:.0f} s; nothing was written",
-                        code="transaction_conflict",
-                    ) from cause
-                time.sleep(backoff)
+        if self._items:
+            patiently(self._send, "a transaction", "transaction_conflict")
+
+    def _send(self) -> None:
+        try:
+            self._connection.dispatch(TRANSACT_WRITE_ITEMS, {TRANSACT_ITEMS: [item for _, item in self._items]})
+        except BOTOCORE_EXCEPTIONS as cause:  # wrapped as pynamodb's own TransactWrite wraps it
+            exc = TransactWriteError("Failed to write transaction items", cause)
+            reasons = [reason.code if reason is not None else None for reason in exc.cancellation_reasons]
+            failed = frozenset(
+                name for (name, _), code in zip(self._items, reasons, strict=False) if code == CANCELLED_BY_CONDITION
+            )
+            if failed:
+                raise TransactionFailed(failed, exc) from cause
+            if TRANSACTION_CONFLICT in reasons and set(reasons) <= {TRANSACTION_CONFLICT, None, "None"}:
+                raise Conflicted(cause) from cause
+            raise exc from cause
 
 
 def transaction(model: type[Model]) -> NamedTransaction:

@@ -42,12 +42,16 @@ def cloud(
         bool, typer.Option(help="behave as AWS where moto is kinder: transaction conflicts (docs/aws-semantics.md)")
     ] = False,
     seed: Annotated[int, typer.Option(help="the seed of --strict's choices")] = 0,
+    sqs_s3_endpoint: Annotated[
+        str | None,
+        typer.Option(help="keep the queues and the bucket on this emulator (LocalStack on 127.0.0.1), the tables here"),
+    ] = None,
 ) -> None:
     """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
     from sitedispatch.local.cloud import serve
 
     with reported(False):
-        serve(port, env_file, function_timeout, _policy(set_ or []), seed if strict else None)
+        serve(port, env_file, function_timeout, _policy(set_ or []), seed if strict else None, sqs_s3_endpoint)
 
 
 @app.command("api")

@@ -25,10 +25,12 @@ from sitedispatch.domain.resources import (
     visibility_timeout_s,
 )
 from sitedispatch.domain.settings import Settings
+from sitedispatch.local.localstack import S3_ENDPOINT_ENV, SQS_ENDPOINT_ENV
 from sitedispatch.local.strict import (
     STRICT,
     STRICT_COUNTS_EVERY_S,
     STRICT_SEED_ENV,
+    patch_moto_conditional_puts,
     patch_moto_lagging_indexes,
     patch_moto_transaction_conflicts,
     strict_counts_path,
@@ -211,6 +213,7 @@ def quiet_moto() -> None:
     patch_moto_lagging_indexes()  # inert unless `--strict`; inside the isolation lock (installed before it)
     patch_moto_dynamodb_isolation()
     patch_moto_checksum()
+    patch_moto_conditional_puts()  # inert unless `--strict`
     patch_moto_transaction_conflicts()  # inert unless `--strict` (local/strict.py)
 
 
@@ -232,13 +235,19 @@ def in_process_cloud() -> Iterator[str]:
 
 
 def local_environment(
-    settings: Settings, endpoint: str, function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S
+    settings: Settings,
+    endpoint: str,
+    function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S,
+    sqs_s3_endpoint: str | None = None,
 ) -> dict[str, str]:
-    """Everything a local process needs: the settings, the endpoint, fake credentials, Powertools switches."""
+    """Everything a local process needs: the settings, the endpoints, fake credentials, Powertools switches.
+    `sqs_s3_endpoint`: SQS and S3 are there (LocalStack), DynamoDB at `endpoint` (moto)."""
+    second = {SQS_ENDPOINT_ENV: sqs_s3_endpoint, S3_ENDPOINT_ENV: sqs_s3_endpoint} if sqs_s3_endpoint else {}
     return {
         **FAKE_AWS,
         FUNCTION_TIMEOUT_ENV: str(function_timeout_s),
         "AWS_ENDPOINT_URL": endpoint,
+        **second,
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_SERVICE_NAME": "sitedispatch",
         "POWERTOOLS_METRICS_NAMESPACE": "SiteDispatch",
@@ -252,13 +261,15 @@ def create_resources(
     prefix: str = LOCAL_PREFIX,
     region: str = LOCAL_REGION,
     function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S,
+    sqs_s3_endpoint: str | None = None,
     **policy: Any,
 ) -> Settings:
-    """Create the queues, tables and bucket in the emulator; return the Settings that point at them."""
+    """Create the queues, tables and bucket in the emulator (the queues and bucket at `sqs_s3_endpoint` if given);
+    return the Settings that point at them."""
     import boto3
 
     session = boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
-    sqs = session.client("sqs", endpoint_url=endpoint)
+    sqs = session.client("sqs", endpoint_url=sqs_s3_endpoint or endpoint)
     fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
     for spec in QUEUES.values():
         dlq_url = sqs.create_queue(
@@ -294,7 +305,7 @@ def create_resources(
                 TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
             )
     fields["bucket"] = f"{prefix}-local"
-    s3 = session.client("s3", endpoint_url=endpoint)
+    s3 = session.client("s3", endpoint_url=sqs_s3_endpoint or endpoint)
     s3.create_bucket(Bucket=fields["bucket"])
     return Settings(**fields)
 
@@ -357,10 +368,16 @@ def check_port_free(port: int) -> None:
 
 
 def serve(
-    port: int, env_file: Path | None, function_timeout_s: int, policy: dict[str, Any], strict_seed: int | None = None
+    port: int,
+    env_file: Path | None,
+    function_timeout_s: int,
+    policy: dict[str, Any],
+    strict_seed: int | None = None,
+    sqs_s3_endpoint: str | None = None,
 ) -> None:
     """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable.
-    `strict_seed`: behave as AWS does where moto is kinder (local/strict.py), seeded."""
+    `strict_seed`: behave as AWS does where moto is kinder (local/strict.py), seeded. `sqs_s3_endpoint`: the
+    queues and the bucket live there (LocalStack, local/localstack.py), the tables here."""
     from moto.server import ThreadedMotoServer
 
     check_port_free(port)
@@ -372,8 +389,10 @@ def serve(
     server.start()
     host, bound = server.get_host_and_port()
     endpoint = f"http://{host}:{bound}"
-    settings = create_resources(endpoint, function_timeout_s=function_timeout_s, **policy)
-    env = local_environment(settings, endpoint, function_timeout_s)
+    settings = create_resources(
+        endpoint, function_timeout_s=function_timeout_s, sqs_s3_endpoint=sqs_s3_endpoint, **policy
+    )
+    env = local_environment(settings, endpoint, function_timeout_s, sqs_s3_endpoint)
     if strict_seed is not None:
         env[STRICT_SEED_ENV] = str(strict_seed)  # the event source mappings it serves duplicate deliveries too
     if env_file:

@@ -15,6 +15,12 @@ that just succeeded, or may still show an item as it was (https://docs.aws.amazo
 developerguide/GSI.html#GSI.Writes, "eventually consistent"). Here every write keeps, for `INDEX_LAG_MAX_S`, the item
 as it was before it; a query of a global index reads the table as it was a seeded 0 to `INDEX_LAG_MAX_S` ago.
 
+Conditional writes of one S3 key at once. S3 answers `409 ConditionalRequestConflict` to a conditional PUT
+(`If-None-Match` / `If-Match`) of a key while another conditional write of it is in progress, and advises a retry
+(https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html); moto never does. Here a
+conditional PUT is in progress for a seeded `hold_s` / 2 to `hold_s` before moto applies it, and a conditional PUT
+of the same key arriving meanwhile gets the 409.
+
 Duplicate deliveries. SQS (FIFO too) delivers at least once: a consumer can receive a message again after it was
 processed (a lost delete, an expired visibility), and Lambda's event source mapping processes each event at least
 once (https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventsourcemapping.html). A strict local cloud's
@@ -47,7 +53,8 @@ class Strictness:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     lock: threading.Lock = field(default_factory=threading.Lock)
     in_progress: set[ItemId] = field(default_factory=set)
-    conflicts: dict[str, int] = field(default_factory=lambda: {"transactions": 0, "writes": 0})
+    conflicts: dict[str, int] = field(default_factory=lambda: {"transactions": 0, "writes": 0, "s3": 0})
+    keys_in_progress: set[tuple[str, str]] = field(default_factory=set)  # (bucket, key) of conditional PUTs
     inside: threading.local = field(default_factory=threading.local)
     index_lag_max_s: float = INDEX_LAG_MAX_S
     # table name -> item key -> [(when written, the item as it was before: None if absent)], the last lag's writes
@@ -66,6 +73,7 @@ class Strictness:
         return {
             "transaction_conflicts": self.conflicts["transactions"],
             "write_conflicts": self.conflicts["writes"],
+            "s3_conditional_conflicts": self.conflicts["s3"],
             "lagged_index_reads": self.lagged_reads,
         }
 
@@ -304,3 +312,38 @@ def patch_moto_lagging_indexes() -> None:
     )
     DynamoDBBackend.query = _lagged(DynamoDBBackend.query)  # type: ignore[method-assign]
     DynamoDBBackend.scan = _lagged(DynamoDBBackend.scan)  # type: ignore[method-assign]
+
+
+S3_CONFLICT_BODY = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ConditionalRequestConflict</Code><Message>A conflicting '
+    "conditional operation is currently in progress against this resource. Please try again.</Message></Error>"
+)
+
+
+def patch_moto_conditional_puts() -> None:
+    """Inert unless strict: a conditional PUT is in progress while held, and one of the same key meanwhile gets 409."""
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response, "sitedispatch_conditional", False):
+        return
+    S3Response.sitedispatch_conditional = True  # type: ignore[attr-defined]
+    original = S3Response.put_object
+
+    def put_object(self: Any) -> Any:
+        if not (STRICT.enabled and (self.headers.get("If-None-Match") or self.headers.get("If-Match"))):
+            return original(self)
+        key = (self.bucket_name, self.parse_key_name())
+        with STRICT.lock:
+            if key in STRICT.keys_in_progress:
+                STRICT.conflicts["s3"] += 1
+                return 409, {"Content-Type": "application/xml"}, S3_CONFLICT_BODY
+            STRICT.keys_in_progress.add(key)
+            hold = STRICT.hold_s * (0.5 + 0.5 * STRICT.rng.random())
+        try:
+            time.sleep(hold)
+            return original(self)
+        finally:
+            with STRICT.lock:
+                STRICT.keys_in_progress.discard(key)
+
+    S3Response.put_object = put_object  # type: ignore[method-assign]

@@ -126,8 +126,12 @@ class LocalRuntime:
         function_timeout_s: int | None = None,
         policy: dict[str, Any] | None = None,
         strict_seed: int | None = None,
+        sqs_s3_endpoint: str | None = None,
     ) -> dict[str, str]:
+        """`sqs_s3_endpoint`: the queues and the bucket on that emulator (LocalStack), the tables on moto."""
         args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
+        if sqs_s3_endpoint:
+            args += ["--sqs-s3-endpoint", sqs_s3_endpoint]
         if strict_seed is None and os.environ.get(STRICT_SEED_ENV):  # a whole suite run strict (make test-strict)
             strict_seed = int(os.environ[STRICT_SEED_ENV])
         if strict_seed is not None:

@@ -58,6 +58,7 @@ def bodies_written(deps: Dependencies, site: str) -> int:
     return int(listed.get("KeyCount", 0))
 
 
+@pytest.mark.guarantee
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,7 +123,10 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     reader.join(30)
 
     assert final.status == Status.SUCCEEDED and final.attempt == (1 if handed_over else 2)
-    history = deps.commits.history("crash-site")  # newest first: the import once, after the provision
+    assert present(deps.sites.get("crash-site")).head_version == 2 and deps.commits.get(op_id) is not None
+    history = wait_for(  # newest first: the import once, after the provision (an index: eventually consistent)
+        lambda: len(h := deps.commits.history("crash-site")) == 2 and h, timeout_s=5, what="history"
+    )
     assert [(c.kind, c.version) for c in history] == [(Kind.IMPORT, 2), (Kind.PROVISION, 1)]
     assert history[0].operation_id == op_id
     summary = present(deps.commits.get(op_id)).summary

@@ -29,6 +29,7 @@ def one_commit_listed(deps: Dependencies, site: str) -> bool:
     return len(deps.commits.history(site)) == 1
 
 
+@pytest.mark.guarantee
 def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_time(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

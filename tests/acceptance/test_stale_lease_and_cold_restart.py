@@ -33,6 +33,7 @@ def connect(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dependencie
     return Dependencies(Settings()).warm()
 
 
+@pytest.mark.guarantee
 def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
     assert deps.operations.counter("running#operations#p") == 0
 
 
+@pytest.mark.guarantee
 def test_a_cold_restart_with_a_backlog_in_flight_ends_every_operation_once(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,7 @@ from sitedispatch.domain.model import QueueMessage, Status, sha256_hex
 from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 from sitedispatch.operations.submission import INLINE_INPUT_BYTES
 from sitedispatch.operations.worker import op_input
-from tests.conftest import Cloud
+from tests.conftest import Cloud, assert_committed_once
 from tests.factories import PROVISION, present
 
 
@@ -132,6 +132,7 @@ def test_lease_conflict_defers_the_message_without_an_attempt(cloud: Cloud, entr
     assert receive(cloud) == []
 
 
+@pytest.mark.guarantee
 def test_entrypoint_commits_once_across_duplicate_messages(cloud: Cloud, entrypoint: Any) -> None:
     op_id = submit(cloud, "acme-blog", key="k")
     op = cloud.deps.operations.get(op_id)
@@ -144,7 +145,7 @@ def test_entrypoint_commits_once_across_duplicate_messages(cloud: Cloud, entrypo
     second = receive(cloud, 1)
     assert invoke(entrypoint, cloud, second)["batchItemFailures"] == []
 
-    assert [c.operation_id for c in cloud.deps.commits.history("acme-blog")] == [op_id]
+    assert_committed_once(cloud.deps, "acme-blog", [op_id])
     assert cloud.deps.sites.get("acme-blog").fence == 1  # type: ignore[union-attr]
 
 
@@ -159,6 +160,7 @@ def test_malformed_message_is_acknowledged_not_retried_forever(cloud: Cloud, ent
     assert invoke(entrypoint, cloud, messages) == {"batchItemFailures": []}
 
 
+@pytest.mark.guarantee
 def test_stale_fence_is_rejected_by_dynamodb_not_by_the_client(cloud: Cloud) -> None:
     """Skip every client-side check and write straight through the commit port with an old fence."""
     from sitedispatch.domain.errors import StaleFence
@@ -177,6 +179,7 @@ def test_stale_fence_is_rejected_by_dynamodb_not_by_the_client(cloud: Cloud) -> 
     assert cloud.deps.commits.get(op_id) is None
 
 
+@pytest.mark.guarantee
 def test_the_same_message_processed_by_two_workers_at_once_commits_once(cloud: Cloud) -> None:
     """Two workers, one message, truly concurrent (threads against DynamoDB on moto): the lease claim and the fenced
     commit let exactly one of them commit; the other defers or finds the commit."""
@@ -200,7 +203,7 @@ def test_the_same_message_processed_by_two_workers_at_once_commits_once(cloud: C
         thread.join(30)
 
     assert len(results) == 2
-    assert [c.operation_id for c in cloud.deps.commits.history("acme-blog")] == [op_id]
+    assert_committed_once(cloud.deps, "acme-blog", [op_id])
     assert present(cloud.deps.operations.get(op_id)).status == Status.SUCCEEDED
     winner, loser = sorted(results, key=lambda r: r.reason != "committed")
     assert (winner.outcome, winner.reason) == (Outcome.SUCCEEDED, "committed")

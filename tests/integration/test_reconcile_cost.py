@@ -11,6 +11,7 @@ from tests.conftest import Cloud
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.guarantee
 def test_a_sweep_of_a_quiet_fleet_reads_the_same_at_twenty_sites_as_at_two_hundred(cloud: Cloud) -> None:
     deps = cloud.deps
     register_quiet_sites(deps, 0, 20)
