@@ -24,7 +24,7 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, fairness, fleet, import_steps, latency, requests, sweeps, throughput
+from . import coldstart, emulators, fairness, fleet, import_steps, latency, requests, sweeps, throughput
 
 T = TypeVar("T")
 
@@ -317,6 +317,8 @@ def main() -> None:
         if args.throughput_workers:
             tp = throughput.measure(Path(tmp), args.throughput_workers, args.throughput_ops)
             (RESULTS / "throughput.json").write_text(json.dumps({**meta, **tp}, indent=2))
+            rates = emulators.measure()  # which of those figures are the emulator's (moto, and LocalStack if installed)
+            (RESULTS / "emulators.json").write_text(json.dumps({**meta, **rates}, indent=2))
         if args.publish_routes:
             memory = publication_rss(Path(tmp), args.publish_routes)
             (RESULTS / "publication-memory.json").write_text(json.dumps({**meta, "runs": memory}, indent=2))

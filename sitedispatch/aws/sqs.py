@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,11 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.model import PublicationMessage, QueueMessage
 from sitedispatch.domain.ports import DeadLetter
 
-MAX_VISIBILITY_S = 43_200  # SQS's ceiling for ChangeMessageVisibility
+# SQS's ceiling: a received message's visibility may reach at most 12 hours past its receive, in total; a request
+# past it is refused, not shortened (API_ChangeMessageVisibility). The receive came a little before this delivery's
+# first look at it (Lambda polls, then invokes), so the margin.
+MAX_VISIBILITY_S = 43_200
+RECEIVE_MARGIN_S = 60
 SWEEP_HOLD_S = 60  # how long a DLQ sweep holds the messages it looks at (released at its end)
 
 
@@ -110,12 +115,20 @@ NOT_OURS_ANY_MORE = {"ReceiptHandleIsInvalid", "MessageNotInflight"}
 
 
 class SqsVisibility:
-    """ChangeMessageVisibility for one received message."""
+    """ChangeMessageVisibility for one received message, built when its delivery begins."""
 
-    def __init__(self, client: Any, queue_url: str, receipt_handle: str) -> None:
+    def __init__(
+        self, client: Any, queue_url: str, receipt_handle: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self.client = client
         self.queue_url = queue_url
         self.receipt_handle = receipt_handle
+        self.clock = clock
+        self.received_at = clock() - RECEIVE_MARGIN_S
+
+    def ceiling_s(self) -> int:
+        """The longest visibility SQS still accepts for this receive (from now)."""
+        return max(0, math.floor(MAX_VISIBILITY_S - (self.clock() - self.received_at)))
 
     def change(self, seconds: float) -> None:
         """A message that is no longer this delivery's is left to whoever has it (the lease, not the visibility,
@@ -124,7 +137,7 @@ class SqsVisibility:
             self.client.change_message_visibility(
                 QueueUrl=self.queue_url,
                 ReceiptHandle=self.receipt_handle,
-                VisibilityTimeout=max(0, min(MAX_VISIBILITY_S, math.ceil(seconds))),
+                VisibilityTimeout=max(0, min(self.ceiling_s(), math.ceil(seconds))),
             )
         except ClientError as exc:
             error = exc.response.get("Error", {})

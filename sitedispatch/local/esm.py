@@ -31,6 +31,7 @@ from sitedispatch.local.strict import DUPLICATE_RATE, STRICT_DELETE_LOST, duplic
 
 TIMEOUT_EXIT = 124
 PR_SET_PDEATHSIG = 1
+SEVERAL_GROUPS = "batch of several message groups"  # logged by an environment for such a batch
 POLL_WAIT_S = 1  # short long-poll, so an environment notices a stop request within about a second
 
 
@@ -188,6 +189,9 @@ class Environment:
             ).get("Messages", [])
             if not messages:
                 continue
+            groups = {m.get("Attributes", {}).get("MessageGroupId") for m in messages}
+            if len(groups) > 1:  # as Lambda may fill a FIFO batch (batch size above 1) from several groups
+                print(json.dumps({"level": "INFO", "message": SEVERAL_GROUPS, "groups": len(groups)}), flush=True)
             response = self.invoke(sqs_event(messages, arn, self.region))
             settle(sqs, self.queue_url, messages, response, lose)
 

@@ -64,7 +64,9 @@ class Strictness:
     def enable(self, seed: int, hold_s: float = DEFAULT_HOLD_S, index_lag_max_s: float = INDEX_LAG_MAX_S) -> None:
         self.enabled, self.hold_s, self.rng = True, hold_s, random.Random(seed)
         self.index_lag_max_s = index_lag_max_s
-        self.history.clear()
+        self.history.clear()  # each enabling counts and remembers from nothing (tests enable it one after another)
+        self.conflicts = {name: 0 for name in self.conflicts}
+        self.lagged_reads = 0
 
     def disable(self) -> None:
         self.enabled = False

@@ -118,3 +118,44 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+@pytest.mark.guarantee
+def test_batches_of_several_sites_messages_commit_each_once(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every deployed mapping takes one record a batch; with a larger batch size (as an operator may set) Lambda
+    fills a FIFO batch from several message groups. The operations worker then handles several sites in one
+    invocation, each its own group: every operation commits once, on moto and on the strict local cloud."""
+    from sitedispatch.dependencies import Dependencies
+    from sitedispatch.domain.model import Status
+    from sitedispatch.domain.settings import Settings
+    from sitedispatch.local.esm import SEVERAL_GROUPS
+    from tests.conftest import assert_committed_once
+    from tests.factories import PROVISION, present
+
+    sites = [f"batch-site-{n}" for n in range(8)]
+    env = runtime.start_cloud(0, function_timeout_s=20)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    deps = Dependencies(Settings()).warm()
+    submitter = deps.submitter()
+    accepted = [
+        submitter.submit(kind="provision", site_id=site, principal="p", params=PROVISION).operation.operation_id
+        for site in sites
+    ]  # all queued before the worker polls: its first receive finds eight groups
+    worker = runtime.start_worker("operations", 1, extra=["--batch-size", "10"])
+    runtime.start_worker("publications", 1)
+
+    finals = wait_for(
+        lambda: (
+            all(present(deps.operations.get(o)).status.terminal for o in accepted)
+            and [present(deps.operations.get(o)) for o in accepted]
+        ),
+        timeout_s=90,
+        what="every provision terminal",
+    )
+    assert {op.status for op in finals} == {Status.SUCCEEDED}
+    for site, op_id in zip(sites, accepted, strict=True):
+        assert_committed_once(deps, site, [op_id])
+    assert SEVERAL_GROUPS in worker.log.read_text()  # the batches did hold several sites

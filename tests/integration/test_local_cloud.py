@@ -96,6 +96,29 @@ def test_a_visibility_change_for_a_message_another_delivery_took_is_logged_not_r
         SqsVisibility(sqs, url + "-no-such-queue", message["ReceiptHandle"]).change(30)
 
 
+def test_a_visibility_past_sqss_twelve_hour_ceiling_is_clamped_to_what_is_left_of_it(cloud: Cloud) -> None:
+    """SQS refuses a ChangeMessageVisibility that would take the message's visibility past 12 hours from its
+    receive, in total (moto too; LocalStack accepts it); it does not shorten it. A backoff or deferral longer than
+    what is left is asked for as what is left instead of failing the delivery (found here: the clamp was 12 hours
+    from now, which moto refused once the receive was a second old)."""
+    from sitedispatch.aws.sqs import MAX_VISIBILITY_S, RECEIVE_MARGIN_S, SqsVisibility
+
+    sqs, url = cloud.deps.sqs, cloud.settings.operations_queue_url
+    sqs.send_message(QueueUrl=url, MessageBody="{}", MessageGroupId="g", MessageDeduplicationId="d-1")
+    [message] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"]
+    now = [time.time()]
+    visibility = SqsVisibility(sqs, url, message["ReceiptHandle"], clock=lambda: now[0])
+    if cloud.sqs_s3_endpoint is None:  # moto refuses a total past the ceiling, as AWS does
+        with pytest.raises(ClientError, match="InvalidParameterValue"):
+            sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=MAX_VISIBILITY_S
+            )
+    now[0] += 3_600  # an hour into this delivery (as the clock it is given says)
+    assert visibility.ceiling_s() == MAX_VISIBILITY_S - 3_600 - RECEIVE_MARGIN_S
+    visibility.change(50_000)
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []  # hidden: it applied
+
+
 @pytest.fixture
 def strict() -> Iterator[Strictness]:
     """`--strict` in this process's moto, for one test (transactions held 0.2-0.4 s, so overlap is certain)."""
