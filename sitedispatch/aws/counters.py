@@ -10,7 +10,7 @@ from typing import Any
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.tables import Models
-from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
+from sitedispatch.aws.writes import TransactionFailed, get_item, patient, transaction
 from sitedispatch.domain.model import Quota
 from sitedispatch.operations.admission import quota_key
 from sitedispatch.operations.minute_counts import Bucket, expires_at
@@ -83,7 +83,7 @@ class DynamoMinuteBuckets:
         self.C = models.Counter
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
-        self.C(bucket_id).update(actions=bucket_actions(self.C, minute, count, amount))
+        patient(lambda: self.C(bucket_id).update(actions=bucket_actions(self.C, minute, count, amount)))
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         wanted = list(dict.fromkeys(bucket_ids))

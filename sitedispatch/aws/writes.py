@@ -31,14 +31,32 @@ from sitedispatch.aws.conflicts import Conflicted, patiently
 CONDITION_FAILED = "ConditionalCheckFailedException"
 CANCELLED_BY_CONDITION = "ConditionalCheckFailed"
 TRANSACTION_CONFLICT = "TransactionConflict"  # a cancellation only by these is sent again (aws/conflicts.py)
+WRITE_CONFLICT = "TransactionConflictException"  # a single write refused by a transaction in progress: likewise
 MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key (2048 for a partition key); ours are far shorter
 M = TypeVar("M", bound=Model)
+
+
+def patient(write: Callable[[], object]) -> None:
+    """Run one single write (PutItem, UpdateItem, DeleteItem). DynamoDB refuses one on an item a transaction is in
+    progress on (TransactionConflictException: nothing written), and botocore does not retry it: it is sent again
+    after a short backoff (aws/conflicts.py). Found by the strict local cloud: a minute bucket's ADD met the commit
+    transaction that tallies the same bucket."""
+
+    def attempt() -> None:
+        try:
+            write()
+        except (PutError, UpdateError, DeleteError) as exc:
+            if exc.cause_response_code == WRITE_CONFLICT:
+                raise Conflicted(exc) from exc
+            raise
+
+    patiently(attempt, "a write", "transaction_conflict")
 
 
 def conditionally(write: Callable[[], object]) -> bool:
     """Run one conditional write: True if it was applied, False if its condition failed. Any other failure raises."""
     try:
-        write()
+        patient(write)
     except (PutError, UpdateError, DeleteError) as exc:
         if exc.cause_response_code == CONDITION_FAILED:
             return False

@@ -316,3 +316,34 @@ def test_conditional_puts_of_one_key_at_once_let_exactly_one_write(cloud: Cloud)
         results = list(pool.map(lambda n: blobs.put_if_absent("contested", f"body {n}".encode()), range(64)))
     assert results.count(True) == 1
     assert blobs.get("contested") == f"body {results.index(True)}".encode()
+
+
+def test_strict_a_single_write_refused_by_a_transaction_in_progress_is_sent_again(
+    cloud: Cloud, strict: Strictness
+) -> None:
+    """DynamoDB refuses a single write on an item a transaction is in progress on (TransactionConflictException) and
+    botocore does not retry it: the stores' writes (aws/writes.py `patient`, `conditionally`) send it again, so it
+    lands after the transaction instead of failing the delivery or the request."""
+    from sitedispatch.aws.counters import DynamoMinuteBuckets
+    from sitedispatch.aws.writes import conditionally
+
+    client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
+    table, C = cloud.settings.counters_table, cloud.deps.models.Counter
+
+    def held_transaction() -> threading.Thread:
+        thread = threading.Thread(target=lambda: client.transact_write_items(TransactItems=[_bump(table, "shared")]))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not strict.in_progress and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert strict.in_progress
+        return thread
+
+    first = held_transaction()
+    assert conditionally(lambda: C("shared").update(actions=[C.value.add(1)])) is True  # met it, waited, landed
+    first.join(10)
+    assert client.get_item(TableName=table, Key={"counter_id": {"S": "shared"}})["Item"]["value"]["N"] == "2"
+    second = held_transaction()
+    DynamoMinuteBuckets(cloud.deps.models).add("shared", 1, 1, 1)  # an unconditional ADD, likewise
+    second.join(10)
+    assert strict.conflicts["writes"] >= 2 and not strict.in_progress
