@@ -74,4 +74,7 @@ def measure() -> dict[str, Any]:
 
 if __name__ == "__main__":
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "emulators.json").write_text(json.dumps(measure(), indent=2))
+    from datetime import UTC, datetime
+
+    stamp = {"date": datetime.now(UTC).isoformat(timespec="seconds")}
+    (RESULTS / "emulators.json").write_text(json.dumps({**stamp, **measure()}, indent=2))
