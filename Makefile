@@ -30,13 +30,18 @@ $(LAMBDA_WHEELS): requirements-lambda.lock $(STAMP)
 
 lambda-wheels: $(LAMBDA_WHEELS)
 
+# A tool's own environment ($(1)) from its own hash-checked lock ($(2)), stamped with the lock's digest ($@).
+define venv_from_lock
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r $(2)
+	rm -f $(1)/.installed-* && touch $@
+endef
+
 # checkov (a third party's rule set over the synthesized template) in its own environment from its own lock: its
 # dependencies would otherwise move the project's pins. tests/infrastructure runs it.
 CHECKOV := .venv-checkov/.installed-$(shell sha256sum tools/checkov.lock | cut -c1-16)
 $(CHECKOV): tools/checkov.lock
-	test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
-	.venv-checkov/bin/pip install --quiet --disable-pip-version-check --require-hashes -r tools/checkov.lock
-	rm -f .venv-checkov/.installed-* && touch $@
+	$(call venv_from_lock,.venv-checkov,tools/checkov.lock)
 
 checkov: $(CHECKOV)
 
@@ -45,9 +50,7 @@ checkov: $(CHECKOV)
 # local runtime with the queues and the bucket on it, the tables on moto (its DynamoDB needs a Java download).
 LOCALSTACK := .venv-localstack/.installed-$(shell sha256sum tools/localstack.lock | cut -c1-16)
 $(LOCALSTACK): tools/localstack.lock
-	test -x .venv-localstack/bin/python || $(PYTHON) -m venv .venv-localstack
-	.venv-localstack/bin/pip install --quiet --disable-pip-version-check --require-hashes -r tools/localstack.lock
-	rm -f .venv-localstack/.installed-* && touch $@
+	$(call venv_from_lock,.venv-localstack,tools/localstack.lock)
 
 localstack: $(LOCALSTACK)
 

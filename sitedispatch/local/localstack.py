@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sitedispatch.domain.errors import InvalidInput
-from sitedispatch.local.supervisor import LocalRuntimeError
+from sitedispatch.local.supervisor import LocalRuntimeError, free_port, stop_process_groups
 
 LOCALSTACK_PYTHON_ENV = "SITEDISPATCH_LOCALSTACK_PYTHON"  # set: the tests also run against LocalStack's SQS and S3
 DEFAULT_LOCALSTACK_PYTHON = Path(".venv-localstack/bin/python")
@@ -35,13 +33,6 @@ def localstack_python() -> Path | None:
     """The LocalStack environment's interpreter the tests are asked to use, or None (not asked)."""
     named = os.environ.get(LOCALSTACK_PYTHON_ENV)
     return Path(named) if named else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def localstack_environment(port: int, root: Path) -> dict[str, str]:
@@ -74,7 +65,7 @@ def running_localstack(python: Path, workdir: Path) -> Iterator[str]:
     if not python.exists():
         raise InvalidInput(f"no LocalStack environment at {python}: run `make localstack` first", field="python")
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     log = workdir / "localstack.log"
     with log.open("ab") as handle:
         process = subprocess.Popen(
@@ -90,7 +81,7 @@ def running_localstack(python: Path, workdir: Path) -> Iterator[str]:
         _await_ready(process, log, endpoint)
         yield endpoint
     finally:
-        _stop(process)
+        stop_process_groups([process], timeout_s=20)
 
 
 def _inherited() -> dict[str, str]:
@@ -108,17 +99,3 @@ def _await_ready(process: subprocess.Popen[bytes], log: Path, endpoint: str) -> 
             return
         time.sleep(0.2)
     raise LocalRuntimeError(f"LocalStack not ready after {READY_TIMEOUT_S:.0f} s (log: {log})")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # anything it started

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,31 @@ class LocalRuntimeError(SiteDispatchError, RuntimeError):
     """A process of the local runtime did not come up."""
 
     code = "local_runtime_failed"
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free at this moment, for a server a test or the runtime starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def stop_process_groups(processes: list[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
+    """SIGTERM each process's group (each started in a session of its own), wait for all, SIGKILL the groups of any
+    still running at the deadline; last, SIGKILL every group, so nothing they started outlives them."""
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _last_line(log: Path) -> str:

@@ -8,13 +8,10 @@ Needs the Debian packages listed in wordpress-packages.txt (beside this module).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sitedispatch.drivers.wordpress.origin import MU_PLUGIN
+from sitedispatch.local.supervisor import free_port, stop_process_groups
 
 WORDPRESS_DIR = Path("/usr/share/wordpress")
 PACKAGES = tuple(Path(__file__).with_name("wordpress-packages.txt").read_text().split())  # .ci/run reads it too
@@ -40,12 +38,6 @@ def missing_programs() -> list[str]:
     if not (WORDPRESS_DIR / "wp-settings.php").exists():
         missing.append("wordpress")
     return sorted(set(missing))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -90,16 +82,7 @@ class LocalWordPress:
         return process
 
     def stop(self) -> None:
-        for process in reversed(self._processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(self._processes):
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        stop_process_groups(list(reversed(self._processes)))
         self._processes.clear()
 
     # -- the database ------------------------------------------------------------------------------------------
