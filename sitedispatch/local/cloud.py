@@ -367,6 +367,22 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
+def check_answers(endpoint: str) -> None:
+    """Refuse a second emulator's endpoint where nothing listens, in one line, before any resource is made."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=2):
+            return
+    except (OSError, ValueError):
+        raise InvalidInput(
+            f"nothing answers at {endpoint} (--sqs-s3-endpoint): start LocalStack there first "
+            "(sitedispatch/local/localstack.py has its settings)",
+            field="sqs_s3_endpoint",
+        ) from None
+
+
 def serve(
     port: int,
     env_file: Path | None,
@@ -381,6 +397,8 @@ def serve(
     from moto.server import ThreadedMotoServer
 
     check_port_free(port)
+    if sqs_s3_endpoint:
+        check_answers(sqs_s3_endpoint)
     os.environ.update(FAKE_AWS)
     quiet_moto()
     if strict_seed is not None:

@@ -347,3 +347,20 @@ def test_strict_a_single_write_refused_by_a_transaction_in_progress_is_sent_agai
     DynamoMinuteBuckets(cloud.deps.models).add("shared", 1, 1, 1)  # an unconditional ADD, likewise
     second.join(10)
     assert strict.conflicts["writes"] >= 2 and not strict.in_progress
+
+
+def test_a_second_emulator_where_nothing_answers_is_refused_in_one_line() -> None:
+    """`local cloud --sqs-s3-endpoint URL` with nothing listening there: exit 2 with what to do, nothing created."""
+    import socket
+
+    from sitedispatch.domain.errors import InvalidInput
+    from sitedispatch.local.cloud import check_answers
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        check_answers(f"http://127.0.0.1:{port}")  # something answers: accepted
+    with pytest.raises(InvalidInput, match="start LocalStack there first") as refused:
+        check_answers(f"http://127.0.0.1:{port}")  # its listener is gone
+    assert refused.value.field == "sqs_s3_endpoint"
