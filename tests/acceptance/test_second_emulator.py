@@ -58,8 +58,10 @@ class Cli:
 def test_the_local_runtime_runs_end_to_end_with_sqs_and_s3_on_localstack(
     runtime: LocalRuntime, sqs_s3: str, tmp_path: Path
 ) -> None:
-    # Given the local runtime whose queues and bucket live on LocalStack, imports in steps of 20 items
-    env = runtime.start_cloud(0, function_timeout_s=10, policy={"import_step_items": 20}, sqs_s3_endpoint=sqs_s3)
+    # Given the local runtime whose queues and bucket live on LocalStack, imports in steps of 20 items, one step an
+    # invocation (10 s steps in a 10 s function: each invocation hands over to the next through the queue)
+    policy = {"import_step_items": 20, "import_step_s": 10}
+    env = runtime.start_cloud(0, function_timeout_s=10, policy=policy, sqs_s3_endpoint=sqs_s3)
     assert env["AWS_ENDPOINT_URL_SQS"] == env["AWS_ENDPOINT_URL_S3"] == sqs_s3 != env["AWS_ENDPOINT_URL"]
     assert env["SITEDISPATCH_OPERATIONS_QUEUE_URL"].startswith(f"{sqs_s3}/")
     runtime.start_api()
@@ -87,7 +89,9 @@ def test_the_local_runtime_runs_end_to_end_with_sqs_and_s3_on_localstack(
         what="the import's commit in the site's history",
     )
     assert [c["operation_id"] for c in commits] == [imported["operation_id"], provisions[0]["operation_id"]]
-    assert commits[0]["summary"]["steps"] >= 3  # theme test data's 79 items, 20 a step
+    steps = commits[0]["summary"]["steps"]
+    assert steps >= 3 and commits[0]["summary"]["resumed_from_step"] >= 1  # 79 items, 20 a step, continued
+    assert done["fence"] - commits[1]["fence"] >= steps  # an invocation per step, each under the next fence
     wait_for(lambda: cli("sites", "get", SITES[0])["live_seq"] == 2, timeout_s=60, what="the import's publication live")
     home = cli("sites", "read", SITES[0], "/")
     assert home["seq"] == 2 and "<html" in home["content"].lower()
