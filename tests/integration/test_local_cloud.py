@@ -364,3 +364,24 @@ def test_a_second_emulator_where_nothing_answers_is_refused_in_one_line() -> Non
     with pytest.raises(InvalidInput, match="start LocalStack there first") as refused:
         check_answers(f"http://127.0.0.1:{port}")  # its listener is gone
     assert refused.value.field == "sqs_s3_endpoint"
+
+
+def test_a_message_received_past_the_redrive_backstop_moves_to_its_dead_letter_queue(cloud: Cloud) -> None:
+    """The queues' redrive policy is a backstop far above the attempt budget (deferrals and import hand-overs each
+    cost a receive): past REDRIVE_BACKSTOP_RECEIVES receives SQS moves the message to the DLQ (on moto and on
+    LocalStack alike). Its operation's row is left as it was, so the reconciler sends it again once untouched for
+    an hour (tests/unit/test_reconciler.py::test_orphans_accepted_without_a_send_or_queued_and_untouched_are_sent_again)."""
+    from sitedispatch.domain.resources import REDRIVE_BACKSTOP_RECEIVES
+
+    sqs, url, dlq = cloud.deps.sqs, cloud.settings.bulk_queue_url, cloud.settings.bulk_dlq_url
+    sqs.send_message(QueueUrl=url, MessageBody="{}", MessageGroupId="g", MessageDeduplicationId="d-1")
+    counts = []
+    for _ in range(REDRIVE_BACKSTOP_RECEIVES):
+        [message] = sqs.receive_message(
+            QueueUrl=url, WaitTimeSeconds=1, VisibilityTimeout=0, MessageSystemAttributeNames=["All"]
+        )["Messages"]
+        counts.append(int(message["Attributes"]["ApproximateReceiveCount"]))
+    assert counts == list(range(1, REDRIVE_BACKSTOP_RECEIVES + 1))  # every receive counts
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", []) == []  # moved on this receive
+    [moved] = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1)["Messages"]
+    assert moved["Body"] == "{}"
