@@ -370,7 +370,7 @@ def test_a_message_received_past_the_redrive_backstop_moves_to_its_dead_letter_q
     """The queues' redrive policy is a backstop far above the attempt budget (deferrals and import hand-overs each
     cost a receive): past REDRIVE_BACKSTOP_RECEIVES receives SQS moves the message to the DLQ (on moto and on
     LocalStack alike). Its operation's row is left as it was, so the reconciler sends it again once untouched for
-    an hour (tests/unit/test_reconciler.py::test_orphans_accepted_without_a_send_or_queued_and_untouched_are_sent_again)."""
+    an hour (tests/unit/test_reconciler.py, the orphans test)."""
     from sitedispatch.domain.resources import REDRIVE_BACKSTOP_RECEIVES
 
     sqs, url, dlq = cloud.deps.sqs, cloud.settings.bulk_queue_url, cloud.settings.bulk_dlq_url
