@@ -44,6 +44,17 @@ STRICT_TEST_SEED = 11
 EMULATIONS = ("moto", "strict")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `second_emulator` run only when LocalStack is asked for (`make test-localstack` names its
+    environment): deselected, not skipped, elsewhere."""
+    if localstack_python() is not None:
+        return
+    chosen = [item for item in items if not item.get_closest_marker("second_emulator")]
+    if len(chosen) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+        items[:] = chosen
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.get_closest_marker("guarantee") and "emulation" in metafunc.fixturenames:
         metafunc.parametrize("emulation", EMULATIONS, indirect=True)

@@ -44,28 +44,26 @@ class S3BlobStore:
         def put() -> bool:
             if not isinstance(body, bytes):
                 body.seek(start)  # a request sent again sends the whole body again
-            try:
-                self._put_conditionally(Key=key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum)
-                return True
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code")
-                if code == "PreconditionFailed":
-                    return False
-                if code == "BadDigest":
-                    refused = f"s3://{self.bucket}/{key}: the body is not the declared SHA-256"
-                    raise InvalidInput(refused, field="sha256") from None
-                raise
+            return self._put_conditionally(key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum)
 
         return patiently(put, f"s3://{self.bucket}/{key}", "s3_conflict")
 
-    def _put_conditionally(self, **params: Any) -> None:
-        """A conditional PUT; S3's 409 (another conditional write of the key was in progress, nothing written)
-        becomes Conflicted, which `patiently` sends again: then the other write is there (412) or gone."""
+    def _put_conditionally(self, key: str, **params: Any) -> bool:
+        """One conditional PUT: True if written, False if its condition failed (412). S3's 409 (another conditional
+        write of the key was in progress, nothing written) becomes Conflicted, which `patiently` sends again: then
+        the other write is there (412) or gone. A body that is not its declared SHA-256 is refused."""
         try:
-            self.client.put_object(Bucket=self.bucket, **params)
+            self.client.put_object(Bucket=self.bucket, Key=key, **params)
+            return True
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == CONDITIONAL_CONFLICT:
+            code = exc.response.get("Error", {}).get("Code")
+            if code == "PreconditionFailed":
+                return False
+            if code == CONDITIONAL_CONFLICT:
                 raise Conflicted(exc) from exc
+            if code == "BadDigest":
+                refused = f"s3://{self.bucket}/{key}: the body is not the declared SHA-256"
+                raise InvalidInput(refused, field="sha256") from None
             raise
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
@@ -79,17 +77,11 @@ class S3BlobStore:
 
     def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         condition = {"IfMatch": expected_etag} if expected_etag else {"IfNoneMatch": "*"}
-
-        def put() -> bool:
-            try:
-                self._put_conditionally(Key=key, Body=body, ContentType=content_type, **condition)
-                return True
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
-                    return False
-                raise
-
-        return patiently(put, f"s3://{self.bucket}/{key}", "s3_conflict")
+        return patiently(
+            lambda: self._put_conditionally(key, Body=body, ContentType=content_type, **condition),
+            f"s3://{self.bucket}/{key}",
+            "s3_conflict",
+        )
 
     def get(self, key: str) -> bytes:
         return self.open(key).read()

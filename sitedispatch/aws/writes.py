@@ -39,8 +39,8 @@ M = TypeVar("M", bound=Model)
 def patient(write: Callable[[], object]) -> None:
     """Run one single write (PutItem, UpdateItem, DeleteItem). DynamoDB refuses one on an item a transaction is in
     progress on (TransactionConflictException: nothing written), and botocore does not retry it: it is sent again
-    after a short backoff (aws/conflicts.py). Found by the strict local cloud: a minute bucket's ADD met the commit
-    transaction that tallies the same bucket."""
+    after a short backoff (aws/conflicts.py). A minute bucket's ADD, for one, can meet the commit transaction that
+    tallies the same bucket (on AWS, and on the strict local cloud)."""
 
     def attempt() -> None:
         try:

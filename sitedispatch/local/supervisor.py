@@ -158,7 +158,9 @@ class LocalRuntime:
         args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
         if sqs_s3_endpoint:
             args += ["--sqs-s3-endpoint", sqs_s3_endpoint]
-        if strict_seed is None and os.environ.get(STRICT_SEED_ENV):  # a whole suite run strict (make test-strict)
+        if strict_seed is None and os.environ.get(
+            STRICT_SEED_ENV
+        ):  # a test's strict run (tests/conftest.py `emulation`)
             strict_seed = int(os.environ[STRICT_SEED_ENV])
         if strict_seed is not None:
             args += ["--strict", "--seed", str(strict_seed)]

@@ -1,6 +1,6 @@
 """One end-to-end run of the local runtime with its queues and bucket on LocalStack (a second, independent emulator)
 and its tables on moto: `make test-localstack` runs it (SITEDISPATCH_LOCALSTACK_PYTHON names LocalStack's
-environment); `make test` skips it.
+environment); elsewhere it is deselected (marker `second_emulator`, tests/conftest.py).
 
 Through the CLI, as a user drives it: three sites provisioned at once, an uploaded export imported in several steps
 (checkpoints, heartbeats and hand-overs move the message's visibility on LocalStack's SQS), a malformed export dead
@@ -25,7 +25,7 @@ from sitedispatch.publication.live import object_key
 from tests.acceptance.conftest import wait_for
 from tests.unit.conftest import FIXTURES, THEME_TEST_DATA
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.integration]
+pytestmark = [pytest.mark.acceptance, pytest.mark.integration, pytest.mark.second_emulator]
 SITES = ["ls-site-a", "ls-site-b", "ls-site-c"]
 LOCALSTACK = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
 
@@ -33,8 +33,7 @@ LOCALSTACK = boto3.session.Session(aws_access_key_id="test", aws_secret_access_k
 @pytest.fixture
 def sqs_s3(tmp_path: Path) -> Any:
     python = localstack_python()
-    if python is None:
-        pytest.skip("LocalStack's run: make test-localstack (SITEDISPATCH_LOCALSTACK_PYTHON names its environment)")
+    assert python is not None  # the marker deselects this test unless LocalStack is asked for
     with running_localstack(python, tmp_path / "localstack") as endpoint:
         yield endpoint
 
