@@ -178,8 +178,7 @@ def model_parameters() -> dict[str, Any]:
 def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, Any]]:
     """Sustainable operations per second of the deployed stack and the limit that binds, for operations shaped as
     the measured `kind` (its requests and write units from bench/requests.py) taking AWS_DURATIONS' time."""
-    from sitedispatch.domain.settings import Settings
-    from sitedispatch.operations.admission import global_shards
+    from sitedispatch.flow.counters import OUTSTANDING_SHARDS
     from stacks.functions import DEFAULT_MAX_CONCURRENCY
 
     from .simulation import binding, ceilings
@@ -191,7 +190,7 @@ def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, A
             per_op[name] = per_op.get(name, 0) + count
     routes = row["route_objects"]
     publication_s = AWS_DURATIONS.plan_s + routes * AWS_DURATIONS.route_s + AWS_DURATIONS.finish_s
-    shards = global_shards(Settings.model_fields["max_outstanding_global"].default)
+    shards = OUTSTANDING_SHARDS
     raised = {"operations": 1000, "publications": 1000}  # the most one event source mapping takes
     results = []
     for name, concurrency, principals in (

@@ -21,7 +21,8 @@ from typing import Any
 from sitedispatch.domain.errors import NotFound
 from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status, sha256_hex
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import is_admission_counter, recount
+from sitedispatch.flow.admission import recount
+from sitedispatch.flow.counters import is_flow_counter
 from sitedispatch.publication.live import object_key, receipt_key
 
 EVIDENCE_FIELDS = {
@@ -172,8 +173,8 @@ def check_after(
         if op.status == Status.DEAD:
             _check_evidence(deps, op, violations)
 
-    counters = {k: v for k, v in deps.operations.counters().items() if is_admission_counter(k)}
-    expected = recount(settings, [op for op in ops.values() if op.status in RUNNABLE])
+    counters = {k: v for k, v in deps.operations.counters().items() if is_flow_counter(k)}
+    expected = recount([op for op in ops.values() if op.status in RUNNABLE])
     for name in sorted(counters.keys() | expected.keys()):
         if counters.get(name, 0) != expected.get(name, 0):
             violations.add("counters equal the recount", f"{name}: {counters.get(name, 0)} != {expected.get(name, 0)}")

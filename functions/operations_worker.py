@@ -39,8 +39,8 @@ def parse_message(body: str) -> QueueMessage | None:
         data = json.loads(body)
         if not isinstance(data, dict):
             return None
-        principal, lane = str(data.get("principal", "")), str(data.get("lane", ""))
-        return QueueMessage(str(data["operation_id"]), str(data["site_id"]), principal, lane)
+        principal, lane, tenant = (str(data.get(name, "")) for name in ("principal", "lane", "tenant"))
+        return QueueMessage(str(data["operation_id"]), str(data["site_id"]), principal, lane, tenant)
     except (ValueError, TypeError, KeyError):
         return None
 

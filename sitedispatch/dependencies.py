@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
         SiteStore,
         UploadSigner,
     )
+    from sitedispatch.flow.minute_counts import MinuteCounts
+    from sitedispatch.flow.pace import Pace
+    from sitedispatch.flow.retry_budget import RetryBudget
     from sitedispatch.kinds.contract import SiteDriver
-    from sitedispatch.operations.minute_counts import MinuteCounts
-    from sitedispatch.operations.pace import Pace
-    from sitedispatch.operations.retry_budget import RetryBudget
     from sitedispatch.operations.submission import Submitter
     from sitedispatch.operations.worker import OperationsWorker
     from sitedispatch.operator.controls import Controls
@@ -118,28 +118,28 @@ class Dependencies:
 
     @cached_property
     def minute_counts(self) -> MinuteCounts:
-        from sitedispatch.aws.counters import DynamoMinuteBuckets
-        from sitedispatch.operations.minute_counts import MinuteCounts
+        from sitedispatch.aws.flow import DynamoMinuteBuckets
+        from sitedispatch.flow.minute_counts import MinuteCounts
 
         return MinuteCounts(DynamoMinuteBuckets(self.models))
 
     @cached_property
     def retry_budget(self) -> RetryBudget:
-        from sitedispatch.operations.retry_budget import RetryBudget
+        from sitedispatch.flow.retry_budget import RetryBudget
 
         return RetryBudget(self.minute_counts, self.settings.retry_budget_ratio, self.settings.retry_budget_min_retries)
 
     @cached_property
     def pace(self) -> Pace:
-        from sitedispatch.operations.minute_counts import MinuteCounts
-        from sitedispatch.operations.pace import Pace
+        from sitedispatch.flow.minute_counts import MinuteCounts
+        from sitedispatch.flow.pace import Pace
 
         # a principal's own bucket (hot only past ~500 completions a second of one principal): one shard
         return Pace(MinuteCounts(self.minute_counts.buckets, shards=1))
 
     @cached_property
     def quotas(self) -> QuotaStore:
-        from sitedispatch.aws.counters import DynamoQuotaStore
+        from sitedispatch.aws.flow import DynamoQuotaStore
 
         return DynamoQuotaStore(self.models)
 

@@ -44,8 +44,9 @@ from sitedispatch.domain.ports import (
     SiteStore,
 )
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import is_admission_counter, recount, waiting_shares
-from sitedispatch.operations.shares import release, share_of
+from sitedispatch.flow.admission import recount, waiting_shares
+from sitedispatch.flow.counters import is_flow_counter
+from sitedispatch.flow.shares import refill, share_named
 from sitedispatch.publication.live import live_key, write_live_document
 
 if TYPE_CHECKING:
@@ -170,15 +171,15 @@ class Reconciler:
         return True
 
     def release_waiting(self, sweep: Sweep, accepted: list[Operation]) -> int:
-        """Operations wait for their principal's share until a finish releases them; a finish whose read came before
-        the first of them began waiting releases none, and its place stays empty. Here every share something waits
-        for is filled up to its room (one query and one refused transaction for a full share)."""
+        """Operations wait for their fairness key's share until a finish releases them; a finish whose read came
+        before the first of them began waiting releases none, and its place stays empty. Here every share something
+        waits for is filled up to its room (its shards read once; a query and a transaction per shard with room)."""
         released = 0
-        for counter in sorted(waiting_shares(accepted)):
+        for group in sorted({share for share, _ in waiting_shares(accepted)}):
             if self._out_of_time(sweep):
                 break
-            share = share_of(self.d.settings, counter)
-            released += release(self.d.operations, self.d.queue, self.d.clock, share, limit=RELEASE_LIMIT)
+            share = share_named(self.d.settings, group)
+            released += refill(self.d.operations, self.d.queue, self.d.clock, share, RELEASE_LIMIT)
         return released
 
     def recover_stale_leases(self, sweep: Sweep, running: list[Operation]) -> int:
@@ -206,7 +207,7 @@ class Reconciler:
                 True,
             )
             try:
-                d.operations.schedule_retry(op.operation_id, op.fence, error, now, now, slot=op.running_slot)
+                d.operations.schedule_retry(op, op.fence, error, now, now)
             except (StaleFence, NotRunnable):
                 continue  # it moved on meanwhile (committed, retried, or another attempt started)
             d.sites.release_lease(Lease(op.site_id, op.operation_id, op.fence, now))
@@ -277,10 +278,10 @@ class Reconciler:
         quiet_since = started - self.policy.counter_quiet_s
         # Only counters moved since a recount last found them at zero and quiet can have drifted (by-held); those
         # found so again leave the index, so a quiet fleet's recount reads nothing.
-        observed = {k: v for k, v in d.operations.held_counters().items() if is_admission_counter(k)}
+        observed = {k: v for k, v in d.operations.held_counters().items() if is_flow_counter(k)}
         if outstanding is None:
             outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
-        expected = recount(self.d.settings, outstanding)
+        expected = recount(outstanding)
         missing = [k for k in expected.keys() - observed.keys()]  # a counter that lost its increments
         observed.update({k: d.operations.counter(k) for k in missing})
         repaired = 0

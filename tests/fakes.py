@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from sitedispatch.domain.errors import (
     LimitReached,
     NotFound,
     NotRunnable,
+    ShareMoved,
     StaleFence,
     UnclaimedSite,
 )
@@ -47,10 +49,12 @@ from sitedispatch.domain.ports import (
     BlobStore,
     Clock,
     CommitStore,
+    CounterReading,
     DeadLetter,
     Delivery,
     OperationQueue,
     OperationStore,
+    Placement,
     PreparedCommit,
     PublicationQueue,
     PublicationStore,
@@ -63,7 +67,9 @@ from sitedispatch.domain.ports import (
     checked_registration,
     foreign_site,
 )
-from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets, expires_at
+from sitedispatch.flow.admission import held_by
+from sitedispatch.flow.counters import quota_key
+from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
 
 
 class FakeClock:
@@ -93,7 +99,7 @@ class MemoryDb:
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     counters_changed_at: dict[str, float] = field(default_factory=dict)
-    buckets: dict[str, Bucket] = field(default_factory=dict)  # per-minute counts (operations/minute_counts.py)
+    buckets: dict[str, Bucket] = field(default_factory=dict)  # per-minute counts (flow/minute_counts.py)
     counter_expiry: dict[str, float] = field(default_factory=dict)  # the TTL of per-minute counts
 
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
@@ -101,27 +107,42 @@ class MemoryDb:
     held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
     waiting: dict[str, int] = field(default_factory=dict)  # share counter -> operations waiting for it
 
-    def share_has_room(self, share: Slot) -> bool:
-        maximum = self.counter_maximum.get(share.counter, share.maximum)
-        return self.counters.get(share.counter, 0) < maximum and not self.waiting.get(share.counter, 0)
+    def total(self, group: str) -> int:
+        """A counter group's sum: the counter itself, or its shards (`group#k`)."""
+        shard = re.compile(re.escape(group) + r"#\d+$")
+        return sum(v for k, v in self.counters.items() if k == group or shard.match(k))
 
-    def place(self, share: Slot | None, now: float) -> str | None:
-        """Take a place of the share, or wait for it (as the stores' create does): what the row waits for."""
+    def waiting_total(self, group: str) -> int:
+        shard = re.compile(re.escape(group) + r"#\d+$")
+        return sum(v for k, v in self.waiting.items() if k == group or shard.match(k))
+
+    def room(self, slot: Slot) -> bool:
+        return self.counters.get(slot.counter, 0) < self.counter_maximum.get(slot.counter, slot.maximum)
+
+    def place(self, share: Placement | None, now: float) -> dict[str, Any]:
+        """Take a place of the share's shard, or wait counted on it (as the stores' create does), or ShareMoved:
+        what the row records."""
         if share is None:
-            return None
-        if self.share_has_room(share):
-            self.bump(share.counter, 1, now)
-            return None
-        self.waiting[share.counter] = self.waiting.get(share.counter, 0) + 1
-        self.counters_changed_at[share.counter] = now
-        self.held.add(share.counter)
-        return share.counter
+            return {"share": None, "waiting_for": None, "waiting_at": None}
+        counter = share.slot.counter
+        open_now = self.room(share.slot) and not self.waiting.get(counter, 0)
+        if share.waits:
+            if open_now:
+                raise ShareMoved(counter)
+            self.waiting[counter] = self.waiting.get(counter, 0) + 1
+            self.counters_changed_at[counter] = now
+            self.held.add(counter)
+            return {"share": None, "waiting_for": share.group, "waiting_at": counter}
+        if not open_now or (share.guard is not None and self.waiting.get(share.guard, 0)):
+            raise ShareMoved(counter)
+        self.bump(counter, 1, now)
+        return {"share": counter, "waiting_for": None, "waiting_at": None}
 
     def check_room(self, counter: str, default: int) -> None:
         """The stores' admission condition: below the counter's own maximum, else the deployment's."""
         maximum = self.counter_maximum.get(counter, default)
         if self.counters.get(counter, 0) >= maximum:
-            raise LimitReached(counter, self.counters[counter], maximum)
+            raise LimitReached(counter, self.counters.get(counter, 0), maximum)
 
     def bump(self, counter: str, delta: int, now: float) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + delta
@@ -129,9 +150,12 @@ class MemoryDb:
         if delta > 0:
             self.held.add(counter)
 
-    def release(self, counters: Sequence[str], now: float) -> None:
+    def release(self, counters: Sequence[str], now: float, waiting_at: str | None = None) -> None:
         for counter in counters:
             self.bump(counter, -1, now)
+        if waiting_at is not None:
+            self.waiting[waiting_at] -= 1
+            self.counters_changed_at[waiting_at] = now
 
     lock: threading.RLock = field(default_factory=threading.RLock)
     # DynamoDB's global secondary indexes are eventually consistent: a write shows in an index read a moment later.
@@ -162,33 +186,42 @@ class MemoryOperationStore:
     def create(
         self,
         op: Operation,
-        limits: Sequence[tuple[str, int]] = (),
+        limits: Sequence[Slot] = (),
         owner: SiteOwner | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
         with self.db.lock:
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
-            for counter, maximum in limits:
-                if owner is not None and counter == owner.counter:
-                    named = self.db.counter_owner.get(counter)
-                    if named is None and not owner.claim:
-                        raise UnclaimedSite(counter)
-                    if named is not None and named != op.principal:
-                        raise foreign_site(op.site_id)
-                self.db.check_room(counter, maximum)
-            for counter, _ in limits:
-                self.db.bump(counter, 1, op.created_at)
+            self._admit(op.principal, op.site_id, limits, owner)
+            placed = self._place_atomically(limits, share, op.created_at)
             if owner is not None:
                 self.db.counter_owner.setdefault(owner.counter, op.principal)
-            op = replace(op, waiting_for=self.db.place(share, op.created_at))
+            op = replace(op, holds=tuple(slot.counter for slot in limits), **placed)
             self.db.operations[op.operation_id] = op
             return op
 
-    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
+    def _admit(self, principal: str, site_id: str, limits: Sequence[Slot], owner: SiteOwner | None) -> None:
+        for slot in limits:
+            if owner is not None and slot.counter == owner.counter:
+                named = self.db.counter_owner.get(slot.counter)
+                if named is None and not owner.claim:
+                    raise UnclaimedSite(slot.counter)
+                if named is not None and named != principal:
+                    raise foreign_site(site_id)
+            self.db.check_room(slot.counter, slot.maximum)
+
+    def _place_atomically(self, limits: Sequence[Slot], share: Placement | None, now: float) -> dict[str, Any]:
+        """The share's placement, then the limits' places (only once the placement stands: all or nothing)."""
+        placed = self.db.place(share, now)
+        for slot in limits:
+            self.db.bump(slot.counter, 1, now)
+        return placed
+
+    def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         with self.db.lock:
             waiting = sorted(
-                (op for op in self.db.indexed().values() if op.waiting_for == share.counter),
+                (op for op in self.db.indexed().values() if op.waiting_for == group),
                 key=lambda op: op.created_at,
             )
             released: list[Operation] = []
@@ -196,17 +229,25 @@ class MemoryOperationStore:
                 op = self.db.operations[seen.operation_id]
                 if len(released) >= limit:
                     break
-                if op.waiting_for != share.counter or op.status not in RUNNABLE:
+                if op.waiting_for != group or op.waiting_at != seen.waiting_at or op.status not in RUNNABLE:
                     continue
-                maximum = self.db.counter_maximum.get(share.counter, share.maximum)
-                if self.db.counters.get(share.counter, 0) >= maximum:
+                if not self.db.room(into):
                     break
-                self.db.bump(share.counter, 1, now)
-                self.db.waiting[share.counter] -= 1
-                op = replace(op, waiting_for=None, updated_at=now)
+                self.db.bump(into.counter, 1, now)
+                if op.waiting_at is not None:
+                    self.db.waiting[op.waiting_at] -= 1
+                op = replace(op, waiting_for=None, waiting_at=None, share=into.counter, updated_at=now)
                 self.db.operations[op.operation_id] = op
                 released.append(op)
             return released
+
+    def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
+        with self.db.lock:
+            return {
+                c: CounterReading(self.db.counters.get(c, 0), self.db.counter_maximum.get(c), self.db.waiting.get(c, 0))
+                for c in counter_ids
+                if c in self.db.counters or c in self.db.counter_maximum or c in self.db.waiting
+            }
 
     def counter(self, counter_id: str) -> int:
         return self.db.counters.get(counter_id, 0)
@@ -241,9 +282,9 @@ class MemoryOperationStore:
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
 
-    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
+    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
         with self.db.lock:
-            waiting = self.db.waiting.get(share, 0) if share else 0
+            waiting = sum(self.db.waiting.get(share, 0) for share in shares)
             return Delivery(self.db.operations.get(operation_id), self.db.sites.get(site_id), waiting)
 
     def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: Any) -> None:
@@ -345,17 +386,28 @@ class MemoryOperationStore:
             self.db.operations[op.operation_id] = started
             return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 
-    def _holds_slot(self, op: Operation | None, slot: str | None, waiting: str | None = None) -> bool:
-        return op is not None and op.running_slot == slot and op.waiting_for == waiting
+    @staticmethod
+    def _holds_as_read(row: Operation | None, op: Operation) -> bool:
+        """The row still holds what `op` read: its epoch's holds, its share place, its wait and its slot."""
+        return row is not None and (row.epoch, row.holds, row.share, row.running_slot, row.waiting_at) == (
+            op.epoch,
+            op.holds,
+            op.share,
+            op.running_slot,
+            op.waiting_at,
+        )
 
-    def schedule_retry(
-        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
-    ) -> None:
+    def schedule_retry(self, op: Operation, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         with self.db.lock:
-            op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status == Status.RUNNING and op.fence == fence and self._holds_slot(op, slot)
+            row = self.db.operations.get(op.operation_id)
+            ok = (
+                row is not None
+                and row.status == Status.RUNNING
+                and row.fence == fence
+                and row.running_slot == op.running_slot
+            )
             self._update(
-                operation_id,
+                op.operation_id,
                 ok,
                 StaleFence,
                 status=Status.QUEUED,
@@ -364,96 +416,85 @@ class MemoryOperationStore:
                 updated_at=now,
                 running_slot=None,
             )
-            self.db.release((slot,) if slot else (), now)
+            self.db.release((op.running_slot,) if op.running_slot else (), now)
 
     def mark_dead(
         self,
-        operation_id: str,
+        op: Operation,
         fence: int | None,
         error: ErrorInfo,
         now: float,
-        counters: Sequence[str] = (),
-        slot: str | None = None,
         evidence: dict[str, Any] | None = None,
     ) -> None:
         with self.db.lock:
-            op = self.db.operations.get(operation_id)
+            row = self.db.operations.get(op.operation_id)
             ok = (
-                op is not None
-                and op.status in RUNNABLE
-                and (fence is None or op.fence == fence)
-                and self._holds_slot(op, slot)
+                row is not None
+                and row.status in RUNNABLE
+                and (fence is None or row.fence == fence)
+                and self._holds_as_read(row, op)
             )
-            self._update(
-                operation_id,
-                ok,
-                NotRunnable,
-                status=Status.DEAD,
-                error=error,
-                finished_at=now,
-                updated_at=now,
-                running_slot=None,
-                evidence=evidence,
-            )
-            self.db.release((*counters, *((slot,) if slot else ())), now)
+            self._end(op, ok, now, status=Status.DEAD, error=error, evidence=evidence)
 
     def end(
         self,
-        operation_id: str,
+        op: Operation,
         status: Status,
         now: float,
-        counters: Sequence[str],
         *,
         from_statuses: Sequence[Status],
         reason: str = "",
         superseded_by: str | None = None,
-        slot: str | None = None,
-        waiting: str | None = None,
     ) -> None:
         with self.db.lock:
-            op = self.db.operations.get(operation_id)
-            ok = op is not None and op.status in from_statuses and self._holds_slot(op, slot, waiting)
-            self._update(
-                operation_id,
+            row = self.db.operations.get(op.operation_id)
+            ok = row is not None and row.status in from_statuses and self._holds_as_read(row, op)
+            self._end(
+                op,
                 ok,
-                NotRunnable,
+                now,
                 status=status,
-                finished_at=now,
-                updated_at=now,
                 error=ErrorInfo(status.value, status.value, reason, False),
                 superseded_by=superseded_by,
-                running_slot=None,
-                waiting_for=None,
             )
-            self.db.release((*counters, *((slot,) if slot else ())), now)
-            if waiting is not None:
-                self.db.waiting[waiting] -= 1
+
+    def _end(self, op: Operation, ok: bool, now: float, **changes: Any) -> None:
+        self._update(
+            op.operation_id,
+            ok,
+            NotRunnable,
+            finished_at=now,
+            updated_at=now,
+            holds=(),
+            share=None,
+            running_slot=None,
+            waiting_for=None,
+            waiting_at=None,
+            **changes,
+        )
+        self.db.release(held_by(op), now, op.waiting_at)
 
     def revive(
         self,
-        operation_id: str,
-        epoch: int,
+        op: Operation,
         now: float,
-        limits: Sequence[tuple[str, int]],
+        limits: Sequence[Slot],
         new_input: tuple[str, str] | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
         with self.db.lock:
-            op = self.db.operations.get(operation_id)
-            if op is None or op.status != Status.DEAD or op.epoch != epoch:
-                raise NotRunnable(operation_id)
-            for counter, maximum in limits:
-                self.db.check_room(counter, maximum)
-            for counter, _ in limits:
-                self.db.bump(counter, 1, now)
-            waiting_for = self.db.place(share, now)
+            row = self.db.operations.get(op.operation_id)
+            if row is None or row.status != Status.DEAD or row.epoch != op.epoch:
+                raise NotRunnable(op.operation_id)
+            self._admit(row.principal, row.site_id, limits, None)
+            placed = self._place_atomically(limits, share, now)
             changes: dict[str, Any] = {}
             if new_input is not None:
                 changes = {"input_key": new_input[0], "input_digest": new_input[1], "inline_input": None}
-            self.db.operations[operation_id] = replace(
-                op,
+            self.db.operations[op.operation_id] = replace(
+                row,
                 status=Status.ACCEPTED,
-                epoch=epoch + 1,
+                epoch=op.epoch + 1,
                 attempt=0,
                 updated_at=now,
                 error=None,
@@ -462,10 +503,11 @@ class MemoryOperationStore:
                 not_before=None,
                 queued_at=None,
                 started_at=None,
-                waiting_for=waiting_for,
+                holds=tuple(slot.counter for slot in limits),
+                **placed,
                 **changes,
             )
-            return self.db.operations[operation_id]
+            return self.db.operations[op.operation_id]
 
     def save_checkpoint(
         self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
@@ -638,6 +680,8 @@ class MemoryCommitStore:
                 updated_at=now,
                 error=None,
                 running_slot=None,
+                holds=(),
+                share=None,
             )
 
     def get(self, operation_id: str) -> Commit | None:
@@ -716,21 +760,21 @@ class MemoryQuotaStore:
         self.db = db
         self.quotas: dict[str, Quota] = {}
 
-    def get(self, principal: str) -> Quota | None:
-        return self.quotas.get(principal)
+    def get(self, principal: str, tenant: str | None = None) -> Quota | None:
+        return self.quotas.get(quota_key(principal, tenant))
 
     def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None:
         with self.db.lock:
-            self.quotas[quota.principal] = quota
+            self.quotas[quota_key(quota.principal, quota.tenant)] = quota
             for counter, maximum in bounds.items():
                 if maximum is None:
                     self.db.counter_maximum.pop(counter, None)
                 else:
                     self.db.counter_maximum[counter] = maximum
 
-    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+    def clear(self, principal: str, tenant: str | None, bounds: Sequence[str]) -> bool:
         with self.db.lock:
-            if self.quotas.pop(principal, None) is None:
+            if self.quotas.pop(quota_key(principal, tenant), None) is None:
                 return False
             for counter in bounds:
                 self.db.counter_maximum.pop(counter, None)

@@ -172,7 +172,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         return deps().controls().operations(caller(), site_id=site_id, status=status, limit=limit)
 
     def detail(op: Operation) -> OperationDetail:
-        from sitedispatch.operations.estimates import estimated_delay_for
+        from sitedispatch.flow.estimates import estimated_delay_for
         from sitedispatch.operations.progress import Progress
 
         if op.status.terminal:

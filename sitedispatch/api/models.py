@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sitedispatch.domain.model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, Kind, Operation
-from sitedispatch.operations.estimates import DelayEstimate
+from sitedispatch.flow.estimates import DelayEstimate
 from sitedispatch.operations.progress import Progress
 
 SITE_ID = SITE_ID_PATTERN.pattern

@@ -4,7 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
-from sitedispatch.aws.counters import bucket_actions
+from sitedispatch.aws.flow import bucket_actions
 from sitedispatch.aws.tables import DUE_PARTITION, OPEN, CommitItem, Models, index_shard
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
 from sitedispatch.domain.errors import AlreadyCommitted, Conflict, NotRunnable, StaleFence
@@ -66,6 +66,8 @@ class DynamoCommitStore:
             Op.finished_at.set(now),
             Op.updated_at.set(now),
             Op.error.remove(),
+            Op.holds.remove(),
+            Op.share.remove(),
         ]
         op_condition = (
             (Op.status == Status.RUNNING.value) & (Op.fence == lease.fence) & Op.cancel_requested.does_not_exist()

@@ -1,4 +1,5 @@
-"""The operations table (and the admission counters its transitions move): DynamoDB's OperationStore.
+"""The operations table (and the flow counters its transitions move, through aws/flow.py): DynamoDB's
+OperationStore.
 
 Every guard is a condition expression evaluated by DynamoDB; a failed one is mapped to a typed domain error.
 """
@@ -7,25 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from pynamodb.expressions.update import Action
 
-from sitedispatch.aws.sites import to_site
-from sitedispatch.aws.tables import HELD, Models, OperationItem, index_shard, index_shards
+from sitedispatch.aws.flow import GUARD, SHARE, FlowCounters
+from sitedispatch.aws.sites import claim_lease_update, to_site
+from sitedispatch.aws.tables import Models, OperationItem
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
     conditionally,
     get_item,
     get_items,
-    read_all,
     transaction,
     under_limit,
 )
-from sitedispatch.domain.errors import AlreadyExists, LimitReached, NotRunnable, StaleFence, UnclaimedSite
+from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import Delivery, SiteOwner, Slot, foreign_site
+from sitedispatch.domain.ports import CounterReading, Delivery, Placement, SiteOwner, Slot
+from sitedispatch.flow.admission import held_by
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
@@ -70,34 +72,42 @@ def to_operation(item: OperationItem) -> Operation:
         evidence=item.evidence,
         inline_input=item.inline_input,
         waiting_for=item.waiting_for,
+        waiting_at=item.waiting_at,
         checkpoint=item.checkpoint,
         continuing=bool(item.continuing),
+        tenant=item.tenant or "",
+        holds=tuple(cast(list[str], item.holds or [])),
+        share=item.share,
     )
-
-
-# A submit finds its principal's share full, then (racing a release) not full: it tries again this many times.
-SHARE_TRIES = 4
-SHARE = "share"  # the share counter's name in a transaction
 
 
 class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Operation
-        self.C = models.Counter
         self.S = models.Site
+        self.flow = FlowCounters(models)
 
     def create(
         self,
         op: Operation,
-        limits: Sequence[tuple[str, int]] = (),
+        limits: Sequence[Slot] = (),
         owner: SiteOwner | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
         M = self.M
+        placed = _placed(share)
+        written = replace(
+            op,
+            holds=tuple(slot.counter for slot in limits),
+            share=placed.share,
+            waiting_for=placed.waiting_for,
+            waiting_at=placed.waiting_at,
+        )
         item = M(
             op.operation_id,
             site_id=op.site_id,
             principal=op.principal,
+            tenant=op.tenant or None,
             kind=op.kind.value,
             status=op.status.value,
             input_key=op.input_key,
@@ -109,51 +119,32 @@ class DynamoOperationStore:
             attempt_budget=op.attempt_budget,
             epoch=op.epoch,
             inline_input=op.inline_input,
+            holds=cast(Any, list(written.holds)),
+            share=written.share,
+            waiting_for=written.waiting_for,
+            waiting_at=written.waiting_at,
         )
-
-        def write(waits: bool) -> None:
-            item.waiting_for = share.counter if share is not None and waits else None
+        try:
             with transaction(M) as tx:
                 tx.save(ROW, item, condition=M.operation_id.does_not_exist())
-                self._admit(tx, limits, op.created_at, owner, op.principal)
+                self.flow.admit(tx, limits, op.created_at, owner, op.principal)
                 if share is not None:
-                    self._take_or_wait(tx, share, waits, op.created_at)
-
-        errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._limit_errors(limits, owner, op.principal)]
-        waits = self._placed(share, write, errors)
-        return replace(op, waiting_for=share.counter if share is not None and waits else None)
+                    self.flow.place(tx, share, op.created_at)
+        except TransactionFailed as failed:
+            errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._share_refusals(share)]
+            raise failed.mapped([*errors, *self.flow.refusals(limits, owner, op.principal)]) from failed.cause
+        return written
 
     @staticmethod
-    def _placed(share: Slot | None, write: Any, errors: Sequence[tuple[str, Any]]) -> bool:
-        """Run `write(waits)`: first taking a place of `share`, and, when the share alone refused, waiting for it;
-        a wait the share refuses (room appeared meanwhile) starts over. Whether it waits."""
-        for _ in range(SHARE_TRIES):
-            for waits in (False, True):
-                try:
-                    write(waits)
-                except TransactionFailed as failed:
-                    if share is not None and failed.failed == {SHARE}:
-                        continue
-                    raise failed.mapped(errors) from failed.cause
-                return waits
-        raise RuntimeError(f"share {share.counter if share else ''} changed {SHARE_TRIES} times during one submit")
+    def _share_refusals(share: Placement | None) -> list[tuple[str, Any]]:
+        if share is None:
+            return []
+        return [(name, lambda: ShareMoved(share.slot.counter)) for name in (SHARE, GUARD)]
 
-    def _take_or_wait(self, tx: NamedTransaction, share: Slot, waits: bool, now: float) -> None:
-        """One place of the share, while it has room and nothing waits for it (so what waits is sent first); or
-        one more waiting for it, while it has no room or others wait."""
-        C = self.C
-        nothing_waits = C.waiting.does_not_exist() | (C.waiting == 0)
-        room = under_limit(C, share.maximum) & nothing_waits
-        if waits:
-            actions = [C.waiting.add(1), C.changed_at.set(now), C.held.set(index_shard(HELD, share.counter))]
-            tx.update(SHARE, C(share.counter), actions, condition=~room)
-        else:
-            tx.update(SHARE, C(share.counter), self._moved_up(share.counter, now), condition=room)
-
-    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
-        M, C = self.M, self.C
+    def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
+        M = self.M
         released: list[Operation] = []
-        for item in M.by_waiting.query(share.counter, scan_index_forward=True, limit=limit + 2):
+        for item in M.by_waiting.query(group, scan_index_forward=True, limit=limit + 2):
             if len(released) >= limit:
                 break
             op = to_operation(item)
@@ -162,108 +153,51 @@ class DynamoOperationStore:
                     tx.update(
                         ROW,
                         M(op.operation_id),
-                        [M.waiting_for.remove(), M.updated_at.set(now)],
-                        condition=(M.waiting_for == share.counter) & M.status.is_in(*RUNNABLE_VALUES),
+                        [
+                            M.waiting_for.remove(),
+                            M.waiting_at.remove(),
+                            M.share.set(into.counter),
+                            M.updated_at.set(now),
+                        ],
+                        condition=(M.waiting_for == group)
+                        & _same(M.waiting_at, op.waiting_at)
+                        & M.status.is_in(*RUNNABLE_VALUES),
                     )
-                    tx.update(
-                        SHARE,
-                        C(share.counter),
-                        [*self._moved_up(share.counter, now), C.waiting.add(-1)],
-                        condition=under_limit(C, share.maximum),
-                    )
+                    self.flow.take_released(tx, into, op.waiting_at, now)
             except TransactionFailed as failed:
                 if SHARE in failed.failed:
                     break  # no room: the next finish releases
                 continue  # released by another, or ended, since the index showed it
-            released.append(replace(op, waiting_for=None, updated_at=now))
+            released.append(replace(op, waiting_for=None, waiting_at=None, share=into.counter, updated_at=now))
         return released
 
-    def _admit(
-        self,
-        tx: NamedTransaction,
-        limits: Sequence[tuple[str, int]],
-        now: float,
-        owner: SiteOwner | None = None,
-        principal: str = "",
-    ) -> None:
-        C = self.C
-        for counter, maximum in limits:
-            actions = self._moved_up(counter, now)
-            condition = under_limit(C, maximum)
-            if owner is not None and counter == owner.counter:
-                if owner.claim:
-                    actions.append(C.owner.set(C.owner | principal))  # if_not_exists: the first claim stays
-                    condition &= C.owner.does_not_exist() | (C.owner == principal)
-                else:
-                    condition &= C.owner == principal
-            tx.update(f"counter:{counter}", C(counter), actions, condition=condition)
-
-    def _limit_errors(
-        self, limits: Sequence[tuple[str, int]], owner: SiteOwner | None = None, principal: str = ""
-    ) -> list[tuple[str, Any]]:
-        def refusal(counter: str, maximum: int) -> Exception:
-            if owner is not None and counter == owner.counter:
-                item = get_item(self.C, counter)
-                named = item.owner if item is not None else None
-                if named is None and not owner.claim:
-                    return UnclaimedSite(counter)
-                if named is not None and named != principal:
-                    return foreign_site(counter.split("#", 1)[1])
-            return self._limit_reached(counter, maximum)
-
-        return [(f"counter:{counter}", lambda c=counter, m=maximum: refusal(c, m)) for counter, maximum in limits]
-
-    def _moved_up(self, counter_id: str, now: float) -> list[Action]:
-        """One more on a counter; it is in the by-held index (what the recount reads) until found zero and quiet."""
-        C = self.C
-        return [C.value.add(1), C.changed_at.set(now), C.held.set(index_shard(HELD, counter_id))]
-
     def counter(self, counter_id: str) -> int:
-        item = get_item(self.C, counter_id)
-        return 0 if item is None else int(item.value or 0)
-
-    def _limit_reached(self, counter_id: str, default: int) -> LimitReached:
-        item = get_item(self.C, counter_id)
-        if item is None:
-            return LimitReached(counter_id, 0, default)
-        return LimitReached(counter_id, int(item.value or 0), default if item.maximum is None else int(item.maximum))
+        return self.flow.counter(counter_id)
 
     def counters(self, prefix: str = "") -> dict[str, int]:
-        return {item.counter_id: int(item.value or 0) for item in self.C.scan() if item.counter_id.startswith(prefix)}
+        return self.flow.scan(prefix)
+
+    def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
+        return self.flow.read(counter_ids)
 
     def held_counters(self) -> dict[str, int]:
-        ids = [item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)]
-        return {item.counter_id: int(item.value or 0) for item in read_all(self.C, ids)}
+        return self.flow.held()
 
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
-        C = self.C
-        unchanged = (C.value == observed) if observed else (C.value.does_not_exist() | (C.value == 0))
-        quiet = C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)
-        held: Action = C.held.remove() if value == 0 else C.held.set(index_shard(HELD, counter_id))
-        return conditionally(
-            lambda: C(counter_id).update(
-                actions=[C.value.set(value), C.changed_at.set(now), held], condition=unchanged & quiet
-            )
-        )
+        return self.flow.repair(counter_id, observed, value, quiet_since, now)
 
     def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
-        C = self.C
-        zero = C.value.does_not_exist() | (C.value == 0)
-        quiet = C.changed_at.does_not_exist() | (C.changed_at <= quiet_since)
-        return conditionally(
-            lambda: C(counter_id).update(actions=[C.held.remove()], condition=C.held.exists() & zero & quiet)
-        )
+        return self.flow.forget(counter_id, quiet_since)
 
     def get(self, operation_id: str) -> Operation | None:
         item = get_item(self.M, operation_id)
         return None if item is None else to_operation(item)
 
-    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
+    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
         wanted: list[tuple[Any, ...]] = [(self.M, operation_id), (self.S, site_id)]
-        if share:
-            wanted.append((self.C, share))
-        op_item, site_item, *counter = get_items(*wanted)
-        waiting = int(counter[0].waiting or 0) if counter and counter[0] is not None else 0  # type: ignore[attr-defined]
+        wanted += [(self.flow.C, share) for share in shares]
+        op_item, site_item, *counters = get_items(*wanted)
+        waiting = sum(int(cast(Any, item).waiting or 0) for item in counters if item is not None)
         return Delivery(
             None if op_item is None else to_operation(op_item),  # type: ignore[arg-type]
             None if site_item is None else to_site(site_item),  # type: ignore[arg-type]
@@ -317,16 +251,10 @@ class DynamoOperationStore:
             slot = None  # the attempt keeps the slot it holds
         else:
             actions, runnable = self._attempt(fence, now)
-        as_read = (S.fence == site.fence) if site.fence else (S.fence.does_not_exist() | (S.fence == 0))
-        free = S.lease_owner.does_not_exist() | (S.lease_owner == op.operation_id) | (S.lease_expires_at <= now)
         try:
             with transaction(M) as tx:
-                tx.update(
-                    LEASE,
-                    S(site.site_id),
-                    [S.fence.set(fence), S.lease_owner.set(op.operation_id), S.lease_expires_at.set(now + lease_s)],
-                    condition=S.site_id.exists() & as_read & free,
-                )
+                lease_actions, lease_condition = claim_lease_update(S, site, op.operation_id, now, lease_s)
+                tx.update(LEASE, S(site.site_id), lease_actions, condition=lease_condition)
                 if slot is None:  # the row takes no slot; one it held when read, it must still hold
                     kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
                     tx.update(ROW, M(op.operation_id), actions, condition=runnable & kept)
@@ -334,7 +262,7 @@ class DynamoOperationStore:
                     self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now)
         except TransactionFailed as failed:
             if slot is not None and failed.failed == {"slot"}:
-                raise self._limit_reached(slot.counter, slot.maximum) from failed.cause
+                raise self.flow.limit_reached(slot.counter, slot.maximum) from failed.cause
             return None
         if op.continues:
             started = op.continued(fence, now)
@@ -347,14 +275,16 @@ class DynamoOperationStore:
     ) -> None:
         """The attempt's row, taking one of the running `slot` (the row holds none yet; the slot is under its
         maximum)."""
-        M, C = self.M, self.C
+        M, C = self.M, self.flow.C
         tx.update(
             ROW,
             M(operation_id),
             [*actions, M.running_slot.set(slot.counter)],
             condition=runnable & M.running_slot.does_not_exist(),
         )
-        tx.update("slot", C(slot.counter), self._moved_up(slot.counter, now), condition=under_limit(C, slot.maximum))
+        tx.update(
+            "slot", C(slot.counter), self.flow.moved_up(slot.counter, now), condition=under_limit(C, slot.maximum)
+        )
 
     def start_attempt(
         self,
@@ -378,7 +308,7 @@ class DynamoOperationStore:
             except TransactionFailed as failed:
                 if ROW not in failed.failed:
                     raise failed.mapped(
-                        [("slot", lambda: self._limit_reached(slot.counter, slot.maximum))]
+                        [("slot", lambda: self.flow.limit_reached(slot.counter, slot.maximum))]
                     ) from failed.cause
                 # Not runnable, or the row already holds a slot (an earlier attempt died): keep that slot.
                 runnable &= M.running_slot.exists()
@@ -393,31 +323,33 @@ class DynamoOperationStore:
             raise NotRunnable(operation_id)
         return to_operation(item)
 
-    def schedule_retry(
-        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
-    ) -> None:
+    def schedule_retry(self, op: Operation, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         M = self.M
-        actions = [
+        actions: list[Action] = [
             M.status.set(Status.QUEUED.value),
             M.error.set(_error_dict(error)),
             M.not_before.set(not_before),
             M.updated_at.set(now),
         ]
+        slot = op.running_slot
+        condition = (M.status == Status.RUNNING.value) & (M.fence == fence) & _same(M.running_slot, slot)
+        if slot is None:
+            if not conditionally(lambda: M(op.operation_id).update(actions=actions, condition=condition)):
+                raise StaleFence(op.operation_id)
+            return
         try:
-            self._transition(
-                operation_id, actions, (M.status == Status.RUNNING.value) & (M.fence == fence), (), slot, now
-            )
-        except NotRunnable as exc:
-            raise StaleFence(operation_id) from exc
+            with transaction(M) as tx:
+                tx.update(ROW, M(op.operation_id), [*actions, M.running_slot.remove()], condition=condition)
+                self.flow.release(tx, (slot,), None, now)
+        except TransactionFailed as failed:
+            raise failed.mapped([(ROW, lambda: StaleFence(op.operation_id))]) from failed.cause
 
     def mark_dead(
         self,
-        operation_id: str,
+        op: Operation,
         fence: int | None,
         error: ErrorInfo,
         now: float,
-        counters: Sequence[str] = (),
-        slot: str | None = None,
         evidence: dict[str, Any] | None = None,
     ) -> None:
         M = self.M
@@ -427,22 +359,19 @@ class DynamoOperationStore:
         actions = [M.status.set(Status.DEAD.value), M.error.set(_error_dict(error))]
         if evidence is not None:
             actions.append(M.evidence.set(evidence))
-        self._end(operation_id, actions, condition, counters, now, slot)
+        self._end(op, actions, condition, now)
 
     def end(
         self,
-        operation_id: str,
+        op: Operation,
         status: Status,
         now: float,
-        counters: Sequence[str],
         *,
         from_statuses: Sequence[Status],
         reason: str = "",
         superseded_by: str | None = None,
-        slot: str | None = None,
-        waiting: str | None = None,
     ) -> None:
-        """-> cancelled or superseded, from one of `from_statuses` only, releasing the operation's counters."""
+        """-> cancelled or superseded, from one of `from_statuses` only, releasing what the operation holds."""
         M = self.M
         actions = [
             M.status.set(status.value),
@@ -451,73 +380,54 @@ class DynamoOperationStore:
         if superseded_by:
             actions.append(M.superseded_by.set(superseded_by))
         condition = M.status.is_in(*(s.value for s in from_statuses))
-        self._end(operation_id, actions, condition, counters, now, slot, waiting)
+        self._end(op, actions, condition, now)
 
-    def _end(
-        self,
-        operation_id: str,
-        actions: list[Any],
-        condition: Any,
-        counters: Sequence[str],
-        now: float,
-        slot: str | None,
-        waiting: str | None = None,
-    ) -> None:
+    def _end(self, op: Operation, actions: list[Any], condition: Any, now: float) -> None:
+        """The terminal transition and the release of everything the row holds, in one transaction, while the row
+        holds exactly what `op` read: its epoch (what `holds` was written for), share place, wait and slot."""
         M = self.M
-        actions = [*actions, M.finished_at.set(now), M.updated_at.set(now)]
-        self._transition(operation_id, actions, condition, counters, slot, now, waiting)
-
-    def _transition(
-        self,
-        operation_id: str,
-        actions: list[Any],
-        condition: Any,
-        counters: Sequence[str],
-        slot: str | None,
-        now: float,
-        waiting: str | None = None,
-    ) -> None:
-        """Update the operation row and release `counters` and its running `slot` in one transaction. The row must
-        hold exactly the slot given (none when None), so a slot is released once, by whoever holds it; and wait for
-        exactly the share given as `waiting` (none when None), which it then stops waiting for."""
-        M, C = self.M, self.C
-        if slot is not None:
-            actions = [*actions, M.running_slot.remove()]
-            condition &= M.running_slot == slot
-            counters = (*counters, slot)
-        else:
-            condition &= M.running_slot.does_not_exist()
-        if waiting is not None:
-            actions = [*actions, M.waiting_for.remove()]
-            condition &= M.waiting_for == waiting
-        else:
-            condition &= M.waiting_for.does_not_exist()
-        if not counters and waiting is None:
-            if not conditionally(lambda: M(operation_id).update(actions=actions, condition=condition)):
-                raise NotRunnable(operation_id)
+        actions = [
+            *actions,
+            M.finished_at.set(now),
+            M.updated_at.set(now),
+            M.holds.remove(),
+            M.share.remove(),
+            M.running_slot.remove(),
+            M.waiting_for.remove(),
+            M.waiting_at.remove(),
+        ]
+        condition &= (
+            (M.epoch == op.epoch)
+            & _same(M.share, op.share)
+            & _same(M.running_slot, op.running_slot)
+            & _same(M.waiting_at, op.waiting_at)
+        )
+        released = held_by(op)
+        if not released and op.waiting_at is None:
+            if not conditionally(lambda: M(op.operation_id).update(actions=actions, condition=condition)):
+                raise NotRunnable(op.operation_id)
             return
         try:
             with transaction(M) as tx:
-                tx.update(ROW, M(operation_id), actions, condition=condition)
-                tx.decrement(C, counters, now)
-                if waiting is not None:
-                    tx.update(SHARE, C(waiting), [C.waiting.add(-1), C.changed_at.set(now)])
+                tx.update(ROW, M(op.operation_id), actions, condition=condition)
+                self.flow.release(tx, released, op.waiting_at, now)
         except TransactionFailed as failed:
-            raise failed.mapped([(ROW, lambda: NotRunnable(operation_id))]) from failed.cause
+            raise failed.mapped([(ROW, lambda: NotRunnable(op.operation_id))]) from failed.cause
 
     def revive(
         self,
-        operation_id: str,
-        epoch: int,
+        op: Operation,
         now: float,
-        limits: Sequence[tuple[str, int]],
+        limits: Sequence[Slot],
         new_input: tuple[str, str] | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
         M = self.M
+        placed = _placed(share)
+        holds = tuple(slot.counter for slot in limits)
         actions = [
             M.status.set(Status.ACCEPTED.value),
-            M.epoch.set(epoch + 1),
+            M.epoch.set(op.epoch + 1),
             M.attempt.set(0),
             M.updated_at.set(now),
             M.error.remove(),
@@ -526,25 +436,29 @@ class DynamoOperationStore:
             M.not_before.remove(),
             M.queued_at.remove(),
             M.started_at.remove(),
+            M.holds.set(cast(Any, list(holds))),
         ]
+        for attribute, value in (
+            (M.share, placed.share),
+            (M.waiting_for, placed.waiting_for),
+            (M.waiting_at, placed.waiting_at),
+        ):
+            actions.append(attribute.remove() if value is None else attribute.set(value))
         if new_input is not None:
             actions += [M.input_key.set(new_input[0]), M.input_digest.set(new_input[1]), M.inline_input.remove()]
-
-        def write(waits: bool) -> None:
-            waiting: Action = (
-                M.waiting_for.set(share.counter) if share is not None and waits else M.waiting_for.remove()
-            )
+        try:
             with transaction(M) as tx:
-                dead = (M.status == Status.DEAD.value) & (M.epoch == epoch)
-                tx.update(ROW, M(operation_id), [*actions, waiting], condition=dead)
-                self._admit(tx, limits, now)
+                dead = (M.status == Status.DEAD.value) & (M.epoch == op.epoch)
+                tx.update(ROW, M(op.operation_id), actions, condition=dead)
+                self.flow.admit(tx, limits, now, None, op.principal)
                 if share is not None:
-                    self._take_or_wait(tx, share, waits, now)
-
-        self._placed(share, write, [(ROW, lambda: NotRunnable(operation_id)), *self._limit_errors(limits)])
-        op = self.get(operation_id)
-        assert op is not None
-        return op
+                    self.flow.place(tx, share, now)
+        except TransactionFailed as failed:
+            errors = [(ROW, lambda: NotRunnable(op.operation_id)), *self._share_refusals(share)]
+            raise failed.mapped([*errors, *self.flow.refusals(limits, None, op.principal)]) from failed.cause
+        revived = self.get(op.operation_id)
+        assert revived is not None
+        return revived
 
     def save_checkpoint(
         self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
@@ -587,3 +501,24 @@ class DynamoOperationStore:
         if site_id is None and status is None:
             out.sort(key=lambda op: op.created_at, reverse=True)
         return out
+
+
+class Placed(NamedTuple):
+    """What a row records of its placement in a share: the place it took, or the share it waits for and where."""
+
+    share: str | None = None
+    waiting_for: str | None = None
+    waiting_at: str | None = None
+
+
+def _placed(share: Placement | None) -> Placed:
+    if share is None:
+        return Placed()
+    if share.waits:
+        return Placed(None, share.group, share.slot.counter)
+    return Placed(share.slot.counter)
+
+
+def _same(attribute: Any, value: str | None) -> Any:
+    """The row's attribute is `value` (absent when None)."""
+    return attribute.does_not_exist() if value is None else attribute == value

@@ -35,6 +35,25 @@ def to_site(item: SiteItem) -> Site:
     )
 
 
+def lease_free(S: Any, operation_id: str, now: float) -> Any:
+    """The site's lease is free for `operation_id` (Site.lease_free_for, as a condition DynamoDB evaluates)."""
+    return S.lease_owner.does_not_exist() | (S.lease_owner == operation_id) | (S.lease_expires_at <= now)
+
+
+def lease_actions(S: Any, operation_id: str, now: float, duration: float, fence: int | None = None) -> list[Action]:
+    """Taking the lease: the fence moves up by one (or to `fence`, the one read plus one), owner and expiry set."""
+    moved = S.fence.add(1) if fence is None else S.fence.set(fence)
+    return [moved, S.lease_owner.set(operation_id), S.lease_expires_at.set(now + duration)]
+
+
+def claim_lease_update(S: Any, site: Site, operation_id: str, now: float, duration: float) -> tuple[list[Action], Any]:
+    """The lease claim as one item of a transaction (the operation store starts the attempt in the same one): its
+    updates and its condition, the site as `site` was read (its fence unchanged) and its lease free."""
+    as_read = (S.fence == site.fence) if site.fence else (S.fence.does_not_exist() | (S.fence == 0))
+    condition = S.site_id.exists() & as_read & lease_free(S, operation_id, now)
+    return lease_actions(S, operation_id, now, duration, site.fence + 1), condition
+
+
 class DynamoSiteStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Site
@@ -63,11 +82,10 @@ class DynamoSiteStore:
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         M = self.M
         item = M(site_id)
-        free = M.lease_owner.does_not_exist() | (M.lease_owner == operation_id) | (M.lease_expires_at <= now)
         if not conditionally(
             lambda: item.update(
-                actions=[M.fence.add(1), M.lease_owner.set(operation_id), M.lease_expires_at.set(now + duration)],
-                condition=M.site_id.exists() & free,
+                actions=lease_actions(M, operation_id, now, duration),
+                condition=M.site_id.exists() & lease_free(M, operation_id, now),
             )
         ):
             current = self.get(site_id)

@@ -10,7 +10,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, NumberSetAttribute, UnicodeAttribute
+from pynamodb.attributes import (
+    BooleanAttribute,
+    JSONAttribute,
+    ListAttribute,
+    NumberAttribute,
+    NumberSetAttribute,
+    UnicodeAttribute,
+)
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
@@ -62,8 +69,8 @@ class OperationsByStatus(GlobalSecondaryIndex):
 
 
 class OperationsByWaiting(GlobalSecondaryIndex):
-    """Operations waiting for their principal's share of a lane's queue, oldest first: what a release sends next.
-    Sparse (only waiting rows carry `waiting_for`) and partitioned by the share, so one principal's backlog is one
+    """Operations waiting for their fairness key's share of a lane's queue, oldest first: what a release sends next.
+    Sparse (only waiting rows carry `waiting_for`) and partitioned by the share, so one key's backlog is one
     partition; a waiting row is written twice (created, released), so the full projection saves a read per
     release."""
 
@@ -98,7 +105,11 @@ class OperationItem(Model):
     running_slot = UnicodeAttribute(null=True)
     evidence = JSONAttribute(null=True)
     inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
-    waiting_for = UnicodeAttribute(null=True)  # queued#LANE#PRINCIPAL while it waits for that share: by-waiting's key
+    waiting_for = UnicodeAttribute(null=True)  # the share (queued#LANE#PRINCIPAL#TENANT) it waits for: by-waiting's key
+    waiting_at = UnicodeAttribute(null=True)  # the share's shard that counts its wait
+    tenant = UnicodeAttribute(null=True)  # its fairness key, when not the principal
+    holds = ListAttribute(of=UnicodeAttribute, null=True)  # the admission counters' shards it holds a place of
+    share = UnicodeAttribute(null=True)  # the share's shard it holds a place of
     checkpoint = JSONAttribute(null=True)  # a long import's last completed step (Operation.checkpoint)
     continuing = BooleanAttribute(null=True)  # its next delivery continues the attempt (Operation.continuing)
     by_site = OperationsBySite()
@@ -203,16 +214,15 @@ class CounterItem(Model):
     counter_id = UnicodeAttribute(hash_key=True)
     value = NumberAttribute(default=0)
     changed_at = NumberAttribute(null=True)  # when an admission counter last moved (repair waits for quiet)
-    minute = NumberAttribute(null=True)  # per-minute buckets (operations/minute_counts.py): their minute
+    minute = NumberAttribute(null=True)  # per-minute buckets (flow/minute_counts.py): their minute
     total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
     maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
     owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
-    pace_s = NumberAttribute(null=True)  # running#LANE#PRINCIPAL: the principal's recent operation time (EWMA)
     held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
-    waiting = NumberAttribute(null=True)  # queued#LANE#PRINCIPAL: how many operations wait for this share
+    waiting = NumberAttribute(null=True)  # a share's shard (queued#LANE#PRINCIPAL#TENANT#k): waits counted on it
     expires_at = NumberAttribute(null=True)  # per-minute buckets: when DynamoDB's TTL may delete them (epoch s)
     by_held = CountersByHeld()
-    # quota#PRINCIPAL: the record of an operator's override of the principal's limits (changed_at: when set)
+    # quota#PRINCIPAL[#TENANT]: the record of an operator's override of the limits (changed_at: when set)
     max_outstanding = NumberAttribute(null=True)
     max_running = NumberAttribute(null=True)
     updated_by = UnicodeAttribute(null=True)

@@ -17,6 +17,7 @@ from pynamodb.connection.base import BOTOCORE_EXCEPTIONS
 from pynamodb.constants import (
     BATCH_GET_ITEM,
     REQUEST_ITEMS,
+    TRANSACT_CONDITION_CHECK,
     TRANSACT_DELETE,
     TRANSACT_ITEMS,
     TRANSACT_PUT,
@@ -199,6 +200,12 @@ class NamedTransaction:
 
     def delete(self, name: str, model: Model, condition: Any = None) -> None:
         self._add(name, TRANSACT_DELETE, model.get_delete_kwargs_from_instance(condition=condition))
+
+    def check(self, name: str, model_cls: Any, hash_key: str, condition: Any) -> None:
+        """A condition on an item the transaction does not write."""
+        self._add(
+            name, TRANSACT_CONDITION_CHECK, model_cls.get_operation_kwargs_from_class(hash_key, condition=condition)
+        )
 
     def decrement(self, counter_model: Any, counters: Iterable[str], now: float) -> None:
         """Release one of each counter (an admission counter or a running slot), each its own named item."""

@@ -17,7 +17,7 @@ from sitedispatch.domain.model import Operation, Status
 from sitedispatch.operations.progress import Progress
 
 if TYPE_CHECKING:
-    from sitedispatch.operations.estimates import DelayEstimate
+    from sitedispatch.flow.estimates import DelayEstimate
 
 app = typer.Typer(help="Inspect and follow operations.", no_args_is_help=True)
 WAIT_SLICE_S = 20.0  # the API's longest long poll
@@ -113,7 +113,7 @@ def describe_estimate(op: Operation, estimate: DelayEstimate) -> str:
 @app.command("get")
 def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show one operation (a waiting one with its estimated delay, or why it waits)."""
-    from sitedispatch.operations.estimates import DelayEstimate
+    from sitedispatch.flow.estimates import DelayEstimate
 
     with reported(json):
         body = client(as_).call("GET", f"/operations/{operation_id}")

@@ -117,6 +117,17 @@ class LimitReached(SiteDispatchError):
         self.maximum = maximum  # in effect: an operator's quota on this counter, else the deployment's
 
 
+class ShareMoved(SiteDispatchError):
+    """A store refused a placement in a share because the shard's room or waiters changed since it was chosen (a
+    release or another submit meanwhile), writing nothing: the core places the operation again."""
+
+    code = "share_moved"
+
+    def __init__(self, counter: str) -> None:
+        super().__init__(f"share {counter} changed")
+        self.counter = counter
+
+
 class UnclaimedSite(SiteDispatchError):
     """A store's submit transaction found no owner on the site's counter (a first submit, or a site registered
     before owners were kept there): the core checks the registration and submits again claiming it."""

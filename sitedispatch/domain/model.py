@@ -20,6 +20,15 @@ def check_principal(principal: str, field: str = "principal") -> None:
         raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field=field)
 
 
+# A customer of a principal, as its control plane names it (a fairness key: limits and shares apply per tenant).
+TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:/+=,-]{0,127}$")
+
+
+def check_tenant(tenant: str, field: str = "tenant") -> None:
+    if not TENANT_PATTERN.match(tenant):
+        raise InvalidInput(f"tenant {tenant!r} must match {TENANT_PATTERN.pattern}", field=field)
+
+
 def stable_identity(arn: str) -> str:
     """The principal an STS caller ARN stands for. An assumed role's ARN ends with its session name, which changes
     with every session (each Lambda container, each `aws sso login`): the principal is the role, so that its
@@ -112,18 +121,31 @@ class Operation:
     result: dict[str, Any] = field(default_factory=dict)
     cancel_requested: str | None = None  # the reason, once `ops cancel` asked a running operation to stop
     superseded_by: str | None = None
-    running_slot: str | None = None  # the per-principal running counter this attempt holds a slot of
+    running_slot: str | None = None  # the running counter (a shard) this attempt holds a place of
     evidence: dict[str, Any] | None = None  # when dead: the compact evidence (the full document is in S3)
     inline_input: str | None = None  # a small input kept in the row (its canonical JSON); larger ones: input_key
-    # Accepted but not yet sent: its principal already has its share of the lane's queue. The share counter it waits
-    # for (queued#LANE#PRINCIPAL); it is sent, oldest first, as the principal's earlier work there finishes.
+    # Accepted but not yet sent: its fairness key already has its share of the lane's queue. The share it waits for
+    # (queued#LANE#PRINCIPAL#TENANT) and the shard counting its wait; it is sent, oldest first, as earlier work of
+    # that key finishes, taking a place of the shard that freed.
     waiting_for: str | None = None
+    waiting_at: str | None = None
     # A long import's last completed step (where the file's reading resumes, what it has done), written under the
     # attempt's fence: the next step, or the next attempt after a crash, continues from it.
     checkpoint: dict[str, Any] | None = None
     # Its invocation ran out of time between two steps and recorded `checkpoint` with this flag: the next delivery
     # continues the same attempt (the lease's fence + 1, no attempt spent). A crash sets no flag, so it still costs one.
     continuing: bool = False
+    # The fairness key: a customer of the principal (a control plane submits for many); "" is the principal itself.
+    tenant: str = ""
+    # What it holds from acceptance until it ends: the admission counters' shards (global, principal, tenant, site)
+    # and the place of its key's share of the lane's queue (None while it waits for one).
+    holds: tuple[str, ...] = ()
+    share: str | None = None
+
+    @property
+    def tenant_key(self) -> str:
+        """The tenant limits and shares apply to: the one given at submit, else the principal."""
+        return self.tenant or self.principal
 
     @property
     def continues(self) -> bool:
@@ -171,14 +193,16 @@ class AuditEntry:
 
 @dataclass(frozen=True)
 class Quota:
-    """An operator's override of one principal's limits; a field left None keeps the deployment's setting."""
+    """An operator's override of the limits of one principal, or of one tenant it names (`tenant`); a field left
+    None keeps the deployment's setting."""
 
     principal: str
-    max_outstanding: int | None = None  # instead of MAX_OUTSTANDING_PER_PRINCIPAL
+    max_outstanding: int | None = None  # instead of MAX_OUTSTANDING_PER_PRINCIPAL (per tenant: _PER_TENANT)
     max_running: int | None = None  # instead of MAX_RUNNING_PER_PRINCIPAL (in each lane)
     updated_by: str = ""
     updated_at: float = 0.0
     reason: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -265,10 +289,16 @@ class QueueMessage:
     site_id: str
     principal: str = ""
     lane: str = ""
+    tenant: str = ""  # when not the principal
 
     @classmethod
     def of(cls, op: Operation) -> QueueMessage:
-        return cls(op.operation_id, op.site_id, op.principal, lane_for(op.kind))
+        tenant = "" if op.tenant_key == op.principal else op.tenant_key
+        return cls(op.operation_id, op.site_id, op.principal, lane_for(op.kind), tenant)
+
+    @property
+    def tenant_key(self) -> str:
+        return self.tenant or self.principal
 
     def to_body(self) -> str:
         import json
@@ -276,6 +306,8 @@ class QueueMessage:
         body = {"operation_id": self.operation_id, "site_id": self.site_id}
         if self.principal and self.lane:
             body |= {"principal": self.principal, "lane": self.lane}
+        if self.tenant:
+            body["tenant"] = self.tenant
         return json.dumps(body, separators=(",", ":"))
 
 

@@ -60,9 +60,35 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where an operation goes in its fairness key's share of a lane's queue (see flow/shares.py).
+
+    Not `waits`: it takes a place of `slot` while that shard has room and nothing waits on it (and, given `guard`,
+    another shard of the share, while nothing waits on `guard` either: the home shard, where its site's earlier
+    operations would wait). `waits`: it waits for `group`, counted on `slot`, while that shard has no room or others
+    wait on it. Either refused writes nothing (ShareMoved)."""
+
+    slot: Slot
+    group: str
+    waits: bool = False
+    guard: str | None = None
+
+
+@dataclass(frozen=True)
+class CounterReading:
+    """A counter as read: its value, the maximum an operator's quota keeps on it (None: the deployment's), and how
+    many operations wait counted on it (a share's shard)."""
+
+    value: int
+    maximum: int | None = None
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
 class Delivery:
     """What a worker reads before it acts on a message: the operation, the site the message names, and how many
-    operations wait for the principal's share of the lane (so a finish knows whether to release one)."""
+    operations wait for the share of the lane the operation's fairness key has (so a finish knows whether to
+    release one)."""
 
     operation: Operation | None
     site: Site | None
@@ -76,30 +102,37 @@ class Clock(Protocol):
 
 
 class OperationStore(Protocol):
+    """Operation rows and the flow-control counters their transitions move. What an operation holds is on its row
+    (`holds`, `share` or `waiting_at`, `running_slot`): a transition that ends it releases exactly those, and is
+    conditional on the row still holding them (its epoch, share, wait and slot as read), so each is released once."""
+
     def create(
         self,
         op: Operation,
-        limits: Sequence[tuple[str, int]] = (),
+        limits: Sequence[Slot] = (),
         owner: SiteOwner | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
-        """Insert, and in the same transaction add 1 to each (counter, maximum) while under its maximum. Raises
-        AlreadyExists if the id is taken (first, whatever else failed), LimitReached (writing nothing) if a counter
-        is full. With `owner`, the transaction also requires its counter to name the op's principal as the site's
-        owner (UnclaimedSite when it names none, writing nothing; with `owner.claim` it records it then).
-        With `share` (its principal's share of the lane's queue), the operation takes one place of it while it has
-        room and nothing waits for it; otherwise it is written waiting for it (`waiting_for`, counted on the share
-        counter's waiting count), and must not be sent until `release_waiting` releases it. The operation as
-        written."""
+        """Insert, holding `limits` (the row's `holds`), and in the same transaction add 1 to each limit's counter
+        while under its maximum (the counter's own, an operator's, else the slot's). Raises AlreadyExists if the id
+        is taken (first, whatever else failed), LimitReached (writing nothing) if a counter is full. With `owner`,
+        the transaction also requires its counter to name the op's principal as the site's owner (UnclaimedSite
+        when it names none, writing nothing; with `owner.claim` it records it then). With `share`, the operation is
+        placed as the Placement says (ShareMoved, writing nothing, when its condition fails); one that waits must
+        not be sent until `release_waiting` releases it. The operation as written."""
 
-    def release_waiting(self, share: Slot, now: float, limit: int = 1) -> list[Operation]:
-        """Up to `limit` operations waiting for `share`, oldest first, each leaving the wait and taking a place of
-        the share in one transaction, while the share has room. The caller sends them and marks them queued (one
-        released and never sent is an accepted orphan: the reconciler sends it)."""
+    def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
+        """Up to `limit` operations waiting for the share `group`, oldest first, each leaving the wait (and the shard
+        that counted it) and taking a place of the shard `into` in one transaction, while `into` has room. The
+        caller sends them and marks them queued (one released and never sent is an accepted orphan: the reconciler
+        sends it)."""
 
     def counter(self, counter_id: str) -> int: ...
 
     def counters(self, prefix: str = "") -> dict[str, int]: ...
+
+    def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
+        """The counters named (absent ones as zero), consistently, in one round trip per 100."""
 
     def held_counters(self) -> dict[str, int]:
         """Every counter moved up since a recount last found it at zero and quiet, with its value: what a recount
@@ -115,9 +148,9 @@ class OperationStore(Protocol):
 
     def get(self, operation_id: str) -> Operation | None: ...
 
-    def read_delivery(self, operation_id: str, site_id: str, share: str | None = None) -> Delivery:
-        """The operation and a site (the one a message names), both current, and the waiting count of the `share`
-        counter, in one round trip."""
+    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
+        """The operation and a site (the one a message names), both current, and the waiting counts of the `shares`
+        counters summed, in one round trip."""
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued. False when the operation had already moved on (a fast worker)."""
@@ -150,58 +183,46 @@ class OperationStore(Protocol):
         apart. When `op` was read `continuing`, the attempt is continued instead (start_attempt's `continues_from`,
         under op.fence)."""
 
-    def schedule_retry(
-        self, operation_id: str, fence: int, error: ErrorInfo, not_before: float, now: float, slot: str | None = None
-    ) -> None:
+    def schedule_retry(self, op: Operation, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         """running -> queued, only while `fence` is still the operation's fence (else StaleFence), releasing the
-        running `slot` the row holds."""
+        running slot the row holds (`op.running_slot`, as read)."""
 
     def mark_dead(
         self,
-        operation_id: str,
+        op: Operation,
         fence: int | None,
         error: ErrorInfo,
         now: float,
-        counters: Sequence[str] = (),
-        slot: str | None = None,
         evidence: dict[str, Any] | None = None,
     ) -> None:
         """-> dead with the error and its `evidence`, only from a runnable status (and, given a fence, only while
-        it is ours); releases `counters` and the running `slot` in the same transaction."""
+        it is ours); releases what the row holds (as `op` read it) in the same transaction (else NotRunnable)."""
 
     def end(
         self,
-        operation_id: str,
+        op: Operation,
         status: Status,
         now: float,
-        counters: Sequence[str],
         *,
         from_statuses: Sequence[Status],
         reason: str = "",
         superseded_by: str | None = None,
-        slot: str | None = None,
-        waiting: str | None = None,
     ) -> None:
-        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing `counters` and the
-        running `slot`; one waiting for a share (`waiting`, as read) stops waiting for it.
-
-        Every transition that releases a slot is conditional on the row holding exactly that slot (none when
-        `slot` is None), so each slot is released once, and on its waiting for exactly `waiting` (none when None);
-        a mismatch is NotRunnable (a race: look again)."""
+        """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing what the row holds
+        (as `op` read it: a row that moved meanwhile, released from its wait say, is NotRunnable: look again)."""
 
     def revive(
         self,
-        operation_id: str,
-        epoch: int,
+        op: Operation,
         now: float,
-        limits: Sequence[tuple[str, int]],
+        limits: Sequence[Slot],
         new_input: tuple[str, str] | None = None,
-        share: Slot | None = None,
+        share: Placement | None = None,
     ) -> Operation:
-        """dead at `epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
-        given), re-admitted under `limits` in the same transaction, and placed in or waiting for `share` as `create`
-        does. NotRunnable if it is not dead at `epoch` (a second redrive), LimitReached if a counter is full;
-        neither writes anything."""
+        """dead at `op.epoch` -> accepted at epoch + 1 with a fresh attempt count (and `new_input` = (key, digest) if
+        given), holding `limits` again (re-admitted under them in the same transaction), and placed in `share` as
+        `create` does. NotRunnable if it is not dead at that epoch (a second redrive), LimitReached if a counter is
+        full, ShareMoved if the placement's condition failed; none of them writes anything."""
 
     def save_checkpoint(
         self, operation_id: str, fence: int, checkpoint: dict[str, Any], now: float, continues: bool = False
@@ -254,7 +275,7 @@ class SiteStore(Protocol):
 
 @dataclass(frozen=True)
 class Tally:
-    """One add to a per-minute statistic (operations/minute_counts.py): `count` and `amount` to the item
+    """One add to a per-minute statistic (flow/minute_counts.py): `count` and `amount` to the item
     `bucket_id` of `minute`."""
 
     bucket_id: str
@@ -273,7 +294,7 @@ class PreparedCommit:
     expected_version: int
     result: dict[str, Any]
     publication: Publication | None = None
-    counters: tuple[str, ...] = ()  # admission counters released by this terminal transition
+    counters: tuple[str, ...] = ()  # what the operation holds besides its running slot, released by the commit
     avg_operation_s: float | None = None  # the site's updated running average of operation time
     slot: str | None = None  # the running slot the operation holds, released by the commit
     next_due_at: float | None = None  # of the new head: when wp-events should next run WordPress's cron
@@ -381,15 +402,15 @@ class OperationQueue(Protocol):
 
 
 class QuotaStore(Protocol):
-    """An operator's override of a principal's limits: its record, and the maximum it puts on each counter it
-    bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores' admission and
+    """An operator's override of a principal's (or one of its tenants') limits: its record, and the maximum it puts
+    on each counter it bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores' admission and
     running-slot conditions honour a counter's own maximum before the deployment's."""
 
-    def get(self, principal: str) -> Quota | None: ...
+    def get(self, principal: str, tenant: str | None = None) -> Quota | None: ...
 
     def put(self, quota: Quota, bounds: Mapping[str, int | None]) -> None: ...
 
-    def clear(self, principal: str, bounds: Sequence[str]) -> bool:
+    def clear(self, principal: str, tenant: str | None, bounds: Sequence[str]) -> bool:
         """Remove the override and the maxima it put on `bounds`; False if there was none."""
         ...
 

@@ -46,11 +46,16 @@ class Settings(BaseModel):
     )
     max_input_bytes: int = Field(default=256 * 1024, gt=0)
     max_outstanding_global: int = Field(default=10_000, ge=1, description="accepted, not yet terminal, in all")
-    max_outstanding_per_principal: int = Field(default=2_000, ge=1)
+    max_outstanding_per_principal: int = Field(
+        default=2_000, ge=1, description="accepted, not yet terminal, per caller"
+    )
+    max_outstanding_per_tenant: int = Field(
+        default=2_000, ge=1, description="accepted, not yet terminal, per tenant a caller names (its fairness key)"
+    )
     max_running_per_principal: int = Field(
         default=10,
         ge=1,
-        description="attempts one principal runs at once "
+        description="attempts one fairness key (a principal, or a tenant it names) runs at once "
         "in each lane (interactive, bulk); set below the lane's concurrency",
     )
     max_queued_per_site: int = Field(default=50, ge=1, description="keeps one site's FIFO group short")

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from sitedispatch.domain.model import Commit, Lease, Operation, Publication, PublicationStatus, Site, lane_for
 from sitedispatch.domain.ports import PreparedCommit
-from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.admission import held_by
+from sitedispatch.flow.pace import Pace
 from sitedispatch.kinds.contract import Mutation
-from sitedispatch.operations.admission import counters_for
-from sitedispatch.operations.pace import Pace
 
 AVERAGE_WEIGHT = 0.3  # of the latest operation in the site's running average of operation time
 
 
 def prepare_commit(
-    settings: Settings,
     op: Operation,
     site: Site,
     lease: Lease,
@@ -22,8 +20,8 @@ def prepare_commit(
     pace: Pace | None = None,
 ) -> PreparedCommit:
     """The commit record (version = head + 1, under our fence), the publication it asks for (its outbox row), the
-    operation's result, the counters and running slot it releases, the site's updated pace and due time, and the
-    completion counted on its principal's `pace`."""
+    operation's result, what the operation holds (as its row says) to release, the site's updated pace and due
+    time, and the completion counted on its fairness key's `pace`."""
     commit = Commit(
         operation_id=op.operation_id,
         site_id=op.site_id,
@@ -60,9 +58,9 @@ def prepare_commit(
         expected_version=site.head_version,
         result=result,
         publication=publication,
-        counters=counters_for(settings, op),
+        counters=tuple(counter for counter in held_by(op) if counter != op.running_slot),
         avg_operation_s=round(average, 3),
         slot=op.running_slot,
         next_due_at=mutation.next_due_at,
-        tallies=(pace.tally(lane_for(op.kind), op.principal, took, now),) if pace is not None else (),
+        tallies=(pace.tally(lane_for(op.kind), op.principal, op.tenant_key, took, now),) if pace is not None else (),
     )

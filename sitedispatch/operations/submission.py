@@ -21,6 +21,7 @@ from sitedispatch.domain.model import (
     SiteConnection,
     Status,
     check_principal,
+    check_tenant,
     lane_for,
     operation_id_for,
     sha256_hex,
@@ -29,16 +30,11 @@ from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, Operatio
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.drivers.wordpress.credentials import check_reference
-from sitedispatch.operations.admission import (
-    GLOBAL,
-    backpressure,
-    global_outstanding,
-    limits_for,
-    share_slot,
-    site_counter,
-)
-from sitedispatch.operations.estimates import operation_seconds, principal_operation_s
-from sitedispatch.operations.pace import Pace
+from sitedispatch.flow.admission import Limit, backpressure, limit_of, limits_for, share_group_for
+from sitedispatch.flow.counters import site_counter
+from sitedispatch.flow.estimates import operation_seconds, principal_operation_s
+from sitedispatch.flow.pace import Pace
+from sitedispatch.flow.placement import place
 from sitedispatch.operations.uploads import (
     UPLOAD_CONTENT_TYPE,
     check_upload,
@@ -114,13 +110,17 @@ class Submitter:
         params: dict[str, Any],
         idempotency_key: str | None = None,
         raw_size: int | None = None,
+        tenant: str | None = None,
     ) -> Submitted:
-        """Accept one operation, or refuse it before anything is written."""
+        """Accept one operation, or refuse it before anything is written. `tenant`: the fairness key limits and
+        shares apply to (a customer of the principal; default the principal)."""
         d = self.d
         kind_enum = _parse_kind(kind)
         if not SITE_ID_PATTERN.match(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         check_principal(principal, field="as")
+        if tenant is not None:
+            check_tenant(tenant)
         if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
         body, digest = self._validated(kind_enum, params, raw_size, principal, site_id)
@@ -141,6 +141,7 @@ class Submitter:
             updated_at=now,
             attempt_budget=d.settings.attempt_budget,
             inline_input=body.decode() if inline else None,
+            tenant="" if tenant in (None, principal) else tenant,
         )
         if not inline:
             d.blobs.put_if_absent(op.input_key, body)
@@ -166,34 +167,43 @@ class Submitter:
         )
 
     def _create(self, op: Operation) -> Operation:
-        """One transaction: the row (unless its id exists), every admission counter under its maximum, the site's
-        owner checked on its counter, and a place of the principal's share of the lane (or, that share full, the
-        row waits for it: a second transaction). The first submit to a site (its counter names no owner yet)
-        registers the site and submits again, claiming it. The operation as written."""
+        """One transaction: the row (unless its id exists), a place on a shard of every admission limit, the
+        site's owner checked on its counter, and a place of the fairness key's share of the lane (or, that share
+        full, the row waits for it); flow/placement.py moves to other shards when one is full. The first submit to
+        a site (its counter names no owner yet) registers the site and submits again, claiming it. The operation
+        as written."""
         d = self.d
         limits = limits_for(d.settings, op)
-        bounds = [(limit.counter, limit.maximum) for limit in limits]
         owner = site_counter(op.site_id)
-        share = share_slot(d.settings, op)
+        share = share_group_for(d.settings, op)
+
+        def create(claim: bool) -> Operation:
+            return place(
+                d.operations,
+                op,
+                limits,
+                share,
+                lambda slots, placement: d.operations.create(op, slots, SiteOwner(owner, claim), placement),
+            )
+
         try:
             try:
-                return d.operations.create(op, bounds, SiteOwner(owner), share)
+                return create(claim=False)
             except UnclaimedSite:
                 d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's site
-                return d.operations.create(op, bounds, SiteOwner(owner, claim=True), share)
+                return create(claim=True)
         except LimitReached as full:
             obs.count("Backpressured")
-            limit = next(limit for limit in limits if limit.counter == full.counter)
-            if limit.name == "global":
-                full = LimitReached(
-                    GLOBAL, global_outstanding(d.operations, d.settings), d.settings.max_outstanding_global
-                )
-            per_operation = operation_seconds(d.sites, op.site_id, d.settings.default_operation_s)
-            if limit.name == "principal" and d.pace is not None:
-                _, per_operation = principal_operation_s(
-                    d.pace, lane_for(op.kind), op.principal, op.created_at, per_operation
-                )
-            raise backpressure(limit, full, per_operation) from None
+            raise self._backpressure(op, limit_of(limits, full.counter), full) from None
+
+    def _backpressure(self, op: Operation, limit: Limit, full: LimitReached) -> Exception:
+        d = self.d
+        per_operation = operation_seconds(d.sites, op.site_id, d.settings.default_operation_s)
+        if limit.name in {"principal", "tenant"} and d.pace is not None:
+            _, per_operation = principal_operation_s(
+                d.pace, lane_for(op.kind), op.principal, op.tenant_key, op.created_at, per_operation
+            )
+        return backpressure(limit, full, per_operation)
 
     def _validated(
         self, kind: Kind, params: dict[str, Any], raw_size: int | None, principal: str, site_id: str

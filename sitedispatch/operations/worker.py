@@ -49,15 +49,17 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.admission import running_group_for
+from sitedispatch.flow.counters import SHARE_SHARDS, share_group
+from sitedispatch.flow.pace import Pace
+from sitedispatch.flow.placement import roomiest
+from sitedispatch.flow.retry_budget import RetryBudget
+from sitedispatch.flow.shares import freed_by, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
 from sitedispatch.kinds.drivers import driver_for
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operations.admission import counters_for, running_slot, share_counter, share_slot
 from sitedispatch.operations.commits import prepare_commit
 from sitedispatch.operations.evidence import Evidence, build_evidence
-from sitedispatch.operations.pace import Pace
-from sitedispatch.operations.retry_budget import RetryBudget
-from sitedispatch.operations.shares import release
 
 SUPERSESSION_SCAN = 50
 
@@ -99,15 +101,15 @@ class OperationsWorker:
         start plus the function's timeout) bounds how many steps a long operation takes in this invocation."""
         self.request_id = request_id
         self.deadline = deadline
-        share = share_counter(message.lane, message.principal) if message.lane and message.principal else None
-        delivery = self.d.operations.read_delivery(message.operation_id, message.site_id, share)
+        shares = _shares_of(message)
+        delivery = self.d.operations.read_delivery(message.operation_id, message.site_id, shares)
         op = delivery.operation
         if op is None:
             return self._ack("unknown_operation", message)
         obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
         result = self._deliver(op, delivery.site, message, visibility)
         if delivery.waiting and result.outcome.delete_message:  # it ended, or was found ended
-            self._release_waiting(op, share)
+            self._release_waiting(op, shares)
         return result
 
     def _deliver(self, op: Operation, site: Site | None, message: QueueMessage, visibility: Visibility) -> Result:
@@ -128,15 +130,16 @@ class OperationsWorker:
         not_now = self._not_now(op, site, message, visibility, now)
         return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
 
-    def _release_waiting(self, op: Operation, read_share: str | None) -> None:
-        """This delivery ended an operation (or found it ended) while others waited for its principal's share:
-        send the oldest of them. A failure here is logged (the reconciler releases what is left waiting)."""
+    def _release_waiting(self, op: Operation, read_shares: list[str]) -> None:
+        """This delivery ended an operation (or found it ended) while others waited for its fairness key's share:
+        the place it held goes to the oldest of them. A failure here is logged (the reconciler releases what is
+        left waiting)."""
         d = self.d
-        share = share_slot(d.settings, op)
-        if share.counter != read_share:
+        freed = freed_by(d.settings, op)
+        if freed is None or freed[1].counter not in read_shares:
             return
         try:
-            release(d.operations, d.queue, d.clock, share)
+            release(d.operations, d.queue, d.clock, *freed)
         except Exception as exc:
             obs.logger.warning("could not release waiting operations", extra={"error": _describe(exc)})
 
@@ -191,9 +194,17 @@ class OperationsWorker:
             return self._lease_held(visibility, site.lease_expires_at or now, now)
         visibility.change(d.settings.lease_seconds * 2)
         # A row that still holds a running slot (its last attempt died, or it continues) keeps it: no second one.
-        slot = running_slot(d.settings, op) if op.running_slot is None and not op.continues else None
+        running = running_group_for(d.settings, op)
+        slot = running.home_slot(op.operation_id) if op.running_slot is None and not op.continues else None
         try:
-            started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
+            try:
+                started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
+            except LimitReached:
+                other = roomiest(d.operations, running, running.index_of(slot.counter) if slot else None)
+                if other is None:
+                    raise
+                slot = running.slot(other)
+                started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
         except LimitReached:
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
@@ -219,8 +230,9 @@ class OperationsWorker:
         try:
             if op.continues:
                 return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, continues_from=op.fence)
+            running = running_group_for(d.settings, op)
             return lease, d.operations.start_attempt(
-                op.operation_id, lease.fence, now, running_slot(d.settings, op), op
+                op.operation_id, lease.fence, now, running.home_slot(op.operation_id), op
             )
         except LimitReached:
             d.sites.release_lease(lease)
@@ -276,7 +288,7 @@ class OperationsWorker:
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
-            prepared = prepare_commit(d.settings, op, site, lease, mutation, now, d.pace)
+            prepared = prepare_commit(op, site, lease, mutation, now, d.pace)
             d.commits.commit(prepared, now)
             commit, publication = prepared.commit, prepared.publication
         except ContinueLater:
@@ -336,14 +348,12 @@ class OperationsWorker:
     def _supersede(self, op: Operation, newer: Operation, message: QueueMessage) -> Result:
         try:
             self.d.operations.end(
-                op.operation_id,
+                op,
                 Status.SUPERSEDED,
                 self.d.clock.now(),
-                counters_for(self.d.settings, op),
                 from_statuses=(Status.ACCEPTED, Status.QUEUED),
                 reason=f"superseded by {newer.operation_id}",
                 superseded_by=newer.operation_id,
-                slot=op.running_slot,
             )
         except NotRunnable:
             return self._ack("supersede_race", message)
@@ -356,13 +366,11 @@ class OperationsWorker:
         self.d.sites.release_lease(lease)
         try:
             self.d.operations.end(
-                op.operation_id,
+                op,
                 Status.CANCELLED,
                 self.d.clock.now(),
-                counters_for(self.d.settings, op),
                 from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
                 reason=op.cancel_requested or "cancelled",
-                slot=op.running_slot,
             )
         except NotRunnable:
             return self._ack("cancel_race", message)
@@ -400,7 +408,7 @@ class OperationsWorker:
             obs.count("RetryBudgetExhausted")
         now = d.clock.now()
         try:
-            d.operations.schedule_retry(op.operation_id, fence, error, now + delay, now, slot=op.running_slot)
+            d.operations.schedule_retry(op, fence, error, now + delay, now)
         except (StaleFence, NotRunnable):
             return self._defer(visibility, d.settings.defer_max_s, "retry_lost_race")
         visibility.change(delay)
@@ -450,15 +458,7 @@ class OperationsWorker:
         )
         d.blobs.put_if_absent(evidence.key, evidence.document())
         try:
-            d.operations.mark_dead(
-                op.operation_id,
-                fence,
-                error,
-                d.clock.now(),
-                counters_for(self.d.settings, op),
-                slot=op.running_slot,
-                evidence=evidence.row(),
-            )
+            d.operations.mark_dead(op, fence, error, d.clock.now(), evidence=evidence.row())
         except (NotRunnable, StaleFence):
             return self._ack("dead_race_lost", message)
         d.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
@@ -533,6 +533,14 @@ def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:
         "error_code": evidence.error_code,
         "evidence_key": evidence.key,
     }
+
+
+def _shares_of(message: QueueMessage) -> list[str]:
+    """The shards of the share the message's operation is in (a message that names no principal: none), read with
+    the operation so that its end knows whether others wait."""
+    if not (message.lane and message.principal):
+        return []
+    return share_group(message.lane, message.principal, message.tenant_key, SHARE_SHARDS).shard_ids()
 
 
 def _describe(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ from sitedispatch.domain.model import (
     Site,
     Status,
     check_principal,
+    check_tenant,
     lane_for,
 )
 from sitedispatch.domain.ports import (
@@ -44,18 +45,18 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.resources import operation_lanes
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import (
+from sitedispatch.flow.admission import (
     backpressure,
-    counters_for,
+    limit_of,
     limits_for,
     max_outstanding,
     max_running,
-    principal_counter,
     quota_bounds,
-    running_counter,
-    share_slot,
+    share_group_for,
 )
-from sitedispatch.operations.shares import release
+from sitedispatch.flow.counters import principal_group, running_group, tenant_group
+from sitedispatch.flow.placement import place
+from sitedispatch.flow.shares import freed_by, release
 
 DLQ_SCAN = 10_000
 
@@ -108,6 +109,7 @@ class RedriveReport:
 @dataclass(frozen=True)
 class PrincipalLimits:
     principal: str
+    tenant: str | None  # None: the principal's own limits (its outstanding operations in all)
     quota: Quota | None  # the operator's override, if any
     max_outstanding: int  # in effect
     max_running: int  # in effect, in each lane
@@ -287,7 +289,7 @@ class Controls:
             try:
                 self._requeue(op, new_input)
             except LimitReached as full:
-                limit = next(lim for lim in limits_for(self.d.settings, op) if lim.counter == full.counter)
+                limit = limit_of(limits_for(self.d.settings, op), full.counter)
                 why = str(backpressure(limit, full, self.d.settings.default_operation_s))
                 report.refused[op.operation_id] = why
                 self._audit(caller, action, op, reason, "refused", why=why)
@@ -324,19 +326,29 @@ class Controls:
 
     # -- quotas ------------------------------------------------------------------------------------------------
 
-    def limits(self, caller: Caller, principal: str) -> PrincipalLimits:
-        """A principal's limits in effect (its override, else the deployment's) and how much of them it uses now.
-        A principal may read its own; operators any."""
+    def limits(self, caller: Caller, principal: str, tenant: str | None = None) -> PrincipalLimits:
+        """A principal's (or one of its tenants') limits in effect (its override, else the deployment's) and how
+        much of them it uses now. A principal may read its own; operators any."""
         check_principal(principal)
+        if tenant is not None:
+            check_tenant(tenant)
         if not caller.may_act_for(principal):  # a principal is not a tenant's resource: its name is no secret
             raise Forbidden(f"{caller.identity} may only read its own limits")
-        return self._limits(principal)
+        return self._limits(principal, tenant)
 
     def set_quota(
-        self, caller: Caller, principal: str, *, max_outstanding: int | None, max_running: int | None, reason: str
+        self,
+        caller: Caller,
+        principal: str,
+        *,
+        max_outstanding: int | None,
+        max_running: int | None,
+        reason: str,
+        tenant: str | None = None,
     ) -> PrincipalLimits:
-        """Override a principal's limits (operators only). Lowering one below what the principal already has
-        outstanding or running refuses its new work until it drains; accepted work is never dropped."""
+        """Override a principal's limits, or one of its tenants' (operators only). Lowering one below what is
+        already outstanding or running refuses new work until it drains; accepted work is never dropped."""
+        tenant = _own(principal, tenant)
         self._operator_only(caller, "quota", principal, reason)
         if max_outstanding is None and max_running is None:
             raise InvalidInput("give --max-outstanding, --max-running or both", field="max_outstanding")
@@ -347,42 +359,48 @@ class Controls:
                     f"{self.d.settings.max_outstanding_global}, got {value}",
                     field=name,
                 )
-        before = self.d.quotas.get(principal)
-        quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason)
-        self.d.quotas.put(quota, quota_bounds(principal, quota))
-        self._record(
-            caller,
-            "quota",
-            principal,
-            None,
-            reason,
-            "ok",
-            {
-                "max_outstanding": max_outstanding,
-                "max_running": max_running,
-                "was": None
-                if before is None
-                else {"max_outstanding": before.max_outstanding, "max_running": before.max_running},
-            },
-        )
-        return self._limits(principal)
+        before = self.d.quotas.get(principal, tenant)
+        quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason, tenant)
+        self.d.quotas.put(quota, quota_bounds(principal, tenant, quota))
+        detail: dict[str, Any] = {
+            "max_outstanding": max_outstanding,
+            "max_running": max_running,
+            "was": None
+            if before is None
+            else {"max_outstanding": before.max_outstanding, "max_running": before.max_running},
+        }
+        if tenant is not None:
+            detail["tenant"] = tenant
+        self._record(caller, "quota", principal, None, reason, "ok", detail)
+        return self._limits(principal, tenant)
 
-    def clear_quota(self, caller: Caller, principal: str, reason: str) -> PrincipalLimits:
+    def clear_quota(self, caller: Caller, principal: str, reason: str, tenant: str | None = None) -> PrincipalLimits:
         """Back to the deployment's limits (operators only)."""
+        tenant = _own(principal, tenant)
         self._operator_only(caller, "quota", principal, reason)
-        existed = self.d.quotas.clear(principal, list(quota_bounds(principal, None)))
-        self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped", {"cleared": existed})
-        return self._limits(principal)
+        existed = self.d.quotas.clear(principal, tenant, list(quota_bounds(principal, tenant, None)))
+        detail: dict[str, Any] = {"cleared": existed} | ({"tenant": tenant} if tenant is not None else {})
+        self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped", detail)
+        return self._limits(principal, tenant)
 
-    def _limits(self, principal: str) -> PrincipalLimits:
-        settings, quota = self.d.settings, self.d.quotas.get(principal)
+    def _limits(self, principal: str, tenant: str | None) -> PrincipalLimits:
+        settings, quota = self.d.settings, self.d.quotas.get(principal, tenant)
+        key = tenant or principal
+        outstanding = (principal_group(principal, 0) if tenant is None else tenant_group(principal, key, 0)).shard_ids()
+        running = {lane: running_group(lane, principal, key, 0).shard_ids() for lane in operation_lanes()}
+        readings = self.d.operations.read_counters([*outstanding, *(c for ids in running.values() for c in ids)])
+
+        def total(ids: list[str]) -> int:
+            return sum(readings[c].value for c in ids if c in readings)
+
         return PrincipalLimits(
             principal,
+            tenant,
             quota,
-            max_outstanding(settings, quota),
+            max_outstanding(settings, quota, tenant=tenant is not None),
             max_running(settings, quota),
-            self.d.operations.counter(principal_counter(principal)),
-            {lane: self.d.operations.counter(running_counter(lane, principal)) for lane in operation_lanes()},
+            total(outstanding),
+            {lane: total(ids) for lane, ids in running.items()},
         )
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
@@ -398,9 +416,12 @@ class Controls:
 
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
         d = self.d
-        limits = [(limit.counter, limit.maximum) for limit in limits_for(d.settings, op)]
-        revived = d.operations.revive(
-            op.operation_id, op.epoch, d.clock.now(), limits, new_input, share_slot(d.settings, op)
+        revived = place(
+            d.operations,
+            op,
+            limits_for(d.settings, op),
+            share_group_for(d.settings, op),
+            lambda slots, placement: d.operations.revive(op, d.clock.now(), slots, new_input, placement),
         )
         if revived.waiting_for:
             return revived  # its principal fills its share of the lane: sent as earlier work finishes
@@ -421,20 +442,18 @@ class Controls:
         if op.status in {Status.ACCEPTED, Status.QUEUED}:
             try:
                 d.operations.end(
-                    op.operation_id,
+                    op,
                     Status.CANCELLED,
                     d.clock.now(),
-                    counters_for(self.d.settings, op),
                     from_statuses=(Status.ACCEPTED, Status.QUEUED),
                     reason=reason or "cancelled",
-                    slot=op.running_slot,
-                    waiting=op.waiting_for,
                 )
             except NotRunnable:
                 pass  # it started (or was released) meanwhile: fall through to the cooperative cancel
             else:
-                if not op.waiting_for:  # it held a place of its principal's share: the next one waiting takes it
-                    release(d.operations, d.queue, d.clock, share_slot(d.settings, op))
+                freed = freed_by(d.settings, op)
+                if freed is not None:  # it held a place of its key's share: the oldest one waiting takes it
+                    release(d.operations, d.queue, d.clock, *freed)
                 return self._reload(op.operation_id)
         try:
             d.operations.request_cancel(op.operation_id, reason or "cancelled", d.clock.now())
@@ -557,3 +576,11 @@ def _not_redrivable(op: Operation) -> str | None:
     if op.status == Status.SUCCEEDED:
         return "already succeeded" + (f" (after a redrive, epoch {op.epoch})" if op.epoch else "")
     return f"already redriven: {op.status.value} in epoch {op.epoch}"
+
+
+def _own(principal: str, tenant: str | None) -> str | None:
+    """A quota's tenant: None for the principal's own (naming the principal as its tenant is the same)."""
+    if tenant is None or tenant == principal:
+        return None
+    check_tenant(tenant)
+    return tenant

@@ -11,9 +11,9 @@ from sitedispatch.domain.model import Operation, Status, lane_for
 from sitedispatch.domain.ports import OperationStore, SiteStore
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.domain.settings import Settings
-from sitedispatch.operations.admission import estimated_wait_s
-from sitedispatch.operations.estimates import principal_operation_s
-from sitedispatch.operations.pace import Pace
+from sitedispatch.flow.admission import estimated_wait_s
+from sitedispatch.flow.estimates import principal_operation_s
+from sitedispatch.flow.pace import Pace
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,11 @@ class SiteDelay:
 class PrincipalDelay:
     principal: str
     lane: str
-    backlog: int  # unfinished operations of the principal in the lane (running ones included)
+    backlog: int  # unfinished operations of the fairness key in the lane (running ones included)
     completed_recently: int  # in the pace window (5 minutes)
     operation_s: float  # their measured mean (or the default before any completed in the window)
     estimated_delay_s: float  # for work submitted now: the backlog, `max_running_per_principal` at a time
+    tenant: str = ""  # the fairness key, when not the principal itself
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,9 @@ def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings)
 
 def _principal_delays(waiting: list[Operation], pace: Pace, settings: Settings, now: float) -> list[PrincipalDelay]:
     delays = []
-    for (principal, lane), backlog in _busiest(Counter((op.principal, lane_for(op.kind)) for op in waiting)):
-        completed, pace_s = principal_operation_s(pace, lane, principal, now, settings.default_operation_s)
+    keys = Counter((op.principal, op.tenant_key, lane_for(op.kind)) for op in waiting)
+    for (principal, tenant, lane), backlog in _busiest(keys):
+        completed, pace_s = principal_operation_s(pace, lane, principal, tenant, now, settings.default_operation_s)
         delays.append(
             PrincipalDelay(
                 principal,
@@ -164,6 +166,7 @@ def _principal_delays(waiting: list[Operation], pace: Pace, settings: Settings, 
                 completed,
                 round(pace_s, 2),
                 estimated_wait_s(backlog, pace_s, settings.max_running_per_principal),
+                "" if tenant == principal else tenant,
             )
         )
     return delays

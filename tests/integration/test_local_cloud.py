@@ -230,7 +230,7 @@ def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retrie
     transactions conflict, and each is sent again until it lands; nothing is refused, nothing counted twice."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sitedispatch.operations.admission import principal_counter
+    from sitedispatch.flow.counters import principal_group
     from tests.factories import PROVISION
 
     submitter = cloud.deps.submitter()
@@ -249,7 +249,8 @@ def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retrie
 
     assert len({r.operation.operation_id for r in results}) == 10
     assert conflicts["transactions"] >= 1  # they did meet
-    assert cloud.deps.operations.counter(principal_counter("p")) == 10
+    outstanding = cloud.deps.operations.read_counters(principal_group("p", 0).shard_ids())
+    assert sum(reading.value for reading in outstanding.values()) == 10
 
 
 def _wait_until_held(strict: Strictness) -> None:
@@ -324,7 +325,7 @@ def test_strict_a_single_write_refused_by_a_transaction_in_progress_is_sent_agai
     """DynamoDB refuses a single write on an item a transaction is in progress on (TransactionConflictException) and
     botocore does not retry it: the stores' writes (aws/writes.py `patient`, `conditionally`) send it again, so it
     lands after the transaction instead of failing the delivery or the request."""
-    from sitedispatch.aws.counters import DynamoMinuteBuckets
+    from sitedispatch.aws.flow import DynamoMinuteBuckets
     from sitedispatch.aws.writes import conditionally
 
     client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sitedispatch.aws.counters import DynamoMinuteBuckets
+from sitedispatch.aws.flow import DynamoMinuteBuckets
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
@@ -18,6 +18,7 @@ from sitedispatch.domain.errors import (
     LimitReached,
     NotFound,
     NotRunnable,
+    ShareMoved,
     StaleFence,
     UnclaimedSite,
 )
@@ -37,8 +38,10 @@ from sitedispatch.domain.ports import (
     AuditLog,
     BlobStore,
     CommitStore,
+    CounterReading,
     OperationQueue,
     OperationStore,
+    Placement,
     PreparedCommit,
     PublicationQueue,
     PublicationStore,
@@ -49,7 +52,7 @@ from sitedispatch.domain.ports import (
     Tally,
 )
 from sitedispatch.domain.resources import QUEUES
-from sitedispatch.operations.minute_counts import Bucket, MinuteBuckets, MinuteCounts
+from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud
 from tests.factories import present
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
@@ -205,6 +208,11 @@ def running(stores: Stores, op_id: str = "op_1", site: str = "acme-blog") -> Any
     return lease
 
 
+def as_read(stores: Stores, operation_id: str) -> Operation:
+    """The operation as a caller reads it before it acts on it."""
+    return present(stores.operations.get(operation_id))
+
+
 def test_create_is_conditional(stores: Stores) -> None:
     stores.operations.create(new_op())
     with pytest.raises(AlreadyExists):
@@ -213,18 +221,19 @@ def test_create_is_conditional(stores: Stores) -> None:
 
 def test_the_owner_on_a_sites_counter_is_checked_claimed_once_and_names_the_site(stores: Stores) -> None:
     counter = "site#acme-blog"
+    limit = [Slot(counter, 5)]
     with pytest.raises(UnclaimedSite):  # nobody named yet: nothing written
-        stores.operations.create(new_op("op_1"), [(counter, 5)], SiteOwner(counter))
+        stores.operations.create(new_op("op_1"), limit, SiteOwner(counter))
     assert stores.operations.get("op_1") is None and stores.operations.counter(counter) == 0
-    stores.operations.create(new_op("op_1"), [(counter, 5)], SiteOwner(counter, claim=True))
-    stores.operations.create(new_op("op_2"), [(counter, 5)], SiteOwner(counter))  # named: checked, not claimed
+    stores.operations.create(new_op("op_1"), limit, SiteOwner(counter, claim=True))
+    stores.operations.create(new_op("op_2"), limit, SiteOwner(counter))  # named: checked, not claimed
     intruder = replace(new_op("op_3"), principal="intruder")
     for claim in (False, True):
         with pytest.raises(Conflict, match="belongs to another principal"):
-            stores.operations.create(intruder, [(counter, 5)], SiteOwner(counter, claim=claim))
+            stores.operations.create(intruder, limit, SiteOwner(counter, claim=claim))
     assert stores.operations.get("op_3") is None and stores.operations.counter(counter) == 2
     with pytest.raises(AlreadyExists):  # a repeat is named as such before anything else
-        stores.operations.create(new_op("op_1"), [(counter, 2)], SiteOwner(counter))
+        stores.operations.create(new_op("op_1"), [Slot(counter, 2)], SiteOwner(counter))
 
 
 def test_an_operation_and_its_site_are_read_together(stores: Stores) -> None:
@@ -235,72 +244,125 @@ def test_an_operation_and_its_site_are_read_together(stores: Stores) -> None:
     assert op == stores.operations.get("op_1") and site == stores.sites.get("acme-blog")
     assert both(stores, "op_1", "other-site") == (op, None)
     assert both(stores, "", "x" * 3000) == (None, None)
-    assert stores.operations.read_delivery("op_1", "acme-blog", "queued#operations#p").waiting == 0  # no counter yet
+    assert stores.operations.read_delivery("op_1", "acme-blog", [HOME.counter]).waiting == 0  # no counter yet
 
 
-SHARE = Slot("queued#operations#p", 2)
+GROUP = "queued#operations#p#p"
+HOME, OTHER = Slot(f"{GROUP}#0", 2), Slot(f"{GROUP}#1", 2)
+SHARDS = [HOME.counter, OTHER.counter]
 
 
-def test_an_operation_takes_a_place_of_its_share_or_waits_for_it_and_is_released_oldest_first(stores: Stores) -> None:
-    for n in range(5):  # two places, then three wait (in the order they came)
-        made = stores.operations.create(replace(new_op(f"op_{n}", f"site-{n}"), created_at=NOW + n), share=SHARE)
-        assert made.waiting_for == (None if n < 2 else SHARE.counter)
+def take(slot: Slot = HOME, guard: str | None = None) -> Placement:
+    return Placement(slot, GROUP, guard=guard)
+
+
+def wait(slot: Slot = HOME) -> Placement:
+    return Placement(slot, GROUP, waits=True)
+
+
+def test_an_operation_takes_a_place_of_a_shard_or_waits_counted_on_it_and_is_released_oldest_first(
+    stores: Stores,
+) -> None:
+    for n in range(2):
+        made = stores.operations.create(replace(new_op(f"op_{n}", f"site-{n}"), created_at=NOW + n), share=take())
+        assert (made.share, made.waiting_for) == (HOME.counter, None)
         assert made == stores.operations.get(f"op_{n}")  # the answer is the row as written
-    assert stores.operations.counter(SHARE.counter) == 2
-    assert stores.operations.read_delivery("op_0", "site-0", SHARE.counter).waiting == 3
-    assert stores.operations.release_waiting(SHARE, NOW + 10, limit=5) == []  # no room: nothing moves
+    with pytest.raises(ShareMoved):  # full: no place, nothing written
+        stores.operations.create(new_op("op_2", "site-2"), share=take())
+    assert stores.operations.get("op_2") is None
+    for n in range(2, 5):  # three wait, counted on the shard, in the order they came
+        made = stores.operations.create(replace(new_op(f"op_{n}", f"site-{n}"), created_at=NOW + n), share=wait())
+        assert (made.share, made.waiting_for, made.waiting_at) == (None, GROUP, HOME.counter)
+    assert stores.operations.counter(HOME.counter) == 2
+    assert stores.operations.read_delivery("op_0", "site-0", SHARDS).waiting == 3
+    assert stores.operations.release_waiting(GROUP, HOME, NOW + 10, limit=5) == []  # no room: nothing moves
 
     # op_0 ends (its place frees): the oldest waiting one takes it, and only one fits
-    stores.operations.end(
-        "op_0", Status.CANCELLED, NOW + 11, [SHARE.counter], from_statuses=(Status.QUEUED,), reason="x"
-    )
-    released = stores.operations.release_waiting(SHARE, NOW + 12, limit=5)
+    stores.operations.end(as_read(stores, "op_0"), Status.CANCELLED, NOW + 11, from_statuses=(Status.QUEUED,))
+    released = stores.operations.release_waiting(GROUP, HOME, NOW + 12, limit=5)
     assert [op.operation_id for op in released] == ["op_2"]
-    assert released[0] == stores.operations.get("op_2") and released[0].waiting_for is None
-    assert stores.operations.counter(SHARE.counter) == 2
-    assert stores.operations.read_delivery("op_2", "site-2", SHARE.counter).waiting == 2
+    assert released[0] == stores.operations.get("op_2") and released[0].share == HOME.counter
+    assert (released[0].waiting_for, released[0].waiting_at) == (None, None)
+    assert stores.operations.counter(HOME.counter) == 2
+    assert stores.operations.read_delivery("op_2", "site-2", SHARDS).waiting == 2
 
-    # while others wait, a new operation waits behind them even when a place is free (so what waits goes first)
-    stores.operations.end(
-        "op_1", Status.CANCELLED, NOW + 13, [SHARE.counter], from_statuses=(Status.QUEUED,), reason="x"
-    )
-    later = stores.operations.create(replace(new_op("op_9", "site-9"), created_at=NOW + 14), share=SHARE)
-    assert later.waiting_for == SHARE.counter
-    assert [op.operation_id for op in stores.operations.release_waiting(SHARE, NOW + 15, limit=5)] == ["op_3"]
+    # a place on another shard goes to the oldest waiting too, moving it there (its wait leaves the home shard)
+    assert [op.operation_id for op in stores.operations.release_waiting(GROUP, OTHER, NOW + 13)] == ["op_3"]
+    assert (as_read(stores, "op_3").share, stores.operations.counter(OTHER.counter)) == (OTHER.counter, 1)
+    assert stores.operations.read_counters(SHARDS)[HOME.counter].waiting == 1
+
+    # while others wait on a shard, a new operation waits behind them even when a place there is free
+    stores.operations.end(as_read(stores, "op_1"), Status.CANCELLED, NOW + 14, from_statuses=(Status.QUEUED,))
+    with pytest.raises(ShareMoved):
+        stores.operations.create(replace(new_op("op_9", "site-9"), created_at=NOW + 15), share=take())
+    # and a place elsewhere is refused while its home shard has someone waiting (its site's order)
+    with pytest.raises(ShareMoved):
+        stores.operations.create(new_op("op_9", "site-9"), share=take(OTHER, guard=HOME.counter))
+    later = stores.operations.create(replace(new_op("op_9", "site-9"), created_at=NOW + 15), share=wait())
+    assert later.waiting_for == GROUP
+    # one place is free on the home shard (op_2 holds the other): the oldest of the two waiting takes it
+    assert [op.operation_id for op in stores.operations.release_waiting(GROUP, HOME, NOW + 16, limit=5)] == ["op_4"]
+
+
+def test_a_wait_is_refused_while_the_shard_has_room_and_nobody_waits(stores: Stores) -> None:
+    with pytest.raises(ShareMoved):
+        stores.operations.create(new_op("op_1", "site-1"), share=wait())
+    assert stores.operations.get("op_1") is None and stores.operations.read_counters(SHARDS) == {}
+    placed = stores.operations.create(new_op("op_1", "site-1"), share=take(OTHER, guard=HOME.counter))
+    assert placed.share == OTHER.counter and stores.operations.counter(HOME.counter) == 0
 
 
 def test_a_waiting_operation_ends_only_as_waiting_and_leaves_the_wait(stores: Stores) -> None:
-    share = Slot(SHARE.counter, 1)
-    stores.operations.create(new_op("op_1", "site-1"), share=share)
-    waiting = stores.operations.create(new_op("op_2", "site-2"), share=share)
-    assert waiting.waiting_for == share.counter
+    one = Slot(HOME.counter, 1)
+    stores.operations.create(new_op("op_1", "site-1"), share=take(one))
+    waiting = stores.operations.create(new_op("op_2", "site-2"), share=wait(one))
+    assert waiting.waiting_for == GROUP
     with pytest.raises(NotRunnable):  # as if it held a place: refused, it waits
-        stores.operations.end("op_2", Status.CANCELLED, NOW, [share.counter], from_statuses=(Status.QUEUED,))
-    stores.operations.end("op_2", Status.CANCELLED, NOW, [], from_statuses=(Status.QUEUED,), waiting=share.counter)
-    assert present(stores.operations.get("op_2")).status == Status.CANCELLED
-    assert stores.operations.read_delivery("op_1", "site-1", share.counter).waiting == 0
-    assert stores.operations.counter(share.counter) == 1
+        stores.operations.end(
+            replace(waiting, waiting_for=None, waiting_at=None, share=one.counter),
+            Status.CANCELLED,
+            NOW,
+            from_statuses=(Status.QUEUED,),
+        )
+    stores.operations.end(waiting, Status.CANCELLED, NOW, from_statuses=(Status.QUEUED,))
+    ended = as_read(stores, "op_2")
+    assert ended.status == Status.CANCELLED and (ended.holds, ended.share, ended.waiting_for) == ((), None, None)
+    assert stores.operations.read_delivery("op_1", "site-1", SHARDS).waiting == 0
+    assert stores.operations.counter(one.counter) == 1
+    holder = as_read(stores, "op_1")
     with pytest.raises(NotRunnable):  # a row that does not wait is refused as waiting
-        stores.operations.end("op_1", Status.CANCELLED, NOW, [], from_statuses=(Status.QUEUED,), waiting=share.counter)
+        stores.operations.end(
+            replace(holder, share=None, waiting_for=GROUP, waiting_at=one.counter),
+            Status.CANCELLED,
+            NOW,
+            from_statuses=(Status.QUEUED,),
+        )
     # nothing waits now: the next one takes a place as soon as there is room
-    stores.operations.end("op_1", Status.CANCELLED, NOW, [share.counter], from_statuses=(Status.QUEUED,))
-    assert stores.operations.create(new_op("op_3", "site-3"), share=share).waiting_for is None
+    stores.operations.end(holder, Status.CANCELLED, NOW, from_statuses=(Status.QUEUED,))
+    assert stores.operations.create(new_op("op_3", "site-3"), share=take(one)).share == one.counter
 
 
-def test_a_quota_on_the_share_counter_moves_its_room(stores: Stores) -> None:
-    stores.quotas.put(Quota("p", max_running=2), {SHARE.counter: 4})
-    made = [stores.operations.create(new_op(f"op_{n}", f"site-{n}"), share=SHARE) for n in range(5)]
-    assert [op.waiting_for for op in made] == [None] * 4 + [SHARE.counter]
+def test_a_quota_on_a_shard_moves_its_room(stores: Stores) -> None:
+    stores.quotas.put(Quota("p", max_running=2), {HOME.counter: 4})
+    for n in range(4):
+        assert stores.operations.create(new_op(f"op_{n}", f"site-{n}"), share=take()).share == HOME.counter
+    with pytest.raises(ShareMoved):
+        stores.operations.create(new_op("op_4", "site-4"), share=take())
+    assert stores.operations.read_counters([HOME.counter])[HOME.counter] == CounterReading(4, 4, 0)
 
 
-def test_a_revived_operation_takes_a_place_or_waits(stores: Stores) -> None:
-    share = Slot(SHARE.counter, 1)
-    stores.operations.create(new_op("op_1", "site-1"), share=share)
-    stores.operations.mark_dead("op_1", None, ERR, NOW, [share.counter])
-    stores.operations.create(new_op("op_2", "site-2"), share=share)  # takes the freed place
-    revived = stores.operations.revive("op_1", 0, NOW + 1, [], share=share)
-    assert revived.waiting_for == share.counter and revived.status == Status.ACCEPTED and revived.epoch == 1
-    assert stores.operations.read_delivery("op_1", "site-1", share.counter).waiting == 1
+def test_a_revived_operation_holds_its_new_places_or_waits(stores: Stores) -> None:
+    one = Slot(HOME.counter, 1)
+    limit = Slot("principal#p#3", 10)
+    stores.operations.create(new_op("op_1", "site-1"), [limit], share=take(one))
+    stores.operations.mark_dead(as_read(stores, "op_1"), None, ERR, NOW)
+    assert stores.operations.counter(limit.counter) == 0 and as_read(stores, "op_1").holds == ()
+    stores.operations.create(new_op("op_2", "site-2"), share=take(one))  # takes the freed place
+    other_limit = Slot("principal#p#7", 10)
+    revived = stores.operations.revive(as_read(stores, "op_1"), NOW + 1, [other_limit], share=wait(one))
+    assert (revived.waiting_for, revived.status, revived.epoch) == (GROUP, Status.ACCEPTED, 1)
+    assert revived.holds == (other_limit.counter,) and stores.operations.counter(other_limit.counter) == 1
+    assert stores.operations.read_delivery("op_1", "site-1", SHARDS).waiting == 1
 
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])
@@ -403,7 +465,7 @@ def test_a_checkpoint_is_written_only_under_the_running_attempts_fence(stores: S
         stores.operations.save_checkpoint("op_1", stale.fence, {"offset": 9999, "items": 300, "steps": 3}, NOW + 32)
     assert present(stores.operations.get("op_1")).checkpoint == step  # the last good one stands
     stores.operations.save_checkpoint("op_1", lease.fence, {"offset": 8192, "items": 200, "steps": 2}, NOW + 33)
-    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 34)
+    stores.operations.mark_dead(as_read(stores, "op_1"), lease.fence, ERR, NOW + 34)
     with pytest.raises(StaleFence):  # not running any more
         stores.operations.save_checkpoint("op_1", lease.fence, step, NOW + 35)
     assert present(stores.operations.get("op_1")).checkpoint == {"offset": 8192, "items": 200, "steps": 2}
@@ -443,7 +505,7 @@ def test_a_continuation_moves_the_running_attempt_to_the_next_fence_once_without
     assert (stepped.attempt, stepped.fence, stepped.continuing) == (1, later.fence + 1, False)
     # an attempt started on a row still flagged (a redrive of a dead one, say) is never itself a continuation
     stores.operations.save_checkpoint("op_1", later.fence + 1, step, NOW + 6, continues=True)
-    stores.operations.mark_dead("op_1", later.fence + 1, ERR, NOW + 7)
+    stores.operations.mark_dead(as_read(stores, "op_1"), later.fence + 1, ERR, NOW + 7)
     assert not present(stores.operations.get("op_1")).continues
 
 
@@ -469,7 +531,7 @@ def test_stale_fence_is_rejected_by_the_commit_transaction_and_nothing_is_writte
 
 def test_commit_of_an_operation_no_longer_running_is_refused(stores: Stores) -> None:
     lease = running(stores)
-    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 1)
+    stores.operations.mark_dead(as_read(stores, "op_1"), lease.fence, ERR, NOW + 1)
     with pytest.raises(NotRunnable):
         stores.commits.commit(prepared(lease), NOW + 2)
     assert stores.commits.get("op_1") is None and present(stores.sites.get("acme-blog")).head_version == 0
@@ -478,15 +540,15 @@ def test_commit_of_an_operation_no_longer_running_is_refused(stores: Stores) -> 
 def test_retry_and_dead_are_fenced(stores: Stores) -> None:
     lease = running(stores)
     with pytest.raises(StaleFence):
-        stores.operations.schedule_retry("op_1", lease.fence + 1, ERR, NOW + 5, NOW)
-    stores.operations.schedule_retry("op_1", lease.fence, ERR, NOW + 5, NOW)
+        stores.operations.schedule_retry(as_read(stores, "op_1"), lease.fence + 1, ERR, NOW + 5, NOW)
+    stores.operations.schedule_retry(as_read(stores, "op_1"), lease.fence, ERR, NOW + 5, NOW)
     op = present(stores.operations.get("op_1"))
     assert op.status == Status.QUEUED and op.not_before == NOW + 5 and op.error == ERR
     with pytest.raises(NotRunnable):
-        stores.operations.mark_dead("op_1", lease.fence + 1, ERR, NOW)
-    stores.operations.mark_dead("op_1", None, ERR, NOW)
+        stores.operations.mark_dead(as_read(stores, "op_1"), lease.fence + 1, ERR, NOW)
+    stores.operations.mark_dead(as_read(stores, "op_1"), None, ERR, NOW)
     with pytest.raises(NotRunnable):  # terminal stays terminal
-        stores.operations.mark_dead("op_1", None, ERR, NOW)
+        stores.operations.mark_dead(as_read(stores, "op_1"), None, ERR, NOW)
 
 
 def test_mark_queued_only_moves_accepted_operations(stores: Stores) -> None:
@@ -502,7 +564,7 @@ def test_listing_by_site_and_status(stores: Stores) -> None:
 
     for i, site in enumerate(["site-a", "site-a", "site-b"]):
         stores.operations.create(replace(new_op(f"op_{i}", site), created_at=NOW + i, updated_at=NOW + i))
-    stores.operations.mark_dead("op_1", None, ERR, NOW + 10)
+    stores.operations.mark_dead(as_read(stores, "op_1"), None, ERR, NOW + 10)
     assert [o.operation_id for o in stores.operations.list(site_id="site-a")] == ["op_1", "op_0"]
     assert [o.operation_id for o in stores.operations.list(status=Status.DEAD)] == ["op_1"]
     assert [o.operation_id for o in stores.operations.list(site_id="site-a", status=Status.QUEUED)] == ["op_0"]
@@ -639,15 +701,19 @@ def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores:
     assert stores.operations.counter(slot.counter) == 1
 
     with pytest.raises(StaleFence):  # a release must name the slot the row holds
-        stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60)
-    stores.operations.schedule_retry("op_1", again.fence, ERR, NOW + 70, NOW + 60, slot=slot.counter)
+        stores.operations.schedule_retry(
+            replace(as_read(stores, "op_1"), running_slot=None), again.fence, ERR, NOW + 70, NOW + 60
+        )
+    stores.operations.schedule_retry(as_read(stores, "op_1"), again.fence, ERR, NOW + 70, NOW + 60)
     assert stores.operations.counter(slot.counter) == 0
     assert present(stores.operations.get("op_1")).running_slot is None
 
     assert stores.operations.start_attempt("op_2", other.fence, NOW + 61, slot).running_slot == slot.counter
     with pytest.raises(NotRunnable):
-        stores.operations.mark_dead("op_2", other.fence, ERR, NOW + 62, (), slot="running#bulk#p")
-    stores.operations.mark_dead("op_2", other.fence, ERR, NOW + 62, (), slot=slot.counter)
+        stores.operations.mark_dead(
+            replace(as_read(stores, "op_2"), running_slot="running#bulk#p"), other.fence, ERR, NOW + 62
+        )
+    stores.operations.mark_dead(as_read(stores, "op_2"), other.fence, ERR, NOW + 62)
     assert stores.operations.counter(slot.counter) == 0
 
 
@@ -696,7 +762,7 @@ def test_the_lease_and_the_attempt_are_taken_in_one_write_only_while_site_and_ro
     again = stores.operations.claim_and_start(op, site, NOW + 60, 30)
     assert again is not None and again[1].attempt == 2 and again[1].running_slot == slot.counter
     assert stores.operations.counter(slot.counter) == 1
-    stores.operations.schedule_retry("op_1", again[0].fence, ERR, NOW + 70, NOW + 61, slot=slot.counter)
+    stores.operations.schedule_retry(as_read(stores, "op_1"), again[0].fence, ERR, NOW + 70, NOW + 61)
     stores.sites.release_lease(again[0])
     _, site = both(stores, "op_1", "site-1")
     assert site is not None
@@ -719,7 +785,7 @@ def test_a_commit_releases_the_slot_it_names(stores: Stores) -> None:
 
 
 def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> None:
-    stores.operations.create(new_op(), [("site#acme-blog", 10)])  # the counter moved at NOW
+    stores.operations.create(new_op(), [Slot("site#acme-blog", 10)])  # the counter moved at NOW
     assert not stores.operations.repair_counter("site#acme-blog", 1, 0, NOW - 1, NOW + 200)  # not quiet
     assert not stores.operations.repair_counter("site#acme-blog", 2, 0, NOW + 100, NOW + 200)  # not what it holds
     assert stores.operations.repair_counter("site#acme-blog", 1, 0, NOW + 100, NOW + 200)
@@ -731,15 +797,15 @@ def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> No
 def test_the_recount_sees_the_counters_moved_since_it_found_them_zero_and_quiet(stores: Stores) -> None:
     ops = stores.operations
     assert ops.held_counters() == {}
-    ops.create(new_op(), [("site#acme-blog", 10), ("principal#p", 10)])
-    assert ops.held_counters() == {"site#acme-blog": 1, "principal#p": 1}
+    ops.create(new_op(), [Slot("site#acme-blog", 10), Slot("principal#p#0", 10)])
+    assert ops.held_counters() == {"site#acme-blog": 1, "principal#p#0": 1}
     assert not ops.forget_counter("site#acme-blog", NOW + 100)  # not zero: kept
-    ops.end("op_1", Status.CANCELLED, NOW + 1, ("site#acme-blog", "principal#p"), from_statuses=(Status.QUEUED,))
-    assert ops.held_counters() == {"site#acme-blog": 0, "principal#p": 0}  # zero, still listed until found quiet
+    ops.end(as_read(stores, "op_1"), Status.CANCELLED, NOW + 1, from_statuses=(Status.QUEUED,))
+    assert ops.held_counters() == {"site#acme-blog": 0, "principal#p#0": 0}  # zero, still listed until found quiet
     assert not ops.forget_counter("site#acme-blog", NOW)  # moved after NOW: not quiet yet
     assert ops.forget_counter("site#acme-blog", NOW + 100)
-    assert ops.held_counters() == {"principal#p": 0}
-    assert ops.repair_counter("principal#p", 0, 0, NOW + 100, NOW + 200)  # repaired to zero: out of the index
+    assert ops.held_counters() == {"principal#p#0": 0}
+    assert ops.repair_counter("principal#p#0", 0, 0, NOW + 100, NOW + 200)  # repaired to zero: out of the index
     assert ops.held_counters() == {}
     assert ops.repair_counter("site#drifted", 0, 2, NOW + 100, NOW + 200)  # repaired above zero: in it
     assert ops.held_counters() == {"site#drifted": 2}
@@ -791,75 +857,96 @@ def test_minute_counts_read_their_window_only(stores: Stores) -> None:
 
 def test_a_quota_kept_on_its_counters_overrides_the_deployments_limits_until_cleared(stores: Stores) -> None:
     ops = stores.operations
+    outstanding, running_slot = Slot("principal#p#0", 100), Slot("running#operations#p#p#0", 10)
     quota = Quota("p", max_outstanding=1, max_running=1, updated_by="ops", updated_at=NOW, reason="trial")
-    stores.quotas.put(quota, {"principal#p": 1, "running#operations#p": 1})
-    assert stores.quotas.get("p") == quota
-    ops.create(new_op("op_1", "site-1"), [("principal#p", 100)])
+    stores.quotas.put(quota, {outstanding.counter: 1, running_slot.counter: 1})
+    assert stores.quotas.get("p") == quota and stores.quotas.get("p", "customer-1") is None
+    ops.create(new_op("op_1", "site-1"), [outstanding])
     with pytest.raises(LimitReached) as full:
-        ops.create(new_op("op_2", "site-2"), [("principal#p", 100)])  # the deployment would allow 100
-    assert (full.value.counter, full.value.value, full.value.maximum) == ("principal#p", 1, 1)
-    ops.create(new_op("op_3", "site-3"), [("principal#q", 100)])  # another principal: the deployment's limit
+        ops.create(new_op("op_2", "site-2"), [outstanding])  # the deployment would allow 100
+    assert (full.value.counter, full.value.value, full.value.maximum) == (outstanding.counter, 1, 1)
+    ops.create(new_op("op_3", "site-3"), [Slot("principal#q#0", 100)])  # another principal: the deployment's
     stores.sites.register("site-1", "p", NOW)
     stores.sites.register("site-3", "p", NOW)
     lease = stores.sites.claim_lease("site-1", "op_1", NOW, 30)
-    ops.start_attempt("op_1", lease.fence, NOW, Slot("running#operations#p", 10))
+    ops.start_attempt("op_1", lease.fence, NOW, running_slot)
     lease = stores.sites.claim_lease("site-3", "op_3", NOW, 30)
     with pytest.raises(LimitReached):
-        ops.start_attempt("op_3", lease.fence, NOW, Slot("running#operations#p", 10))
+        ops.start_attempt("op_3", lease.fence, NOW, running_slot)
 
-    assert stores.quotas.clear("p", ["principal#p", "running#operations#p"]) is True
-    assert stores.quotas.get("p") is None and stores.quotas.clear("p", ["principal#p"]) is False
-    ops.create(new_op("op_2", "site-2"), [("principal#p", 100)])  # the deployment's limit again
-    ops.start_attempt("op_3", lease.fence, NOW, Slot("running#operations#p", 10))
-    assert ops.counter("principal#p") == 2 and ops.counter("running#operations#p") == 2
+    # a tenant's quota is its own record, beside the principal's
+    tenant_quota = Quota("p", max_outstanding=3, updated_by="ops", updated_at=NOW, reason="big", tenant="customer-1")
+    stores.quotas.put(tenant_quota, {"tenant#p#customer-1#0": 3})
+    assert stores.quotas.get("p", "customer-1") == tenant_quota and stores.quotas.get("p") == quota
+    assert stores.quotas.clear("p", "customer-1", ["tenant#p#customer-1#0"]) is True
+    assert stores.quotas.get("p") == quota
+
+    assert stores.quotas.clear("p", None, [outstanding.counter, running_slot.counter]) is True
+    assert stores.quotas.get("p") is None and stores.quotas.clear("p", None, [outstanding.counter]) is False
+    ops.create(new_op("op_2", "site-2"), [outstanding])  # the deployment's limit again
+    ops.start_attempt("op_3", lease.fence, NOW, running_slot)
+    assert ops.counter(outstanding.counter) == 2 and ops.counter(running_slot.counter) == 2
+    assert ops.read_counters([outstanding.counter, "principal#p#9"]) == {outstanding.counter: CounterReading(2)}
 
 
-def test_end_cancels_or_supersedes_from_the_given_statuses_and_releases_what_it_names(stores: Stores) -> None:
+def test_end_cancels_or_supersedes_from_the_given_statuses_and_releases_what_the_row_holds(stores: Stores) -> None:
     ops = stores.operations
-    ops.create(new_op("op_1"), [("site#acme-blog", 10), ("principal#p", 10)])
-    ops.create(new_op("op_2"), [("site#acme-blog", 10), ("principal#p", 10)])
+    limits = [Slot("site#acme-blog", 10), Slot("principal#p#0", 10)]
+    ops.create(new_op("op_1"), limits)
+    ops.create(new_op("op_2"), limits)
+    assert as_read(stores, "op_1").holds == ("site#acme-blog", "principal#p#0")
     ops.end(
-        "op_1",
+        as_read(stores, "op_1"),
         Status.SUPERSEDED,
         NOW + 1,
-        ["site#acme-blog", "principal#p"],
         from_statuses=(Status.ACCEPTED, Status.QUEUED),
         reason="superseded by op_2",
         superseded_by="op_2",
     )
     ended = present(ops.get("op_1"))
-    assert (ended.status, ended.superseded_by, ended.finished_at) == (Status.SUPERSEDED, "op_2", NOW + 1)
+    assert (ended.status, ended.superseded_by, ended.finished_at, ended.holds) == (
+        Status.SUPERSEDED,
+        "op_2",
+        NOW + 1,
+        (),
+    )
     assert present(ended.error).message == "superseded by op_2"
-    assert ops.counter("site#acme-blog") == 1 and ops.counter("principal#p") == 1
+    assert ops.counter("site#acme-blog") == 1 and ops.counter("principal#p#0") == 1
     with pytest.raises(NotRunnable):  # not from a status it may end from
-        ops.end("op_1", Status.CANCELLED, NOW + 2, ["site#acme-blog"], from_statuses=(Status.QUEUED,))
+        ops.end(ended, Status.CANCELLED, NOW + 2, from_statuses=(Status.QUEUED,))
     assert ops.counter("site#acme-blog") == 1  # the refusal released nothing
     with pytest.raises(NotRunnable):  # a slot the row does not hold
-        ops.end("op_2", Status.CANCELLED, NOW + 2, [], from_statuses=(Status.QUEUED,), slot="running#operations#p")
-    ops.end(
-        "op_2",
-        Status.CANCELLED,
-        NOW + 2,
-        ["site#acme-blog", "principal#p"],
-        from_statuses=(Status.QUEUED,),
-        reason="asked",
-    )
+        ops.end(
+            replace(as_read(stores, "op_2"), running_slot="running#operations#p#p#0"),
+            Status.CANCELLED,
+            NOW + 2,
+            from_statuses=(Status.QUEUED,),
+        )
+    with pytest.raises(NotRunnable):  # another epoch's holds
+        ops.end(replace(as_read(stores, "op_2"), epoch=1), Status.CANCELLED, NOW + 2, from_statuses=(Status.QUEUED,))
+    ops.end(as_read(stores, "op_2"), Status.CANCELLED, NOW + 2, from_statuses=(Status.QUEUED,), reason="asked")
     assert present(ops.get("op_2")).status == Status.CANCELLED
     assert ops.counters("site#") == {"site#acme-blog": 0}
-    assert ops.counters() == {"site#acme-blog": 0, "principal#p": 0}
+    assert ops.counters() == {"site#acme-blog": 0, "principal#p#0": 0}
 
 
 def test_revive_takes_a_dead_operation_at_its_epoch_into_a_new_one_once(stores: Stores) -> None:
     ops = stores.operations
-    ops.create(new_op(), [("site#acme-blog", 1)])
-    ops.mark_dead("op_1", None, ERR, NOW + 1, ["site#acme-blog"], evidence={"key": "evidence/x"})
-    assert present(ops.get("op_1")).evidence == {"key": "evidence/x"}
-    ops.create(new_op("op_2"), [("site#acme-blog", 1)])  # the site's one slot is taken meanwhile
+    ops.create(new_op(), [Slot("site#acme-blog", 1)])
+    ops.mark_dead(as_read(stores, "op_1"), None, ERR, NOW + 1, evidence={"key": "evidence/x"})
+    dead = as_read(stores, "op_1")
+    assert dead.evidence == {"key": "evidence/x"} and ops.counter("site#acme-blog") == 0
+    ops.create(new_op("op_2"), [Slot("site#acme-blog", 1)])  # the site's one slot is taken meanwhile
     with pytest.raises(LimitReached):
-        ops.revive("op_1", 0, NOW + 2, [("site#acme-blog", 1)])
+        ops.revive(dead, NOW + 2, [Slot("site#acme-blog", 1)])
     assert present(ops.get("op_1")).status == Status.DEAD  # refused: nothing written
-    revived = ops.revive("op_1", 0, NOW + 3, [("site#acme-blog", 2)], new_input=("inputs/y", "e" * 64))
-    assert (revived.status, revived.epoch, revived.attempt) == (Status.ACCEPTED, 1, 0)
+    revived = ops.revive(dead, NOW + 3, [Slot("site#acme-blog", 2)], new_input=("inputs/y", "e" * 64))
+    assert (revived.status, revived.epoch, revived.attempt, revived.holds) == (
+        Status.ACCEPTED,
+        1,
+        0,
+        ("site#acme-blog",),
+    )
     assert (revived.input_key, revived.input_digest, revived.error, revived.evidence) == (
         "inputs/y",
         "e" * 64,
@@ -868,7 +955,7 @@ def test_revive_takes_a_dead_operation_at_its_epoch_into_a_new_one_once(stores: 
     )
     assert ops.counter("site#acme-blog") == 2
     with pytest.raises(NotRunnable):  # a second redrive of the same dead epoch
-        ops.revive("op_1", 0, NOW + 4, [("site#acme-blog", 5)])
+        ops.revive(dead, NOW + 4, [Slot("site#acme-blog", 5)])
     assert ops.counter("site#acme-blog") == 2
 
 
@@ -878,7 +965,7 @@ def test_a_cancel_request_refuses_the_running_attempts_commit(stores: Stores) ->
     assert present(stores.operations.get("op_1")).cancel_requested == "asked"
     with pytest.raises(NotRunnable):
         stores.commits.commit(prepared(lease), NOW + 2)
-    stores.operations.mark_dead("op_1", lease.fence, ERR, NOW + 3)
+    stores.operations.mark_dead(as_read(stores, "op_1"), lease.fence, ERR, NOW + 3)
     with pytest.raises(NotRunnable):  # terminal: nothing left to cancel
         stores.operations.request_cancel("op_1", "again", NOW + 4)
 

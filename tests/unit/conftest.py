@@ -10,11 +10,11 @@ import pytest
 from sitedispatch.domain.delivery import Result
 from sitedispatch.domain.model import Kind, QueueMessage
 from sitedispatch.drivers.reference.driver import reference_only
+from sitedispatch.flow.minute_counts import MinuteCounts
+from sitedispatch.flow.pace import Pace
+from sitedispatch.flow.retry_budget import RetryBudget
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn, handler_map
-from sitedispatch.operations.minute_counts import MinuteCounts
-from sitedispatch.operations.pace import Pace
-from sitedispatch.operations.retry_budget import RetryBudget
 from sitedispatch.operations.submission import SubmitDeps, Submitter
 from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
 from sitedispatch.operator.controls import Caller, ControlDeps, Controls

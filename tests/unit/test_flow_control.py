@@ -11,10 +11,12 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
 from sitedispatch.domain.model import Kind, Status
+from sitedispatch.flow.admission import running_group_for
+from sitedispatch.flow.counters import is_flow_counter
+from sitedispatch.flow.estimates import DelayEstimate, estimated_delay_for
+from sitedispatch.flow.placement import roomiest
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operations.admission import global_counter, global_shards, is_admission_counter, running_slot
-from sitedispatch.operations.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.operator.controls import Caller
 from tests.factories import PROVISION, present
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
@@ -63,18 +65,15 @@ def test_a_full_limit_refuses_with_backpressure_and_writes_nothing(limit: str, p
 def test_terminal_operations_release_their_counters() -> None:
     harness = Harness(max_queued_per_site=1)
     first = harness.submit()
+    held = present(harness.world.operations.get(first))
     refused(harness, site_id="acme-blog")
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    admission = {k: v for k, v in harness.world.db.counters.items() if is_admission_counter(k)}
-    shard = global_counter(first, global_shards(harness.settings.max_outstanding_global))
-    assert shard.startswith("global#")  # the default limit is kept on shards
-    assert admission == {
-        shard: 0,
-        "principal#tenant-a": 0,
-        "site#acme-blog": 0,
-        "running#operations#tenant-a": 0,
-        "queued#operations#tenant-a": 0,
-    }
+    admission = {k: v for k, v in harness.world.db.counters.items() if is_flow_counter(k)}
+    # the row named what it took: a shard of the global, principal and share groups, and the site's counter
+    assert [c.rsplit("#", 1)[0] for c in held.holds] == ["global", "principal#tenant-a", "site"]
+    assert held.holds[2] == "site#acme-blog" and present(held.share).startswith("queued#operations#tenant-a#tenant-a#")
+    running = [c for c in admission if c.startswith("running#operations#tenant-a#tenant-a#")]
+    assert admission == dict.fromkeys([*held.holds, held.share, *running], 0) and len(running) == 1
     harness.submit(kind="publish", params={})  # accepted again
 
 
@@ -144,7 +143,7 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
     assert [e.delay_s for e in estimates()] == [0.0, 0.0, 10.0, 10.0, 20.0]
     assert [e.bound for e in estimates()][2:] == ["principal"] * 3
     assert [e.principal_ahead for e in estimates()] == [0, 1, 2, 3, 4]
-    harness.world.db.counters["running#operations#tenant-a"] = 2  # two of its others are running meanwhile
+    harness.world.db.counters["running#operations#tenant-a#tenant-a#0"] = 2  # two of its others are running meanwhile
     assert [e.delay_s for e in estimates()] == [10.0, 10.0, 20.0, 20.0, 30.0]
     assert all(e.site_ahead == 0 for e in estimates())
     # another principal's work is not behind tenant-a's
@@ -395,7 +394,10 @@ def running(harness: Harness, op_id: str, lease_s: float = 60.0) -> None:
     op = w.operations.get(op_id)
     assert op is not None
     lease = w.sites.claim_lease(op.site_id, op_id, w.clock.now(), lease_s)
-    w.operations.start_attempt(op_id, lease.fence, w.clock.now(), running_slot(harness.settings, op))
+    group = running_group_for(harness.settings, op)
+    k = roomiest(w.operations, group)
+    assert k is not None, "no running place left"
+    w.operations.start_attempt(op_id, lease.fence, w.clock.now(), group.slot(k))
 
 
 def test_a_principal_runs_at_most_its_cap_per_lane_and_others_are_untouched() -> None:
@@ -415,18 +417,18 @@ def test_a_principal_runs_at_most_its_cap_per_lane_and_others_are_untouched() ->
     assert 0 < visibility.changes[-1] <= harness.settings.defer_max_s * 1.2
     assert other.outcome == Outcome.SUCCEEDED
     assert (bulk.outcome, bulk.reason) == (Outcome.DEAD, "not_provisioned")  # it ran: the bulk lane had room
-    assert harness.world.db.counters["running#bulk#tenant-a"] == 0
-    assert harness.world.db.counters["running#operations#tenant-a"] == 2
+    assert harness.world.db.total("running#bulk#tenant-a#tenant-a") == 0
+    assert harness.world.db.total("running#operations#tenant-a#tenant-a") == 2
 
 
 def test_a_slot_is_released_by_retry_and_commit_and_reused_after_a_crash() -> None:
     harness = Harness(max_running_per_principal=1)
     harness.fail_first(Kind.PROVISION, TransientError("upstream 503"))
     first, second = harness.submit(site="one"), harness.submit(site="two")
-    counter = "running#operations#tenant-a"
+    counter = "running#operations#tenant-a#tenant-a"
 
     assert harness.deliver(first)[0].outcome == Outcome.RETRYING
-    assert harness.world.db.counters[counter] == 0  # a waiting retry holds no slot
+    assert harness.world.db.total(counter) == 0  # a waiting retry holds no slot
     running(harness, second, lease_s=5.0)  # takes the slot, then its process dies
     harness.world.clock.advance(3_600)
     assert harness.deliver(first)[0].reason == "principal_running_cap"
@@ -434,9 +436,9 @@ def test_a_slot_is_released_by_retry_and_commit_and_reused_after_a_crash() -> No
     again, _ = harness.deliver(second)  # the redelivery reuses the dead attempt's slot
 
     assert again.outcome == Outcome.SUCCEEDED and harness.world.operations.get(second).attempt == 2  # type: ignore
-    assert harness.world.db.counters[counter] == 0
+    assert harness.world.db.total(counter) == 0
     assert harness.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    assert harness.world.db.counters[counter] == 0
+    assert harness.world.db.total(counter) == 0
 
 
 @pytest.mark.parametrize("ending", ["permanent", "cancel"])
@@ -454,7 +456,7 @@ def test_dead_and_cancelled_attempts_release_their_slot(ending: str) -> None:
 
     status = harness.world.operations.get(op_id).status  # type: ignore[union-attr]
     assert (result.outcome, status) in {(Outcome.DEAD, Status.DEAD), (Outcome.ACKED, Status.CANCELLED)}
-    assert harness.world.db.counters["running#operations#tenant-a"] == 0
+    assert harness.world.db.total("running#operations#tenant-a#tenant-a") == 0
 
 
 # -- quotas: operators' per-principal overrides ------------------------------------------------------------------
@@ -484,12 +486,22 @@ def test_an_operator_raises_a_principals_outstanding_limit_and_the_next_submit_s
 
 
 def test_lowering_a_quota_below_current_use_refuses_new_work_and_drops_nothing_accepted() -> None:
+    """The limit is kept on shards, each with its part of the new maximum: while the principal holds more than the
+    maximum, new work lands only where a shard is still under its part, at most the new maximum in all (here 1),
+    and every refusal reports the principal's whole use."""
     harness = Harness()
     accepted = [harness.submit(site=f"site-{n}") for n in range(3)]
     harness.controls().set_quota(OPERATOR, "tenant-a", max_outstanding=1, max_running=None, reason="abuse report")
 
-    assert refused(harness, site_id="site-9").maximum == 1
-    assert all(harness.deliver(op)[0].outcome == Outcome.SUCCEEDED for op in accepted)  # all three still run
+    landed, refusals = [], []
+    for n in range(20):
+        try:
+            landed.append(harness.submit(site=f"site-{10 + n}"))
+        except Backpressure as full:
+            refusals.append(full)
+    assert len(landed) <= 1 and len(refusals) >= 19
+    assert all(r.maximum == 1 and r.value >= 3 for r in refusals)
+    assert all(harness.deliver(op)[0].outcome == Outcome.SUCCEEDED for op in [*accepted, *landed])  # none dropped
     harness.submit(site="site-9")  # drained below the new limit: accepted again
     assert refused(harness, site_id="site-10").value == 1
 

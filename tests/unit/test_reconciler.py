@@ -9,7 +9,7 @@ from typing import Any
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.model import Kind, PublicationStatus, Status
 from sitedispatch.drivers.reference.content import parse_gmt
-from sitedispatch.operations.admission import running_slot
+from sitedispatch.flow.admission import running_group_for
 from sitedispatch.publication.live import live_key
 from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 from tests.factories import present
@@ -51,8 +51,8 @@ def test_drifted_counters_are_set_to_the_recount_once_they_are_quiet(harness: Ha
     exact = dict(db.counters)
     # Drift, as a bug or a hand edit would leave it: one leaked slot and a lost decrement
     db.bump("site#two", +1, harness.world.clock.now())
-    db.bump("running#operations#tenant-a", +1, harness.world.clock.now())
-    db.bump("principal#tenant-a", -1, harness.world.clock.now())
+    db.bump("running#operations#tenant-a#tenant-a#1", +1, harness.world.clock.now())
+    db.bump(present(harness.world.operations.get(queued)).holds[1], -1, harness.world.clock.now())
 
     assert sweep(harness)["counters_repaired"] == 0  # moved just now: left alone
     harness.world.clock.advance(121)
@@ -110,7 +110,7 @@ def test_an_attempt_that_outlives_its_lease_is_failed_requeued_and_can_never_com
     assert len(commits) == 1 and commits[0].fence > seen["stalled"]
     op = harness.world.operations.get(op_id)
     assert op is not None and op.status == Status.SUCCEEDED and op.attempt == 2
-    assert harness.world.db.counters["running#operations#tenant-a"] == 0  # the stale attempt's slot came back
+    assert harness.world.db.total("running#operations#tenant-a#tenant-a") == 0  # the stale attempt's slot came back
     assert sweep(harness)["stale_leases_recovered"] == 0
 
 
@@ -119,7 +119,7 @@ def test_a_running_operation_with_a_live_lease_is_left_alone(harness: Harness) -
     op = present(harness.world.operations.get(op_id))
     lease = harness.world.sites.claim_lease("acme-blog", op_id, harness.world.clock.now(), 60)
     harness.world.operations.start_attempt(
-        op_id, lease.fence, harness.world.clock.now(), running_slot(harness.settings, op)
+        op_id, lease.fence, harness.world.clock.now(), running_group_for(harness.settings, op).home_slot(op_id)
     )
     harness.world.clock.advance(30)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import PermanentError
 from sitedispatch.domain.model import Kind, QueueMessage, Status
-from sitedispatch.operations.admission import SHARE_PER_RUNNING_SLOT
+from sitedispatch.flow.counters import SHARE_PER_RUNNING_SLOT
 from tests.factories import present
 from tests.fakes import RecordingVisibility
 from tests.unit.conftest import OPERATOR, Harness
 from tests.unit.test_reconciler import reconciler
 
-SHARE = "queued#operations#tenant-a"
+SHARE = "queued#operations#tenant-a#tenant-a"
 
 
 def sent_ids(harness: Harness) -> list[str]:
@@ -33,8 +33,8 @@ def test_beyond_its_share_a_principals_operations_wait_unsent_and_others_are_sen
     for op_id in ops[share:]:
         op = present(harness.world.operations.get(op_id))
         assert op.status == Status.ACCEPTED and op.waiting_for == SHARE and op.queued_at is None
-    assert harness.world.db.counters[SHARE] == share and harness.world.db.waiting[SHARE] == 3
-    assert harness.world.db.waiting.get("queued#operations#tenant-b", 0) == 0
+    assert harness.world.db.total(SHARE) == share and harness.world.db.waiting_total(SHARE) == 3
+    assert harness.world.db.waiting_total("queued#operations#tenant-b#tenant-b") == 0
 
 
 def test_each_end_sends_the_oldest_waiting_one_so_the_share_stays_full_and_in_order() -> None:
@@ -48,11 +48,11 @@ def test_each_end_sends_the_oldest_waiting_one_so_the_share_stays_full_and_in_or
     assert ended == [Outcome.DEAD, Outcome.SUCCEEDED]
     assert sent_ids(harness) == ops[2:4]  # released oldest first, one per end
     assert [present(harness.world.operations.get(o)).status for o in ops[2:4]] == [Status.QUEUED] * 2
-    assert harness.world.db.counters[SHARE] == 2 and harness.world.db.waiting[SHARE] == 2
+    assert harness.world.db.total(SHARE) == 2 and harness.world.db.waiting_total(SHARE) == 2
     for op_id in ops[2:]:  # and so on until nothing waits
         assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
     assert sent_ids(harness) == ops[2:]
-    assert harness.world.db.counters[SHARE] == 0 and harness.world.db.waiting[SHARE] == 0
+    assert harness.world.db.total(SHARE) == 0 and harness.world.db.waiting_total(SHARE) == 0
 
 
 def test_a_message_of_a_waiting_operation_runs_nothing() -> None:
@@ -73,11 +73,11 @@ def test_cancelling_a_waiting_operation_ends_it_at_once_and_cancelling_a_sent_on
     controls = harness.controls()
 
     assert controls.cancel(OPERATOR, ops[3], "not needed").status == Status.CANCELLED  # waiting: nothing sent
-    assert harness.world.queue.sent == [] and harness.world.db.waiting[SHARE] == 1
+    assert harness.world.queue.sent == [] and harness.world.db.waiting_total(SHARE) == 1
     assert controls.cancel(OPERATOR, ops[0], "not needed").status == Status.CANCELLED  # sent: frees a place
     assert sent_ids(harness) == [ops[2]]
-    assert harness.world.db.counters[SHARE] == 2 and harness.world.db.waiting[SHARE] == 0
-    assert harness.world.db.counters["principal#tenant-a"] == 2
+    assert harness.world.db.total(SHARE) == 2 and harness.world.db.waiting_total(SHARE) == 0
+    assert harness.world.db.total("principal#tenant-a") == 2
 
 
 def test_the_reconciler_releases_what_a_finish_left_waiting_and_never_sends_a_waiting_one_as_an_orphan() -> None:
@@ -101,10 +101,10 @@ def test_the_reconciler_releases_what_a_finish_left_waiting_and_never_sends_a_wa
 def test_the_recount_counts_sent_operations_on_the_share_and_waiting_ones_not() -> None:
     harness = Harness(max_running_per_principal=1)
     flood(harness, 5)
-    harness.world.db.counters[SHARE] = 7  # drifted
+    harness.world.db.counters[f"{SHARE}#0"] = harness.world.db.counters.get(f"{SHARE}#0", 0) + 5  # drifted
     harness.world.clock.advance(3_600)
     assert reconciler(harness).reconcile().repaired["counters_repaired"] == 1
-    assert harness.world.db.counters[SHARE] == 2
+    assert harness.world.db.total(SHARE) == 2
 
 
 def test_a_redriven_operation_waits_when_its_principals_share_is_full() -> None:

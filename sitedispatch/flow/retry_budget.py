@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sitedispatch.operations.minute_counts import MinuteCounts
+from sitedispatch.flow.minute_counts import MinuteCounts
 
 RETRY_WINDOW_MINUTES = 2
 

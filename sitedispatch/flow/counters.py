@@ -1,0 +1,118 @@
+"""The counters flow control keeps, named once, and how a limit is spread over shards.
+
+No item is written by every operation, nor by every operation of one principal or one tenant: each such limit is a
+`Group` of shard counters (`NAME#k`), each holding an exact part of the maximum (the parts add up to it). An
+operation takes a place on one shard (its home, by a hash) and, when that shard alone is full, on the shard with
+the most room, found by reading the group's shards (one BatchGetItem): so a refusal comes only when every shard is
+full, that is at the group's maximum, give or take the places other submits take between that read and the retry.
+The operation's row records the shards it took (`Operation.holds`, `share`, `running_slot`), and every end
+releases exactly those, whatever the settings say by then.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from sitedispatch.domain.ports import Slot
+
+SEPARATOR = "#"  # between a counter's parts; principals, tenants, lanes and site ids never contain it
+
+GLOBAL = "global"
+PRINCIPAL = "principal"  # outstanding operations of a principal, whatever their tenant
+TENANT = "tenant"  # outstanding operations of one (principal, tenant), when the tenant is not the principal
+SITE = "site"  # queued operations of one site (and its owner); one site runs one at a time, so it is never hot
+RUNNING = "running"  # attempts running at once, per lane and fairness key
+SHARE = "queued"  # the fairness key's share of a lane's queue
+QUOTA = "quota"  # an operator's override, kept beside the counters it bounds
+
+# Shards per group. Outstanding counts are moved by every submit and every end, at the rate producers submit;
+# running and share counts by starts and ends, at most at the rate a fairness key's operations run.
+OUTSTANDING_SHARDS = 16
+SHARE_SHARDS = 4
+RUNNING_SHARDS = 4
+
+# A fairness key's share of a lane's queue: this many of its operations per running slot are in the queue (or
+# running) at once; the rest wait, accepted, and are sent oldest first as earlier ones finish. Two per slot keep
+# its slots fed between a finish and the next send, and bound what another key's message finds ahead of it.
+SHARE_PER_RUNNING_SLOT = 2
+
+
+def key(*parts: str) -> str:
+    return SEPARATOR.join(parts)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A limit of `maximum` kept on `shards` counters."""
+
+    name: str
+    maximum: int
+    shards: int
+
+    def shard(self, k: int) -> str:
+        """Shard k's counter (a group of one shard is its own name)."""
+        return self.name if self.shards == 1 else key(self.name, str(k))
+
+    def shard_ids(self) -> list[str]:
+        return [self.shard(k) for k in range(self.shards)]
+
+    def shard_maximum(self, k: int) -> int:
+        """Shard k's exact part of the maximum (the parts add up to it; a shard's part may be 0)."""
+        return self.maximum // self.shards + (1 if k < self.maximum % self.shards else 0)
+
+    def home(self, placed_by: str) -> int:
+        return zlib.crc32(placed_by.encode()) % self.shards
+
+    def slot(self, k: int) -> Slot:
+        return Slot(self.shard(k), self.shard_maximum(k))
+
+    def home_slot(self, placed_by: str) -> Slot:
+        return self.slot(self.home(placed_by))
+
+    def index_of(self, counter_id: str) -> int | None:
+        """Which shard of this group `counter_id` is (None: not one of its shards)."""
+        if self.shards == 1:
+            return 0 if counter_id == self.name else None
+        name, _, k = counter_id.rpartition(SEPARATOR)
+        if name != self.name or not k.isdigit() or int(k) >= self.shards:
+            return None
+        return int(k)
+
+
+def fairness_key(principal: str, tenant: str | None) -> tuple[str, str]:
+    """(principal, tenant) with the tenant defaulting to the principal: what limits and shares apply to."""
+    return principal, tenant or principal
+
+
+def global_group(maximum: int) -> Group:
+    return Group(GLOBAL, maximum, OUTSTANDING_SHARDS)
+
+
+def principal_group(principal: str, maximum: int) -> Group:
+    return Group(key(PRINCIPAL, principal), maximum, OUTSTANDING_SHARDS)
+
+
+def tenant_group(principal: str, tenant: str, maximum: int) -> Group:
+    return Group(key(TENANT, principal, tenant), maximum, OUTSTANDING_SHARDS)
+
+
+def running_group(lane: str, principal: str, tenant: str, maximum: int) -> Group:
+    return Group(key(RUNNING, lane, principal, tenant), maximum, RUNNING_SHARDS)
+
+
+def share_group(lane: str, principal: str, tenant: str, running_maximum: int) -> Group:
+    return Group(key(SHARE, lane, principal, tenant), SHARE_PER_RUNNING_SLOT * running_maximum, SHARE_SHARDS)
+
+
+def site_counter(site_id: str) -> str:
+    return key(SITE, site_id)
+
+
+def quota_key(principal: str, tenant: str | None = None) -> str:
+    return key(QUOTA, principal) if tenant is None or tenant == principal else key(QUOTA, principal, tenant)
+
+
+def is_flow_counter(counter_id: str) -> bool:
+    """Whether a counter is one an operation holds (what the recount compares)."""
+    return counter_id.startswith(tuple(key(name, "") for name in (GLOBAL, PRINCIPAL, TENANT, SITE, RUNNING, SHARE)))
