@@ -52,6 +52,7 @@ from sitedispatch.domain.ports import (
     CounterReading,
     DeadLetter,
     Delivery,
+    Move,
     OperationQueue,
     OperationStore,
     Placement,
@@ -217,6 +218,27 @@ class MemoryOperationStore:
         for slot in limits:
             self.db.bump(slot.counter, 1, now)
         return placed
+
+    def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
+        with self.db.lock:
+            if not ops:
+                return False
+            principal = ops[0].principal
+            for move in moves:
+                fits = self.db.counters.get(move.counter, 0) + move.count <= move.maximum
+                if not fits or move.counter in self.db.counter_maximum:
+                    return False
+                if move.owner and self.db.counter_owner.get(move.counter) != principal:
+                    return False
+                if move.share and self.db.waiting.get(move.counter, 0):
+                    return False
+            if any(op.operation_id in self.db.operations for op in ops):
+                return False
+            for move in moves:
+                self.db.bump(move.counter, move.count, ops[0].created_at)
+            for op in ops:
+                self.db.operations[op.operation_id] = op
+            return True
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         with self.db.lock:
@@ -892,6 +914,10 @@ class MemoryQueue:
     def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
         self.sent.append(SentMessage(message, dedup_id, lane=lane))
         return f"m{len(self.sent)}"
+
+    def send_many(self, messages: Sequence[tuple[QueueMessage, str]], lane: str) -> None:
+        for message, dedup_id in messages:
+            self.send(message, dedup_id, lane)
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         self.dead.append(SentMessage(message, dedup_id, dict(attributes), lane=lane))

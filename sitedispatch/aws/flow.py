@@ -22,7 +22,7 @@ from sitedispatch.aws.writes import (
 )
 from sitedispatch.domain.errors import LimitReached, UnclaimedSite
 from sitedispatch.domain.model import Quota
-from sitedispatch.domain.ports import CounterReading, Placement, SiteOwner, Slot, foreign_site
+from sitedispatch.domain.ports import CounterReading, Move, Placement, SiteOwner, Slot, foreign_site
 from sitedispatch.flow.counters import quota_key
 from sitedispatch.flow.minute_counts import Bucket, expires_at
 
@@ -110,6 +110,19 @@ class FlowCounters:
         tx.update(SHARE, C(into.counter), actions, condition=under_limit(C, into.maximum))
         if waited_at is not None:
             tx.update(GUARD, C(waited_at), [C.waiting.add(-1), C.changed_at.set(now)])
+
+    def move(self, tx: NamedTransaction, move: Move, principal: str, now: float) -> None:
+        """`move.count` places of a counter at once, while it stays at or under the move's maximum and has none of
+        its own (an operator's quota is honoured one by one)."""
+        C = self.C
+        fits = C.value.does_not_exist() | (C.value <= move.maximum - move.count)
+        condition = C.maximum.does_not_exist() & fits
+        if move.owner:
+            condition &= C.owner == principal
+        if move.share:
+            condition &= C.waiting.does_not_exist() | (C.waiting == 0)
+        actions = [C.value.add(move.count), C.changed_at.set(now), C.held.set(index_shard(HELD, move.counter))]
+        tx.update(counter_item(move.counter), C(move.counter), actions, condition=condition)
 
     def limit_reached(self, counter_id: str, default: int) -> LimitReached:
         item = get_item(self.C, counter_id)

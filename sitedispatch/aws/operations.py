@@ -26,7 +26,7 @@ from sitedispatch.aws.writes import (
 )
 from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import CounterReading, Delivery, Placement, SiteOwner, Slot
+from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot
 from sitedispatch.flow.admission import held_by
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
@@ -103,7 +103,42 @@ class DynamoOperationStore:
             waiting_for=placed.waiting_for,
             waiting_at=placed.waiting_at,
         )
-        item = M(
+        item = self._item(written)
+        try:
+            with transaction(M) as tx:
+                tx.save(ROW, item, condition=M.operation_id.does_not_exist())
+                self.flow.admit(tx, limits, op.created_at, owner, op.principal)
+                if share is not None:
+                    self.flow.place(tx, share, op.created_at)
+        except TransactionFailed as failed:
+            errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._share_refusals(share)]
+            raise failed.mapped([*errors, *self.flow.refusals(limits, owner, op.principal)]) from failed.cause
+        return written
+
+    def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
+        M = self.M
+        if not ops or any(move.count > move.maximum for move in moves):
+            return False
+        principal, now = ops[0].principal, ops[0].created_at
+        try:
+            with transaction(M) as tx:
+                for op in ops:
+                    tx.save(f"{ROW}:{op.operation_id}", self._item(op), condition=M.operation_id.does_not_exist())
+                for move in moves:
+                    self.flow.move(tx, move, principal, now)
+        except TransactionFailed:
+            return False
+        return True
+
+    @staticmethod
+    def _share_refusals(share: Placement | None) -> list[tuple[str, Any]]:
+        if share is None:
+            return []
+        return [(name, lambda: ShareMoved(share.slot.counter)) for name in (SHARE, GUARD)]
+
+    def _item(self, op: Operation) -> OperationItem:
+        """A new operation's row."""
+        return self.M(
             op.operation_id,
             site_id=op.site_id,
             principal=op.principal,
@@ -119,27 +154,11 @@ class DynamoOperationStore:
             attempt_budget=op.attempt_budget,
             epoch=op.epoch,
             inline_input=op.inline_input,
-            holds=cast(Any, list(written.holds)),
-            share=written.share,
-            waiting_for=written.waiting_for,
-            waiting_at=written.waiting_at,
+            holds=cast(Any, list(op.holds)) if op.holds else None,
+            share=op.share,
+            waiting_for=op.waiting_for,
+            waiting_at=op.waiting_at,
         )
-        try:
-            with transaction(M) as tx:
-                tx.save(ROW, item, condition=M.operation_id.does_not_exist())
-                self.flow.admit(tx, limits, op.created_at, owner, op.principal)
-                if share is not None:
-                    self.flow.place(tx, share, op.created_at)
-        except TransactionFailed as failed:
-            errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._share_refusals(share)]
-            raise failed.mapped([*errors, *self.flow.refusals(limits, owner, op.principal)]) from failed.cause
-        return written
-
-    @staticmethod
-    def _share_refusals(share: Placement | None) -> list[tuple[str, Any]]:
-        if share is None:
-            return []
-        return [(name, lambda: ShareMoved(share.slot.counter)) for name in (SHARE, GUARD)]
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         M = self.M

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -18,6 +18,7 @@ from sitedispatch.domain.ports import DeadLetter
 # first look at it (Lambda polls, then invokes), so the margin.
 MAX_VISIBILITY_S = 43_200
 RECEIVE_MARGIN_S = 60
+SEND_BATCH = 10  # SendMessageBatch's most entries
 SWEEP_HOLD_S = 60  # how long a DLQ sweep holds the messages it looks at (released at its end)
 
 
@@ -36,6 +37,25 @@ class SqsOperationQueue:
             MessageDeduplicationId=dedup_id,
         )
         return str(response["MessageId"])
+
+    def send_many(self, messages: Sequence[tuple[QueueMessage, str]], lane: str) -> None:
+        for start in range(0, len(messages), SEND_BATCH):
+            batch = messages[start : start + SEND_BATCH]
+            response = self.client.send_message_batch(
+                QueueUrl=self.lanes[lane][0],
+                Entries=[
+                    {
+                        "Id": str(n),
+                        "MessageBody": message.to_body(),
+                        "MessageGroupId": message.site_id,
+                        "MessageDeduplicationId": dedup_id,
+                    }
+                    for n, (message, dedup_id) in enumerate(batch)
+                ],
+            )
+            for failed in sorted(response.get("Failed", []), key=lambda f: int(f["Id"])):
+                message, dedup_id = batch[int(failed["Id"])]
+                self.send(message, dedup_id, lane)  # one entry refused (throttled, say): alone, or raise
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         response = self.client.send_message(

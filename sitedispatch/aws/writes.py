@@ -145,10 +145,11 @@ def under_limit(counter: Any, default: int) -> Any:
     """The counter is below its maximum: the one kept on the item (an operator's quota) or, without one, `default`
     (the deployment's). Read in the same conditional write, so a quota costs no read on the hot paths."""
 
-    def below(bound: Any) -> Any:
-        return counter.value.does_not_exist() | (counter.value < bound)
-
-    return (counter.maximum.does_not_exist() & below(default)) | (counter.maximum.exists() & below(counter.maximum))
+    # A counter not yet written holds 0: below any maximum but 0 (a shard's part of a small limit may be 0).
+    unwritten_default = counter.value.does_not_exist() if default > 0 else None
+    by_default = counter.value < default if unwritten_default is None else unwritten_default | (counter.value < default)
+    by_own = (counter.value.does_not_exist() & (counter.maximum > 0)) | (counter.value < counter.maximum)
+    return (counter.maximum.does_not_exist() & by_default) | (counter.maximum.exists() & by_own)
 
 
 class TransactionFailed(Exception):

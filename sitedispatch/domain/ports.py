@@ -75,6 +75,20 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A group of operations' places on one counter, written at once: `count` more, while the counter stays at or
+    under `maximum` and carries no maximum of its own (an operator's quota: the group goes one by one then). `owner`:
+    the counter is a site's and must name the operations' principal. `share`: a share's shard, where nothing may
+    wait."""
+
+    counter: str
+    count: int
+    maximum: int
+    owner: bool = False
+    share: bool = False
+
+
+@dataclass(frozen=True)
 class CounterReading:
     """A counter as read: its value, the maximum an operator's quota keeps on it (None: the deployment's), and how
     many operations wait counted on it (a share's shard)."""
@@ -120,6 +134,12 @@ class OperationStore(Protocol):
         when it names none, writing nothing; with `owner.claim` it records it then). With `share`, the operation is
         placed as the Placement says (ShareMoved, writing nothing, when its condition fails); one that waits must
         not be sent until `release_waiting` releases it. The operation as written."""
+
+    def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
+        """Insert several operations, each holding what its row says (`holds`, `share`), and make the `moves` on
+        their counters, in one transaction: all of it, or (an id taken, a counter too full or under a quota, a site
+        not the principal's, a wait on a share) nothing, answered False. The caller then creates them one by one,
+        which tells those apart."""
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         """Up to `limit` operations waiting for the share `group`, oldest first, each leaving the wait (and the shard
@@ -392,6 +412,10 @@ class UploadSigner(Protocol):
 class OperationQueue(Protocol):
     def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
         """Send on the lane's queue with MessageGroupId = site id; returns the message id."""
+
+    def send_many(self, messages: Sequence[tuple[QueueMessage, str]], lane: str) -> None:
+        """Send (message, dedup id) pairs on the lane's queue, ten to a request, in their order (so one site's
+        keep theirs). Raises if any could not be sent (those sent stay sent: sending again is safe)."""
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str: ...
 

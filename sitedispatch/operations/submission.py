@@ -114,6 +114,39 @@ class Submitter:
     ) -> Submitted:
         """Accept one operation, or refuse it before anything is written. `tenant`: the fairness key limits and
         shares apply to (a customer of the principal; default the principal)."""
+        op, body = self.prepare(
+            kind=kind,
+            site_id=site_id,
+            principal=principal,
+            params=params,
+            idempotency_key=idempotency_key,
+            raw_size=raw_size,
+            tenant=tenant,
+        )
+        self.keep_input(op, body)
+        try:
+            op = self.create(op)
+        except AlreadyExists:
+            return self.existing(op)
+        if op.waiting_for:
+            return Submitted(op, True)
+        # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
+        sent_at = self.d.clock.now()
+        self.d.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        return Submitted(self.queued(op, sent_at), True)
+
+    def prepare(
+        self,
+        *,
+        kind: str,
+        site_id: str,
+        principal: str,
+        params: dict[str, Any],
+        idempotency_key: str | None = None,
+        raw_size: int | None = None,
+        tenant: str | None = None,
+    ) -> tuple[Operation, bytes]:
+        """The operation a submit would create and its canonical input, validated; nothing written."""
         d = self.d
         kind_enum = _parse_kind(kind)
         if not SITE_ID_PATTERN.match(site_id):
@@ -125,11 +158,10 @@ class Submitter:
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
         body, digest = self._validated(kind_enum, params, raw_size, principal, site_id)
         key = idempotency_key or uuid.uuid4().hex
-        operation_id = operation_id_for(principal, site_id, kind_enum.value, key)
         now = d.clock.now()
         inline = len(body) <= INLINE_INPUT_BYTES
         op = Operation(
-            operation_id=operation_id,
+            operation_id=operation_id_for(principal, site_id, kind_enum.value, key),
             site_id=site_id,
             principal=principal,
             kind=kind_enum,
@@ -143,28 +175,34 @@ class Submitter:
             inline_input=body.decode() if inline else None,
             tenant="" if tenant in (None, principal) else tenant,
         )
-        if not inline:
-            d.blobs.put_if_absent(op.input_key, body)
-        try:
-            op = self._create(op)
-        except AlreadyExists:
-            # The same key again (a client's retry, or a concurrent submit that won the race): never a new one.
-            existing = d.operations.get(operation_id)
-            assert existing is not None
-            return self._same_or_conflict(existing, digest)
+        return op, body
+
+    def keep_input(self, op: Operation, body: bytes) -> None:
+        """An input too large for the row goes to S3 under its digest (before the row that names it)."""
+        if op.inline_input is None:
+            self.d.blobs.put_if_absent(op.input_key, body)
+
+    def existing(self, op: Operation) -> Submitted:
+        """The same key again (a client's retry, or a concurrent submit that won the race): never a new one."""
+        existing = self.d.operations.get(op.operation_id)
+        assert existing is not None
+        return self._same_or_conflict(existing, op.input_digest)
+
+    def queued(self, op: Operation, sent_at: float) -> Operation:
+        """Sent: accepted -> queued. The row as written (no read back): queued, unless a fast worker moved it on
+        first."""
+        if self.d.operations.mark_queued(op.operation_id, sent_at):
+            return replace(op, status=Status.QUEUED, queued_at=sent_at, updated_at=sent_at)
+        return op
+
+    def create(self, op: Operation) -> Operation:
+        """The row and its admission, counted (OperationAccepted, OperationWaiting); see _create."""
+        created = self._create(op)
         obs.count("OperationAccepted")
-        if op.waiting_for:
-            # Its principal already fills its share of the lane's queue: it is sent as earlier work finishes.
+        if created.waiting_for:
+            # Its key already fills its share of the lane's queue: it is sent as earlier work finishes.
             obs.count("OperationWaiting")
-            return Submitted(op, True)
-        # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
-        sent_at = d.clock.now()
-        d.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(kind_enum))
-        queued = d.operations.mark_queued(operation_id, sent_at)
-        # The row as written (no read back): queued, unless a fast worker moved it on first.
-        return Submitted(
-            replace(op, status=Status.QUEUED, queued_at=sent_at, updated_at=sent_at) if queued else op, True
-        )
+        return created
 
     def _create(self, op: Operation) -> Operation:
         """One transaction: the row (unless its id exists), a place on a shard of every admission limit, the

@@ -39,6 +39,7 @@ from sitedispatch.domain.ports import (
     BlobStore,
     CommitStore,
     CounterReading,
+    Move,
     OperationQueue,
     OperationStore,
     Placement,
@@ -363,6 +364,36 @@ def test_a_revived_operation_holds_its_new_places_or_waits(stores: Stores) -> No
     assert (revived.waiting_for, revived.status, revived.epoch) == (GROUP, Status.ACCEPTED, 1)
     assert revived.holds == (other_limit.counter,) and stores.operations.counter(other_limit.counter) == 1
     assert stores.operations.read_delivery("op_1", "site-1", SHARDS).waiting == 1
+
+
+def test_a_group_of_operations_is_created_with_each_counter_moved_once_or_not_at_all(stores: Stores) -> None:
+    site, outstanding, shard = "site#acme-blog", "principal#p#1", f"{GROUP}#0"
+    stores.operations.create(new_op("op_0"), [Slot(site, 50)], SiteOwner(site, claim=True))
+    ops = [replace(new_op(f"op_{n}"), created_at=NOW + n, holds=(site, outstanding), share=shard) for n in (1, 2, 3)]
+    moves = [Move(site, 3, 50, owner=True), Move(outstanding, 3, 125), Move(shard, 3, 5, share=True)]
+
+    assert stores.operations.create_group(ops, moves)
+
+    assert [as_read(stores, f"op_{n}") for n in (1, 2, 3)] == ops  # each row holds what it says
+    counts = stores.operations.read_counters([site, outstanding, shard])
+    assert [counts[c].value for c in (site, outstanding, shard)] == [4, 3, 3]
+    more = [replace(new_op("op_4"), holds=(site, outstanding), share=shard)]
+    refusals = {
+        "past a maximum": (more, [Move(site, 1, 50, owner=True), Move(shard, 3, 5, share=True)]),
+        "an id taken": (ops[:1], [Move(site, 1, 50, owner=True)]),
+        "another's site": ([replace(more[0], principal="intruder")], [Move(site, 1, 50, owner=True)]),
+    }
+    for why, (group, group_moves) in refusals.items():
+        assert not stores.operations.create_group(group, group_moves), why
+    stores.quotas.put(Quota("p", max_outstanding=100), {outstanding: 7})  # a quota: one by one from now on
+    assert not stores.operations.create_group(more, [Move(outstanding, 1, 125)])
+    stores.operations.create(new_op("op_5", "site-5"), share=Placement(Slot(f"{GROUP}#2", 0), GROUP, waits=True))
+    assert not stores.operations.create_group(more, [Move(f"{GROUP}#2", 1, 5, share=True)])  # someone waits
+    assert stores.operations.get("op_4") is None  # nothing of a refused group was written
+    assert {c: r.value for c, r in stores.operations.read_counters([site, outstanding, shard]).items()} == {
+        c: r.value for c, r in counts.items()
+    }
+    assert stores.operations.create_group(more, [Move(site, 1, 50, owner=True)])
 
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])
@@ -1054,7 +1085,12 @@ def test_queues_carry_only_identities_and_the_dead_letter_sweep_removes_what_it_
     stores.queue.send(QueueMessage("op_2", "site-b"), "op_2-e0", lane="bulk")
     stores.publication_queue.send(PublicationMessage("site-a", "r" * 64, 1))
     assert stores.sent("operations") == [QueueMessage("op_1", "site-a").to_body()]
-    assert stores.sent("bulk") == [QueueMessage("op_2", "site-b").to_body()]
+    many = [(QueueMessage(f"op_{n}", f"site-{n % 3}", "p", "bulk", "customer-1"), f"op_{n}-e0") for n in range(10, 33)]
+    stores.queue.send_many(many, lane="bulk")  # three requests' worth, in order
+    bulk = stores.sent("bulk")
+    assert bulk == [QueueMessage("op_2", "site-b").to_body(), *(message.to_body() for message, _ in many)]
+    assert '"tenant":"customer-1"' in bulk[1]
+    stores.queue.send_many(many[:3], lane="bulk")  # the same dedup ids again: SQS drops them (fakes record them)
     assert stores.sent("publications") == [PublicationMessage("site-a", "r" * 64, 1).to_body()]
 
     for n in range(3):
