@@ -30,6 +30,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from sitedispatch import observability as obs
 from sitedispatch.api.models import (
+    BatchAnswer,
+    BatchItemAnswer,
+    BatchRequest,
     DeadLetterView,
     OperationDetail,
     QuotaRequest,
@@ -55,6 +58,7 @@ from sitedispatch.domain.errors import (
     http_status,
 )
 from sitedispatch.domain.model import AuditEntry, Kind, Operation, Site, SiteConnection, Status, stable_identity
+from sitedispatch.operations.submission import Submitted
 from sitedispatch.operations.uploads import UploadGrant, grant_upload
 from sitedispatch.operator.controls import (
     Caller,
@@ -151,17 +155,42 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
                 principal=who.identity,
                 params=body.params,
                 idempotency_key=idempotency_key,
+                tenant=body.tenant,
             )
         )
+        view = submitted_view(result)
         op = result.operation
-        view = SubmittedOperation(
-            op.operation_id, op.site_id, op.kind, op.status.value, result.created, op.input_digest
-        )
         if result.created:
             return Response(
                 202, content_types.APPLICATION_JSON, view, headers={"Location": f"/operations/{op.operation_id}"}
             )
         return Response(200, content_types.APPLICATION_JSON, view)
+
+    @app.post(
+        "/operations/batch",
+        responses=ERRORS,
+        summary="Submit up to 500 operations, answered item by item as single submits would be",
+    )
+    def submit_batch(body: BatchRequest) -> BatchAnswer:
+        from sitedispatch.operations.batch import BatchItem, BatchSubmitter
+
+        who = caller()
+        items = [
+            BatchItem(item.kind, item.site_id, item.idempotency_key, item.params, item.tenant) for item in body.items
+        ]
+        answers = BatchSubmitter(deps().submitter()).submit(who.identity, items)
+        views = []
+        for index, answer in enumerate(answers):
+            if answer.submitted is not None:
+                status = 202 if answer.submitted.created else 200
+                views.append(BatchItemAnswer(index, status, operation=submitted_view(answer.submitted)))
+            else:
+                assert answer.error is not None
+                views.append(BatchItemAnswer(index, http_status(answer.error), error=error_document(answer.error)))
+        statuses = [view.status for view in views]
+        return BatchAnswer(
+            statuses.count(202), statuses.count(200), len(views) - statuses.count(202) - statuses.count(200), views
+        )
 
     @app.get("/operations", responses=ERRORS, summary="List operations, newest first (a principal's own)")
     def list_operations(
@@ -353,10 +382,12 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
             limit=limit,
         )
 
-    @app.get("/quotas", responses=ERRORS, summary="A principal's limits in effect and its use of them")
-    def get_quota(principal: Annotated[str | None, Query()] = None) -> PrincipalLimits:
+    @app.get("/quotas", responses=ERRORS, summary="A principal's (or one of its tenants') limits and their use")
+    def get_quota(
+        principal: Annotated[str | None, Query()] = None, tenant: Annotated[str | None, Query()] = None
+    ) -> PrincipalLimits:
         who = caller()
-        return deps().controls().limits(who, principal or who.identity)
+        return deps().controls().limits(who, principal or who.identity, tenant)
 
     @app.put("/quotas", responses=ERRORS, summary="Override a principal's limits (operators only)")
     def set_quota(body: QuotaRequest) -> PrincipalLimits:
@@ -369,14 +400,17 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
                 max_outstanding=body.max_outstanding,
                 max_running=body.max_running,
                 reason=body.reason,
+                tenant=body.tenant,
             )
         )
 
     @app.delete("/quotas", responses=ERRORS, summary="Remove a principal's override (operators only)")
     def clear_quota(
-        principal: Annotated[str, Query()], reason: Annotated[str, Query(max_length=1000)] = ""
+        principal: Annotated[str, Query()],
+        reason: Annotated[str, Query(max_length=1000)] = "",
+        tenant: Annotated[str | None, Query()] = None,
     ) -> PrincipalLimits:
-        return deps().controls().clear_quota(caller(), principal, reason)
+        return deps().controls().clear_quota(caller(), principal, reason, tenant)
 
     @app.get(
         "/status",
@@ -410,6 +444,11 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         return sweep
 
     return app
+
+
+def submitted_view(result: Submitted) -> SubmittedOperation:
+    op = result.operation
+    return SubmittedOperation(op.operation_id, op.site_id, op.kind, op.status.value, result.created, op.input_digest)
 
 
 def body_limit(settings_max_input_bytes: int) -> int:

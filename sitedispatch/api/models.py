@@ -8,12 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sitedispatch.domain.model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, Kind, Operation
+from sitedispatch.domain.model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, TENANT_PATTERN, Kind, Operation
 from sitedispatch.flow.estimates import DelayEstimate
 from sitedispatch.operations.progress import Progress
 
 SITE_ID = SITE_ID_PATTERN.pattern
 PRINCIPAL = PRINCIPAL_PATTERN.pattern
+TENANT = TENANT_PATTERN.pattern
 DIGEST = r"^[0-9a-f]{64}$"
 REASON_CHARS = 1000
 
@@ -29,6 +30,53 @@ class SubmitRequest(Body):
     kind: str = Field(max_length=40, description=" | ".join(k.value for k in Kind))
     site_id: str = Field(max_length=63, description=f"a site id: {SITE_ID}")
     params: dict[str, Any] = Field(default_factory=dict, description="the kind's input (see the kinds' schemas)")
+    tenant: str | None = Field(
+        default=None,
+        max_length=128,
+        description=f"the fairness key: a customer you act for ({TENANT}); limits, running caps, queue shares, "
+        "quotas and estimates apply per (you, tenant). Default: you",
+    )
+
+
+@dataclass(frozen=True)
+class SubmittedOperation:
+    operation_id: str
+    site_id: str
+    kind: Kind
+    status: str
+    created: bool  # False: the idempotency key named an existing operation with the same input
+    input_digest: str
+
+
+class BatchItemRequest(SubmitRequest):
+    idempotency_key: str = Field(
+        min_length=1, max_length=256, description="this item's key: a batch sent again names the same operations"
+    )
+
+
+class BatchRequest(Body):
+    """Up to 500 submits in one request, answered item by item."""
+
+    items: list[BatchItemRequest] = Field(min_length=1, max_length=500)
+
+
+@dataclass(frozen=True)
+class BatchItemAnswer:
+    """One item's answer: `status` is what a single submit would have answered (202 new, 200 the same one again,
+    or its error status with `error` the one error body)."""
+
+    index: int
+    status: int
+    operation: SubmittedOperation | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    accepted: int  # new operations
+    existing: int  # the same operation again
+    refused: int
+    items: list[BatchItemAnswer]
 
 
 class RegisterSiteRequest(Body):
@@ -61,6 +109,7 @@ class RedriveRequest(ReplayRequest):
 
 class QuotaRequest(Body):
     principal: str = Field(pattern=PRINCIPAL)
+    tenant: str | None = Field(default=None, pattern=TENANT, description="one of its tenants' limits instead")
     max_outstanding: int | None = None
     max_running: int | None = None
     reason: str = Field(default="", max_length=REASON_CHARS)
@@ -74,16 +123,6 @@ class UploadRequest(Body):
 
 class ReconcileRequest(Body):
     schedule: str = Field(default="reconcile", description="reconcile | wp-events | queue-repair")
-
-
-@dataclass(frozen=True)
-class SubmittedOperation:
-    operation_id: str
-    site_id: str
-    kind: Kind
-    status: str
-    created: bool  # False: the idempotency key named an existing operation with the same input
-    input_digest: str
 
 
 @dataclass(frozen=True)

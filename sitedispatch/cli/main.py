@@ -11,7 +11,7 @@ from sitedispatch.cli import audit, dlq, local, ops, quotas, sites
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.context import client, producer, use_env_file, use_stack
 from sitedispatch.cli.output import console, emit_json, render_status, reported
-from sitedispatch.client import typed
+from sitedispatch.client import ApiClient, typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import ENV_PREFIX
 
@@ -48,21 +48,41 @@ def main(
 
 @app.command()
 def submit(
-    kind: Annotated[str, typer.Argument(help="provision | import | publish | wp_cron | recover")],
-    site: Annotated[str, typer.Option("--site", help="site id")],
+    kind: Annotated[
+        str | None, typer.Argument(help="provision | import | publish | wp_cron | recover (not with --batch)")
+    ] = None,
+    site: Annotated[str | None, typer.Option("--site", help="site id")] = None,
     input_file: Annotated[
         Path | None, typer.Option("--input-file", help="JSON input; for import, the WXR file")
     ] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="KEY=VALUE, repeatable")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key + same input = same operation")] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(help="the customer you act for: limits, shares and estimates apply per tenant (default: you)"),
+    ] = None,
+    batch: Annotated[
+        Path | None,
+        typer.Option(
+            "--batch",
+            help="a JSON Lines file, one operation a line: kind, site_id, params, idempotency_key, tenant",
+        ),
+    ] = None,
     as_: Annotated[
         str | None, typer.Option("--as", help="principal (locally, default `default`; on AWS your IAM identity)")
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Submit one operation for a site. Exit 2 invalid input, 4 idempotency conflict, 75 backpressure."""
+    """Submit one operation for a site, or a file of them (--batch). Exit 2 invalid input, 4 idempotency conflict,
+    75 backpressure (with --batch: if any item was refused for it; they are listed)."""
     with reported(json):
         api = producer(as_)
+        if batch is not None:
+            if kind or site or input_file or param or idempotency_key or tenant:
+                raise InvalidInput("--batch takes everything from its file: give no KIND or other option", "batch")
+            raise typer.Exit(submit_batch(api, batch, json))
+        if kind is None or site is None:
+            raise InvalidInput("give KIND and --site (or --batch FILE.jsonl)", field="site" if kind else "kind")
         if kind == "import":
             if input_file is None or param:
                 raise InvalidInput("import takes exactly --input-file WXR_FILE", field="input-file")
@@ -70,13 +90,45 @@ def submit(
         else:
             data, _ = parse_params(input_file, param or [])
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
-        op = api.call("POST", "/operations", body={"kind": kind, "site_id": site, "params": data}, headers=headers)
+        body = {"kind": kind, "site_id": site, "params": data} | ({"tenant": tenant} if tenant is not None else {})
+        op = api.call("POST", "/operations", body=body, headers=headers)
         if json:
             emit_json(op)
         else:
             verb = "accepted" if op["created"] else "already submitted"
             console.print(f"{verb}: [bold]{op['operation_id']}[/] {op['kind']} for {op['site_id']} ({op['status']})")
             console.print(f"follow it: sitedispatch ops wait {op['operation_id']}")
+
+
+def submit_batch(api: ApiClient, path: Path, as_json: bool) -> int:
+    """Submit a file of operations; the exit code: 75 if any was refused for backpressure, else that of the first
+    refusal, else 0."""
+    from sitedispatch.cli.batch import submit_file
+    from sitedispatch.cli.output import exit_code_for
+    from sitedispatch.domain.errors import error_from_document
+
+    report = submit_file(api, path, show_progress=not as_json)
+    if as_json:
+        emit_json(
+            {
+                "accepted": report.accepted,
+                "existing": report.existing,
+                "refused": report.refused,
+                "operations": report.operations,
+            }
+        )
+    else:
+        console.print(f"{report.accepted} accepted, {report.existing} already submitted, {len(report.refused)} refused")
+        for refusal in report.refused:
+            console.print(f"  line {refusal['line']}: {refusal['status']} {refusal['error']}: {refusal['message']}")
+        if report.backpressured:
+            console.print(f"retry the {len(report.backpressured)} refused for backpressure later (same file: safe)")
+    if report.backpressured:
+        return 75
+    if report.refused:
+        first = report.refused[0]
+        return exit_code_for(error_from_document(first, first["status"]))
+    return 0
 
 
 @app.command()

@@ -27,8 +27,9 @@ def render(body: Any) -> None:
         else "the deployment's settings"
     )
     running = ", ".join(f"{lane} {count}" for lane, count in limits.running.items())
+    of = limits.principal if limits.tenant is None else f"{limits.principal}, tenant {limits.tenant}"
     table(
-        f"limits of {limits.principal}",
+        f"limits of {of}",
         ["limit", "in effect", "in use now"],
         [
             ["outstanding operations", limits.max_outstanding, limits.outstanding],
@@ -38,11 +39,14 @@ def render(body: Any) -> None:
     console.print(f"source: {source}")
 
 
+TenantOpt = Annotated[str | None, typer.Option(help="one of the principal's tenants (its fairness key) instead")]
+
+
 @app.command("get")
-def get(principal: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
-    """A principal's limits in effect and its use of them (a principal reads its own)."""
+def get(principal: str, tenant: TenantOpt = None, as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """A principal's (or one of its tenants') limits in effect and their use (a principal reads its own)."""
     with reported(json):
-        limits = client(as_).call("GET", "/quotas", query={"principal": principal})
+        limits = client(as_).call("GET", "/quotas", query={"principal": principal, "tenant": tenant})
         emit_json(limits) if json else render(limits)
 
 
@@ -51,6 +55,7 @@ def set_(
     principal: str,
     max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
     max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
+    tenant: TenantOpt = None,
     reason: RequiredReasonOpt = "",
     as_: AsOpt = None,
     json: JsonOpt = False,
@@ -63,14 +68,17 @@ def set_(
             "max_outstanding": max_outstanding,
             "max_running": max_running,
             "reason": reason,
-        }
+        } | ({"tenant": tenant} if tenant is not None else {})
         limits = client(as_).call("PUT", "/quotas", body=body)
         emit_json(limits) if json else render(limits)
 
 
 @app.command("clear")
-def clear(principal: str, reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False) -> None:
-    """Remove a principal's override: the deployment's settings apply again (operators only; audited)."""
+def clear(
+    principal: str, tenant: TenantOpt = None, reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False
+) -> None:
+    """Remove a principal's (or a tenant's) override: the deployment's settings apply again (operators only)."""
     with reported(json):
-        limits = client(as_).call("DELETE", "/quotas", query={"principal": principal, "reason": reason})
+        query = {"principal": principal, "reason": reason, "tenant": tenant}
+        limits = client(as_).call("DELETE", "/quotas", query=query)
         emit_json(limits) if json else render(limits)

@@ -427,8 +427,8 @@ class OperationQueue(Protocol):
 
 class QuotaStore(Protocol):
     """An operator's override of a principal's (or one of its tenants') limits: its record, and the maximum it puts
-    on each counter it bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores' admission and
-    running-slot conditions honour a counter's own maximum before the deployment's."""
+    on each counter it bounds (`bounds`: counter -> maximum, None to take one off), written together. The stores'
+    admission and running-slot conditions honour a counter's own maximum before the deployment's."""
 
     def get(self, principal: str, tenant: str | None = None) -> Quota | None: ...
 

@@ -372,3 +372,37 @@ def test_a_local_runtime_that_is_not_running_is_named_not_a_traceback(
             document = json.loads(out)
             assert code == 1 and document["error"] == "unreachable", (args, out)
             assert endpoint in document["message"] and "sitedispatch local up" in document["message"]
+
+
+def test_submit_batch_answers_every_line_and_exits_75_listing_those_refused_for_backpressure(
+    cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    lines = [
+        {"kind": "wp_cron", "site_id": "busy-site", "params": {"due_minute": n}, "idempotency_key": f"k{n}"}
+        for n in range(3)
+    ] + [
+        {
+            "kind": "provision",
+            "site_id": f"site-{n}",
+            "params": {"title": "T", "admin_email": "a@b.example"},
+            "idempotency_key": f"p{n}",
+            "tenant": "customer-1",
+        }
+        for n in range(3)
+    ]
+    path = tmp_path / "work.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    with cli_runner() as cli:
+        code, out = run(cli, "submit", "--batch", str(path), "--as", "control-plane", "--json")
+        assert code == 75, out
+        report = json.loads(out)
+        assert (report["accepted"], report["existing"]) == (5, 0)
+        assert [(r["line"], r["status"], r["limit"]) for r in report["refused"]] == [(3, 429, "site")]
+        code, out = run(cli, "submit", "--batch", str(path), "--as", "control-plane")  # again: nothing new
+        assert code == 75 and "0 accepted, 5 already submitted, 1 refused" in out and "line 3: 429" in out
+        path.write_text('{"kind": "provision"}\nnot json\n')
+        code, out = run(cli, "submit", "--batch", str(path), "--as", "control-plane")
+        assert code == 2 and "work.jsonl:2: not a" in " ".join(out.split())
+        code, out = run(cli, "submit", "publish", "--batch", str(path))
+        assert code == 2 and "--batch takes everything from its file" in out

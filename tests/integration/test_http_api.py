@@ -299,3 +299,56 @@ def test_the_caller_is_the_verified_identity_never_the_request(cloud: Cloud) -> 
     response = api.handler(unsigned, LambdaContext("Api", 29, 512, "us-east-1", 0.0))
     assert response["statusCode"] == 403 and json.loads(response["body"])["error"] == "forbidden"
     fresh_functions()
+
+
+def test_a_batch_is_answered_item_by_item_with_the_status_a_single_submit_would_get(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    with local_api() as url:
+        client = as_(url, "control-plane")
+        item = {"kind": "wp_cron", "site_id": "busy-site", "params": {"due_minute": 1}, "tenant": "customer-1"}
+        items = [
+            {**item, "idempotency_key": "a"},
+            {**item, "idempotency_key": "a"},  # the same again: 200
+            {**item, "idempotency_key": "b"},
+            {**item, "idempotency_key": "c"},  # the site's two places are taken: 429
+            {**item, "kind": "teleport", "idempotency_key": "d"},  # 422, naming the field
+            {**item, "params": {"due_minute": 2}, "idempotency_key": "a"},  # another input under a used key: 409
+        ]
+        reply = client.request("POST", "/operations/batch", body={"items": items})
+        again = client.request("POST", "/operations/batch", body={"items": items[:3]})  # a retry: nothing new
+        empty = client.request("POST", "/operations/batch", body={"items": []})
+        keyless = client.request("POST", "/operations/batch", body={"items": [item]})
+    assert reply.status == 200, reply
+    answers = reply.body["items"]
+    assert [a["status"] for a in answers] == [202, 200, 202, 429, 422, 409]
+    assert (reply.body["accepted"], reply.body["existing"], reply.body["refused"]) == (2, 1, 3)
+    assert answers[0]["operation"]["operation_id"] == answers[1]["operation"]["operation_id"]
+    assert answers[3]["error"]["limit"] == "site" and answers[3]["error"]["retry_after_s"] > 0
+    assert answers[4]["error"]["field"] == "kind" and answers[5]["error"]["error"] == "idempotency_conflict"
+    assert [a["status"] for a in again.body["items"]] == [200, 200, 200]
+    assert empty.status == 422 and keyless.status == 422 and keyless.body["field"] == "items.0.idempotency_key"
+    ops = cloud.deps.operations.list(site_id="busy-site")
+    assert len(ops) == 2 and {op.tenant for op in ops} == {"customer-1"}
+
+
+def test_a_tenant_is_a_fairness_key_the_caller_names_and_its_quota_is_its_own(api: str, cloud: Cloud) -> None:
+    client = as_(api, "control-plane")
+    body = {"kind": "provision", "site_id": "cust-site", "params": PROVISION, "tenant": "customer-7"}
+    reply = client.request("POST", "/operations", body=body)
+    assert reply.status == 202
+    op = client.call("GET", f"/operations/{reply.body['operation_id']}")
+    assert (op["tenant"], op["principal"]) == ("customer-7", "control-plane")
+    bad = client.request("POST", "/operations", body={**body, "tenant": "no spaces#"})
+    assert bad.status == 422 and bad.body["field"] == "tenant"
+    operator = as_(api, "operator")
+    quota = {"principal": "control-plane", "tenant": "customer-7", "max_outstanding": 1, "reason": "trial"}
+    assert operator.request("PUT", "/quotas", body=quota).status == 200
+    limits = client.call("GET", "/quotas", query={"tenant": "customer-7"})
+    assert (limits["tenant"], limits["max_outstanding"], limits["outstanding"]) == ("customer-7", 1, 1)
+    full = client.request("POST", "/operations", body={**body, "site_id": "cust-site-2"})
+    assert full.status == 429 and full.body["limit"] == "tenant"
+    other = client.request("POST", "/operations", body={**body, "site_id": "cust-site-3", "tenant": "customer-8"})
+    assert other.status == 202  # another customer of the same caller
+    assert as_(api, "control-plane").request("PUT", "/quotas", body=quota).status == 403
