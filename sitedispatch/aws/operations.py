@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, cast
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.flow import GUARD, SHARE, FlowCounters
-from sitedispatch.aws.sites import claim_lease_update, to_site
+from sitedispatch.aws.sites import claim_lease_update, registration_update, to_site
 from sitedispatch.aws.tables import Models, OperationItem
 from sitedispatch.aws.writes import (
     NamedTransaction,
@@ -26,12 +26,13 @@ from sitedispatch.aws.writes import (
 )
 from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot
+from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, foreign_site
 from sitedispatch.flow.admission import held_by
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
 LEASE = "lease"  # the site's lease, claimed in the transaction that starts the attempt
+SITE = "site"  # the site's registration, in the transaction of its first submit
 
 
 def _error_dict(error: ErrorInfo) -> dict[str, Any]:
@@ -110,8 +111,15 @@ class DynamoOperationStore:
                 self.flow.admit(tx, limits, op.created_at, owner, op.principal)
                 if share is not None:
                     self.flow.place(tx, share, op.created_at)
+                if owner is not None and owner.claim:
+                    actions, registered = registration_update(self.S, op.principal, op.created_at)
+                    tx.update(SITE, self.S(op.site_id), actions, condition=registered)
         except TransactionFailed as failed:
-            errors = [(ROW, lambda: AlreadyExists(op.operation_id)), *self._share_refusals(share)]
+            errors = [
+                (ROW, lambda: AlreadyExists(op.operation_id)),
+                (SITE, lambda: foreign_site(op.site_id)),
+                *self._share_refusals(share),
+            ]
             raise failed.mapped([*errors, *self.flow.refusals(limits, owner, op.principal)]) from failed.cause
         return written
 

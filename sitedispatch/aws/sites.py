@@ -54,6 +54,22 @@ def claim_lease_update(S: Any, site: Site, operation_id: str, now: float, durati
     return lease_actions(S, operation_id, now, duration, site.fence + 1), condition
 
 
+def registration_update(S: Any, principal: str, now: float) -> tuple[list[Action], Any]:
+    """Registering a site as a reference site of `principal` (what `register` writes for a first submit) as one item
+    of a transaction: nothing changes on a site already registered, which must be the principal's."""
+    actions = [
+        S.principal.set(S.principal | principal),
+        S.created_at.set(S.created_at | now),
+        S.driver.set(S.driver | REFERENCE_DRIVER),
+        S.head_version.set(S.head_version | 0),
+        S.fence.set(S.fence | 0),
+        S.paused.set(S.paused | False),
+        S.consecutive_failures.set(S.consecutive_failures | 0),
+        S.live_seq.set(S.live_seq | 0),
+    ]
+    return actions, S.site_id.does_not_exist() | (S.principal == principal)
+
+
 class DynamoSiteStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Site

@@ -11,7 +11,7 @@ import typer
 
 from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, deps, load_local_env
 from sitedispatch.cli.output import console, reported
-from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, QUEUES
+from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, LOCAL_API_ENVIRONMENTS, QUEUES
 
 app = typer.Typer(
     help="Run the whole system on this machine (moto server + event source mapping emulation).", no_args_is_help=True
@@ -60,13 +60,16 @@ def api(
     env_file: Annotated[Path, typer.Option(help="the local runtime's env file: the API's URL is added to it")] = (
         DEFAULT_LOCAL_ENV
     ),
+    environments: Annotated[
+        int, typer.Option(min=1, max=64, help="API function environments, started warm: requests served at once")
+    ] = LOCAL_API_ENVIRONMENTS,
 ) -> None:
     """Serve the HTTP API on 127.0.0.1 (API Gateway's part: the API function behind a real HTTP server)."""
     from sitedispatch.local.gateway import serve
 
     with reported(False):
         load_local_env()
-        serve(port, env_file)
+        serve(port, env_file, environments)
 
 
 @app.command("worker")

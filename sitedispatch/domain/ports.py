@@ -44,8 +44,9 @@ def checked_registration(site: Site, principal: str, connection: SiteConnection 
 @dataclass(frozen=True)
 class SiteOwner:
     """The counter (a site's admission counter) that names a site's owner, checked in the submit transaction so a
-    submit reads nothing first. `claim`: record the principal when the counter names no one yet (the caller has
-    checked the site's registration)."""
+    submit reads nothing first. `claim`: record the principal when the counter names no one yet, registering the
+    site for it in the same transaction (a reference site, unless registered before; refused as another's when it
+    is registered to another principal)."""
 
     counter: str
     claim: bool = False

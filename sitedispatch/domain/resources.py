@@ -11,6 +11,9 @@ from dataclasses import dataclass
 ENV_PREFIX = "SITEDISPATCH_"  # every setting's environment variable starts with it
 API_URL_VARIABLE = f"{ENV_PREFIX}API_URL"  # where a client finds the API (not a function setting: clients only)
 DEFAULT_FUNCTION_TIMEOUT_S = 30  # the local runtime's function timeout (its queues' visibility is 6x this)
+# API function environments of the local API: requests served at once (a long poll holds one). Lambda scales a
+# function to the requests at once; ten serve a producer's burst of ten without queueing one behind another.
+LOCAL_API_ENVIRONMENTS = 10
 
 # The queues' redrive policy is a backstop only: the worker dead-letters by itself after the attempt budget.
 # Deferrals (paused site, held lease) also raise SQS's receive count, so the backstop sits far above the budget.

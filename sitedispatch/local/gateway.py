@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,14 +27,14 @@ from urllib.parse import parse_qsl, urlsplit
 
 from sitedispatch.client import IDENTITY_HEADER
 from sitedispatch.domain.errors import Forbidden, SiteDispatchError, TooLarge, error_document, http_status
-from sitedispatch.domain.resources import API_URL_VARIABLE, FUNCTIONS
+from sitedispatch.domain.resources import API_URL_VARIABLE, FUNCTIONS, LOCAL_API_ENVIRONMENTS
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs
 LOCAL_ACCOUNT = "123456789012"
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
-DEFAULT_ENVIRONMENTS = 4  # API function environments of `local api`: requests served at once (a long poll holds one)
+WARM_HOLD_S = 0.3  # a warming request holds its environment this long, so the next one starts another
 
 
 def _context(timeout_s: float) -> Any:
@@ -60,16 +61,28 @@ def _invoke_in_environment(event: dict[str, Any], timeout_s: float) -> dict[str,
     return handler(event, _context(timeout_s))
 
 
+def _warm_environment(hold_s: float) -> int:
+    """The function's init phase in this environment (its imports, clients and core), then hold it a moment."""
+    import functions.api  # noqa: F401
+
+    time.sleep(hold_s)
+    return os.getpid()
+
+
 @contextmanager
-def environments(count: int, timeout_s: float) -> Iterator[Invoke]:
-    """`count` execution environments, each a process running one request at a time, as Lambda scales a function."""
+def environments(count: int, timeout_s: float, warm: bool = True) -> Iterator[Invoke]:
+    """`count` execution environments, each a process running one request at a time, as Lambda scales a function.
+    `warm`: each has run its init phase before the first request (as provisioned concurrency does), so a burst of
+    requests meets no cold start; otherwise an environment starts at its first request."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # Each environment imports the function at its first request with Lambda's variables (its init phase, then).
+    # Each environment imports the function with Lambda's variables (its init phase).
     os.environ.update(FUNCTIONS["api"].lambda_environment(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")))
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("forkserver"))
     try:
+        if warm:  # each warming call holds its process, so the pool starts all `count` of them
+            list(pool.map(_warm_environment, [WARM_HOLD_S] * count))
         yield lambda event: pool.submit(_invoke_in_environment, event, timeout_s).result()
     finally:
         pool.shutdown(cancel_futures=True)
@@ -147,6 +160,12 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     class Request(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # The reply goes out as two writes (head, then body): with Nagle's algorithm the body waits for the
+            # client's delayed ACK of the head, 40 ms a request on Linux.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
@@ -223,7 +242,7 @@ def add_to_env_file(path: Path, key: str, value: str) -> None:
     write_env_file(path, env)
 
 
-def serve(port: int, env_file: Path | None, count: int = DEFAULT_ENVIRONMENTS, timeout_s: float = 29.0) -> None:
+def serve(port: int, env_file: Path | None, count: int = LOCAL_API_ENVIRONMENTS, timeout_s: float = 29.0) -> None:
     """Run the gateway until SIGTERM/SIGINT, the function in `count` environments (processes); prints one JSON line
     {"ready": ..., "url": ...} when it answers, and records the URL in the local runtime's env file (where the CLI
     finds it)."""

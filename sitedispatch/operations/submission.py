@@ -227,8 +227,7 @@ class Submitter:
         try:
             try:
                 return create(claim=False)
-            except UnclaimedSite:
-                d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's site
+            except UnclaimedSite:  # a first submit: the site is registered in the same transaction (or is another's)
                 return create(claim=True)
         except LimitReached as full:
             obs.count("Backpressured")

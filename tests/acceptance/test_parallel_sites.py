@@ -84,6 +84,72 @@ def test_ten_unrelated_sites_start_together_and_finish_in_about_one_operation_ti
     assert all(w.alive() for w in workers)
 
 
+WAYS_IN = {
+    "ten requests, one principal": ("requests", False),
+    "ten requests, ten principals": ("requests", True),
+    "one batch, one principal": ("batch", False),
+    "one batch, ten tenants of one principal": ("batch", True),
+}
+
+
+def submitted_through_the_api(url: str, how: str, many: bool, sites: list[str]) -> list[str]:
+    """Ten provisions for ten new sites as a producer sends them: ten requests at once, or one batch request."""
+    from sitedispatch.client import ApiClient
+
+    if how == "requests":
+        clients = [ApiClient(url, identity=f"producer-{n}" if many else "producer") for n in range(len(sites))]
+        body = {"kind": "provision", "params": PROVISION}
+        with ThreadPoolExecutor(len(sites)) as pool:
+            replies = list(
+                pool.map(lambda c, s: c.call("POST", "/operations", body={**body, "site_id": s}), clients, sites)
+            )
+        return [reply["operation_id"] for reply in replies]
+    items = [
+        {"kind": "provision", "site_id": site, "params": PROVISION, "idempotency_key": site}
+        | ({"tenant": f"customer-{n}"} if many else {})
+        for n, site in enumerate(sites)
+    ]
+    answer = ApiClient(url, identity="control-plane").call("POST", "/operations/batch", body={"items": items})
+    assert [item["status"] for item in answer["items"]] == [202] * len(sites), answer
+    return [item["operation"]["operation_id"] for item in answer["items"]]
+
+
+@pytest.mark.guarantee
+def test_ten_sites_submitted_through_the_api_in_every_way_are_admitted_together_and_start_together(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """G1 as a producer reaches it: over HTTP to the local API (its function in warm environments, as Lambda's
+    scale), as ten concurrent requests or one batch, from one principal or many."""
+    env = runtime.start_cloud(0, policy={"reference_latency_s": LATENCY_S})
+    url = runtime.start_api()
+    workers = [runtime.start_worker("operations", 3) for _ in range(4)]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    deps = Dependencies(Settings()).warm()
+    figures = []
+    for round_, (name, (how, many)) in enumerate(WAYS_IN.items()):
+        sites = [f"way-{round_}-site-{i:02d}" for i in range(10)]
+        ops = submitted_through_the_api(url, how, many, sites)
+
+        def all_terminal(ops: list[str] = ops) -> list[Operation] | None:
+            got = [deps.operations.get(op) for op in ops]
+            done = [o for o in got if o is not None and o.status.terminal]
+            return done if len(done) == len(ops) else None
+
+        final = wait_for(all_terminal, timeout_s=60, what=f"{name}: all ten terminal")
+        assert [op.status for op in final] == [Status.SUCCEEDED] * len(sites), name
+        queued = [present(op.queued_at) for op in final]
+        starts = [present(op.started_at) for op in final]
+        ends = [present(op.finished_at) for op in final]
+        admitted, started = max(queued) - min(queued), max(starts) - min(starts)
+        figures.append(f"{name}: admitted over {admitted:.3f}s, started over {started:.3f}s")
+        assert admitted < 0.5, figures[-1]
+        assert started < 1.0, figures[-1]
+        assert max(starts) < min(ends), f"{name}: a site only started after another had finished"
+    print("\nG1 through the API:\n  " + "\n  ".join(figures))
+    assert all(w.alive() for w in workers)
+
+
 def test_the_cli_drives_the_running_local_runtime(runtime: LocalRuntime) -> None:
     """The CLI, a process of its own, finds the runtime's API through the env file and drives it over HTTP (the
     local API in its own process, its function in environments of their own)."""
