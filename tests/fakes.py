@@ -25,6 +25,7 @@ from sitedispatch.domain.errors import (
     NotFound,
     NotRunnable,
     ShareMoved,
+    SiteRegistered,
     StaleFence,
     UnclaimedSite,
 )
@@ -195,13 +196,13 @@ class MemoryOperationStore:
             if op.operation_id in self.db.operations:
                 raise AlreadyExists(op.operation_id)
             self._admit(op.principal, op.site_id, limits, owner)
-            site = self.db.sites.get(op.site_id)
-            if owner is not None and owner.claim and site is not None and site.principal != op.principal:
-                raise foreign_site(op.site_id)
+            registers = owner is not None and owner.register
+            if registers and op.site_id in self.db.sites:
+                raise SiteRegistered(op.site_id)
             placed = self._place_atomically(limits, share, op.created_at)
             if owner is not None:
                 self.db.counter_owner.setdefault(owner.counter, op.principal)
-            if owner is not None and owner.claim and site is None:
+            if registers:
                 self.db.sites[op.site_id] = Site(op.site_id, op.principal, op.created_at)
             op = replace(op, holds=tuple(slot.counter for slot in limits), **placed)
             self.db.operations[op.operation_id] = op

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, cast
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.flow import GUARD, SHARE, FlowCounters
-from sitedispatch.aws.sites import claim_lease_update, registration_update, to_site
+from sitedispatch.aws.sites import claim_lease_update, new_site, to_site
 from sitedispatch.aws.tables import Models, OperationItem
 from sitedispatch.aws.writes import (
     NamedTransaction,
@@ -24,9 +24,9 @@ from sitedispatch.aws.writes import (
     transaction,
     under_limit,
 )
-from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, StaleFence
+from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, SiteRegistered, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, foreign_site
+from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot
 from sitedispatch.flow.admission import held_by
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
@@ -111,13 +111,13 @@ class DynamoOperationStore:
                 self.flow.admit(tx, limits, op.created_at, owner, op.principal)
                 if share is not None:
                     self.flow.place(tx, share, op.created_at)
-                if owner is not None and owner.claim:
-                    actions, registered = registration_update(self.S, op.principal, op.created_at)
-                    tx.update(SITE, self.S(op.site_id), actions, condition=registered)
+                if owner is not None and owner.register:
+                    site = new_site(self.S, op.site_id, op.principal, op.created_at)
+                    tx.save(SITE, site, condition=self.S.site_id.does_not_exist())
         except TransactionFailed as failed:
             errors = [
                 (ROW, lambda: AlreadyExists(op.operation_id)),
-                (SITE, lambda: foreign_site(op.site_id)),
+                (SITE, lambda: SiteRegistered(op.site_id)),
                 *self._share_refusals(share),
             ]
             raise failed.mapped([*errors, *self.flow.refusals(limits, owner, op.principal)]) from failed.cause

@@ -54,20 +54,17 @@ def claim_lease_update(S: Any, site: Site, operation_id: str, now: float, durati
     return lease_actions(S, operation_id, now, duration, site.fence + 1), condition
 
 
-def registration_update(S: Any, principal: str, now: float) -> tuple[list[Action], Any]:
-    """Registering a site as a reference site of `principal` (what `register` writes for a first submit) as one item
-    of a transaction: nothing changes on a site already registered, which must be the principal's."""
-    actions = [
-        S.principal.set(S.principal | principal),
-        S.created_at.set(S.created_at | now),
-        S.driver.set(S.driver | REFERENCE_DRIVER),
-        S.head_version.set(S.head_version | 0),
-        S.fence.set(S.fence | 0),
-        S.paused.set(S.paused | False),
-        S.consecutive_failures.set(S.consecutive_failures | 0),
-        S.live_seq.set(S.live_seq | 0),
-    ]
-    return actions, S.site_id.does_not_exist() | (S.principal == principal)
+def new_site(S: Any, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Any:
+    """A site's item as its registration writes it (only while no item exists: the caller's condition)."""
+    given = connection or SiteConnection()
+    return S(
+        site_id,
+        principal=principal,
+        created_at=now,
+        driver=given.driver,
+        endpoint=given.endpoint,
+        credential_ref=given.credential_ref,
+    )
 
 
 class DynamoSiteStore:
@@ -80,17 +77,10 @@ class DynamoSiteStore:
 
     def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         M = self.M
-        given = connection or SiteConnection()
         conditionally(
-            lambda: M(
-                site_id,
-                principal=principal,
-                created_at=now,
-                driver=given.driver,
-                endpoint=given.endpoint,
-                credential_ref=given.credential_ref,
-            ).save(condition=M.site_id.does_not_exist())
-        )  # taken: checked below
+            lambda: new_site(M, site_id, principal, now, connection).save(condition=M.site_id.does_not_exist())
+        )
+        # taken: checked below
         site = self.get(site_id)
         assert site is not None
         return checked_registration(site, principal, connection)

@@ -128,6 +128,13 @@ class ShareMoved(SiteDispatchError):
         self.counter = counter
 
 
+class SiteRegistered(SiteDispatchError):
+    """A first submit's transaction found the site registered already (by `sites register`, or a racing submit),
+    writing nothing: the core checks that registration and claims the site without registering it."""
+
+    code = "site_registered"
+
+
 class UnclaimedSite(SiteDispatchError):
     """A store's submit transaction found no owner on the site's counter (a first submit, or a site registered
     before owners were kept there): the core checks the registration and submits again claiming it."""

@@ -44,12 +44,13 @@ def checked_registration(site: Site, principal: str, connection: SiteConnection 
 @dataclass(frozen=True)
 class SiteOwner:
     """The counter (a site's admission counter) that names a site's owner, checked in the submit transaction so a
-    submit reads nothing first. `claim`: record the principal when the counter names no one yet, registering the
-    site for it in the same transaction (a reference site, unless registered before; refused as another's when it
-    is registered to another principal)."""
+    submit reads nothing first. `claim`: record the principal when the counter names no one yet (the caller has
+    checked the site's registration, or `register`: the site is registered in the same transaction as a reference
+    site of the principal, while it is not registered at all; else SiteRegistered, writing nothing)."""
 
     counter: str
     claim: bool = False
+    register: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ and otherwise waits there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from typing import TypeVar
 
 from sitedispatch.domain.errors import LimitReached, ShareMoved, TransientError
 from sitedispatch.domain.model import Operation
@@ -23,6 +23,7 @@ from sitedispatch.flow.counters import Group
 PLACEMENT_TRIES = 8
 
 Write = Callable[[tuple[Slot, ...], Placement | None], Operation]
+T = TypeVar("T")
 
 
 def room(group: Group, k: int, reading: CounterReading) -> int:
@@ -104,5 +105,16 @@ def place(
     raise TransientError(f"operation {op.operation_id}: the counters it was placed on moved {PLACEMENT_TRIES} times")
 
 
-def with_holds(op: Operation, slots: Sequence[Slot]) -> Operation:
-    return replace(op, holds=tuple(slot.counter for slot in slots))
+def on_a_shard(operations: OperationStore, group: Group, placed_by: str, attempt: Callable[[Slot], T]) -> T:
+    """`attempt(slot)` on the home shard, then, while the group as read has room, on its roomiest shard (read again
+    after each refusal: another worker may take the place first). LimitReached when the group is full."""
+    k = group.home(placed_by)
+    for _ in range(group.shards + 1):
+        try:
+            return attempt(group.slot(k))
+        except LimitReached:
+            other = roomiest(operations, group)
+            if other is None:
+                raise
+            k = other
+    raise reached(operations, group)

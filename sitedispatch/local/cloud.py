@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -201,15 +202,65 @@ def patch_moto_checksum() -> None:
     S3Response._get_checksum = checked  # type: ignore[method-assign]
 
 
+PARSED_CONDITIONS = 4096  # condition expressions (with their names and values) kept parsed
+
+
+def patch_moto_condition_cache() -> None:
+    """moto parses every condition and update expression anew, each time it is used (a third of its time in a
+    submit's transaction): an expression with the same names and values parses to the same tree, which evaluating
+    an item never changes, so the parse is kept. The same answers, faster; a parse that fails is not kept."""
+    import json
+    from collections import OrderedDict
+
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    original = ConditionExpressionParser.parse
+    if getattr(original, "cached", False):
+        return
+    parsed: OrderedDict[str, tuple[Any, list[str], list[str]]] = OrderedDict()
+    lock = threading.Lock()
+
+    def parse(self: Any) -> Any:
+        key = json.dumps(
+            [self.condition_expression, self.expression_attribute_names, self.expression_attribute_values],
+            sort_keys=True,
+        )
+        with lock:
+            found = parsed.get(key)
+            if found is not None:
+                parsed.move_to_end(key)
+        if found is None:
+            tree = original(self)
+            found = (tree, list(self.expr_attr_names_found), list(self.expr_attr_values_found))
+            with lock:
+                parsed[key] = found
+                if len(parsed) > PARSED_CONDITIONS:
+                    parsed.popitem(last=False)
+        tree, self.expr_attr_names_found, self.expr_attr_values_found = found[0], list(found[1]), list(found[2])
+        return tree
+
+    parse.cached = True  # type: ignore[attr-defined]
+    ConditionExpressionParser.parse = parse  # type: ignore[method-assign]
+
+    # An update expression's tree is only read (moto's validators work on a deep copy of it): kept by its text.
+    from moto.dynamodb.parsing import expressions
+
+    parser: Any = expressions.UpdateExpressionParser  # type: ignore[attr-defined]
+    made = lru_cache(maxsize=PARSED_CONDITIONS)(parser.make)
+    parser.make = made
+
+
 def quiet_moto() -> None:
-    """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove two
-    of its hot spots (a busy long poll, a directory scan per request), and silence werkzeug's per-request log lines."""
+    """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove
+    four of its hot spots (a busy long poll, a directory scan per request, a table copy and a condition parse per
+    transaction), and silence werkzeug's per-request log lines."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     patch_moto_long_poll()
     patch_moto_module_scan()
     patch_moto_transaction_snapshot()
+    patch_moto_condition_cache()
     patch_moto_lagging_indexes()  # inert unless `--strict`; inside the isolation lock (installed before it)
     patch_moto_dynamodb_isolation()
     patch_moto_checksum()

@@ -61,10 +61,19 @@ def _invoke_in_environment(event: dict[str, Any], timeout_s: float) -> dict[str,
     return handler(event, _context(timeout_s))
 
 
-def _warm_environment(hold_s: float) -> int:
-    """The function's init phase in this environment (its imports, clients and core), then hold it a moment."""
-    import functions.api  # noqa: F401
+WARM_UP_CALLER = "local-warm-up"
 
+
+def _warm_environment(hold_s: float) -> int:
+    """The function's init phase in this environment (its imports, clients and core), then what its first requests
+    would build on their way (one read through the clients, the routes' validation, by two requests refused before
+    the core), and hold it a moment."""
+    from functions.api import handler
+    from functions.runtime import dependencies
+
+    dependencies().warm()
+    for method, target, body in (("GET", "/nowhere", b""), ("POST", "/operations", b'{"site_id": "-"}')):
+        handler(http_api_event(method, target, {"content-type": "application/json"}, body, WARM_UP_CALLER), _context(5))
     time.sleep(hold_s)
     return os.getpid()
 
@@ -151,20 +160,22 @@ def _gateway_error(refusal: SiteDispatchError) -> dict[str, Any]:
     }
 
 
+class Unbuffered(BaseHTTPRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        # A reply goes out as two writes (head, then body): with Nagle's algorithm the body would wait for the
+        # client's delayed ACK of the head.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     log = sys.stdout  # as it is when the gateway starts (a test's CliRunner swaps sys.stdout later)
 
     def emit(**line: Any) -> None:
         print(json.dumps(line), file=log, flush=True)
 
-    class Request(BaseHTTPRequestHandler):
+    class Request(Unbuffered):
         protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            # The reply goes out as two writes (head, then body): with Nagle's algorithm the body waits for the
-            # client's delayed ACK of the head, 40 ms a request on Linux.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

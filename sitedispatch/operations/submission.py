@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from sitedispatch import observability as obs
-from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, LimitReached, UnclaimedSite
+from sitedispatch.domain.errors import (
+    AlreadyExists,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitReached,
+    SiteRegistered,
+    UnclaimedSite,
+)
 from sitedispatch.domain.model import (
     DRIVERS,
     REFERENCE_DRIVER,
@@ -215,20 +222,27 @@ class Submitter:
         owner = site_counter(op.site_id)
         share = share_group_for(d.settings, op)
 
-        def create(claim: bool) -> Operation:
+        def create(site_owner: SiteOwner) -> Operation:
             return place(
                 d.operations,
                 op,
                 limits,
                 share,
-                lambda slots, placement: d.operations.create(op, slots, SiteOwner(owner, claim), placement),
+                lambda slots, placement: d.operations.create(op, slots, site_owner, placement),
             )
 
+        checked, claimed = SiteOwner(owner), SiteOwner(owner, claim=True, register=True)
+        # A provision is most often a site's first operation: it tries registering the site first.
+        first, then = (claimed, checked) if op.kind == Kind.PROVISION else (checked, claimed)
         try:
             try:
-                return create(claim=False)
-            except UnclaimedSite:  # a first submit: the site is registered in the same transaction (or is another's)
-                return create(claim=True)
+                return create(first)
+            except (UnclaimedSite, SiteRegistered):
+                try:
+                    return create(then)
+                except (UnclaimedSite, SiteRegistered):  # registered before, never submitted to: claimed if ours
+                    d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's
+                    return create(SiteOwner(owner, claim=True))
         except LimitReached as full:
             obs.count("Backpressured")
             raise self._backpressure(op, limit_of(limits, full.counter), full) from None

@@ -52,7 +52,7 @@ from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.flow.counters import SHARE_SHARDS, share_group
 from sitedispatch.flow.pace import Pace
-from sitedispatch.flow.placement import roomiest
+from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
 from sitedispatch.flow.shares import freed_by, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
@@ -194,17 +194,18 @@ class OperationsWorker:
             return self._lease_held(visibility, site.lease_expires_at or now, now)
         visibility.change(d.settings.lease_seconds * 2)
         # A row that still holds a running slot (its last attempt died, or it continues) keeps it: no second one.
-        running = running_group_for(d.settings, op)
-        slot = running.home_slot(op.operation_id) if op.running_slot is None and not op.continues else None
+        lease_s = d.settings.lease_seconds
         try:
-            try:
-                started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
-            except LimitReached:
-                other = roomiest(d.operations, running, running.index_of(slot.counter) if slot else None)
-                if other is None:
-                    raise
-                slot = running.slot(other)
-                started = d.operations.claim_and_start(op, site, now, d.settings.lease_seconds, slot)
+            if op.running_slot is None and not op.continues:
+                running = running_group_for(d.settings, op)
+                started = on_a_shard(
+                    d.operations,
+                    running,
+                    op.operation_id,
+                    lambda slot: d.operations.claim_and_start(op, site, now, lease_s, slot),
+                )
+            else:
+                started = d.operations.claim_and_start(op, site, now, lease_s)
         except LimitReached:
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
@@ -230,9 +231,14 @@ class OperationsWorker:
         try:
             if op.continues:
                 return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, continues_from=op.fence)
+            if op.running_slot is not None:  # an attempt that died holding its slot: it keeps that one
+                return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, current=op)
             running = running_group_for(d.settings, op)
-            return lease, d.operations.start_attempt(
-                op.operation_id, lease.fence, now, running.home_slot(op.operation_id), op
+            return lease, on_a_shard(
+                d.operations,
+                running,
+                op.operation_id,
+                lambda slot: d.operations.start_attempt(op.operation_id, lease.fence, now, slot, op),
             )
         except LimitReached:
             d.sites.release_lease(lease)

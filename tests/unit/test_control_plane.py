@@ -205,7 +205,7 @@ def test_a_batch_retried_after_a_crash_half_way_creates_nothing_twice() -> None:
     harness = Harness(max_running_per_principal=100)
     batch = [BatchItem("provision", f"site-{i:03d}", f"k{i}", PROVISION, "customer-a") for i in range(100)]
     BatchSubmitter(harness.submitter).submit(CONTROL_PLANE, batch[:1])  # registers site-000
-    publishes = [BatchItem("publish", f"site-000", f"p{i}", {}, "customer-a") for i in range(3)]
+    publishes = [BatchItem("publish", "site-000", f"p{i}", {}, "customer-a") for i in range(3)]
     store = harness.world.operations
     original = store.create_group
     groups = 0
