@@ -225,23 +225,31 @@ class MemoryOperationStore:
             self.db.bump(slot.counter, 1, now)
         return placed
 
+    def _movable(self, move: Move, principal: str) -> bool:
+        """A group's move's condition (Move), as DynamoDB evaluates it."""
+        fits = self.db.counters.get(move.counter, 0) + move.count <= move.maximum
+        if not fits or move.counter in self.db.counter_maximum:
+            return False
+        if move.register:
+            return move.counter not in self.db.counter_owner and move.register not in self.db.sites
+        if move.owner and self.db.counter_owner.get(move.counter) != principal:
+            return False
+        return not (move.share and self.db.waiting.get(move.counter, 0))
+
     def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
         with self.db.lock:
             if not ops:
                 return False
             principal = ops[0].principal
-            for move in moves:
-                fits = self.db.counters.get(move.counter, 0) + move.count <= move.maximum
-                if not fits or move.counter in self.db.counter_maximum:
-                    return False
-                if move.owner and self.db.counter_owner.get(move.counter) != principal:
-                    return False
-                if move.share and self.db.waiting.get(move.counter, 0):
-                    return False
+            if not all(self._movable(move, principal) for move in moves):
+                return False
             if any(op.operation_id in self.db.operations for op in ops):
                 return False
             for move in moves:
                 self.db.bump(move.counter, move.count, ops[0].created_at)
+                if move.register:
+                    self.db.counter_owner[move.counter] = principal
+                    self.db.sites[move.register] = Site(move.register, principal, ops[0].created_at)
             for op in ops:
                 self.db.operations[op.operation_id] = op
             return True

@@ -117,11 +117,14 @@ class FlowCounters:
         C = self.C
         fits = C.value.does_not_exist() | (C.value <= move.maximum - move.count)
         condition = C.maximum.does_not_exist() & fits
-        if move.owner:
+        actions = [C.value.add(move.count), C.changed_at.set(now), C.held.set(index_shard(HELD, move.counter))]
+        if move.register:
+            condition &= C.owner.does_not_exist()
+            actions.append(C.owner.set(principal))
+        elif move.owner:
             condition &= C.owner == principal
         if move.share:
             condition &= C.waiting.does_not_exist() | (C.waiting == 0)
-        actions = [C.value.add(move.count), C.changed_at.set(now), C.held.set(index_shard(HELD, move.counter))]
         tx.update(counter_item(move.counter), C(move.counter), actions, condition=condition)
 
     def limit_reached(self, counter_id: str, default: int) -> LimitReached:

@@ -134,6 +134,9 @@ class DynamoOperationStore:
                     tx.save(f"{ROW}:{op.operation_id}", self._item(op), condition=M.operation_id.does_not_exist())
                 for move in moves:
                     self.flow.move(tx, move, principal, now)
+                    if move.register:
+                        site = new_site(self.S, move.register, principal, now)
+                        tx.save(f"{SITE}:{move.register}", site, condition=self.S.site_id.does_not_exist())
         except TransactionFailed:
             return False
         return True

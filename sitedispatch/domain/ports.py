@@ -80,14 +80,16 @@ class Placement:
 class Move:
     """A group of operations' places on one counter, written at once: `count` more, while the counter stays at or
     under `maximum` and carries no maximum of its own (an operator's quota: the group goes one by one then). `owner`:
-    the counter is a site's and must name the operations' principal. `share`: a share's shard, where nothing may
-    wait."""
+    the counter is a site's and must name the operations' principal; with `register` (the site's id), it must name
+    no one yet, and is claimed for the principal as the site is registered (as a reference site, while it is not
+    registered at all). `share`: a share's shard, where nothing may wait."""
 
     counter: str
     count: int
     maximum: int
     owner: bool = False
     share: bool = False
+    register: str | None = None
 
 
 @dataclass(frozen=True)

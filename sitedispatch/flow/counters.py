@@ -29,7 +29,7 @@ QUOTA = "quota"  # an operator's override, kept beside the counters it bounds
 # Shards per group. Outstanding counts are moved by every submit and every end, at the rate producers submit;
 # running and share counts by starts and ends, at most at the rate a fairness key's operations run.
 OUTSTANDING_SHARDS = 16
-SHARE_SHARDS = 4
+SHARE_SHARDS = 8
 RUNNING_SHARDS = 4
 
 # A fairness key's share of a lane's queue: this many of its operations per running slot are in the queue (or

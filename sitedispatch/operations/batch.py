@@ -15,20 +15,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, SiteDispatchError
-from sitedispatch.domain.model import Operation, QueueMessage, lane_for
+from sitedispatch.domain.model import Kind, Operation, QueueMessage, lane_for
 from sitedispatch.domain.ports import Move
 from sitedispatch.flow.admission import limits_for, share_group_for
-from sitedispatch.flow.counters import Group
+from sitedispatch.flow.counters import Group, site_counter
 from sitedispatch.flow.placement import readings, room
 from sitedispatch.operations.submission import Submitted, Submitter
 
 MAX_ITEMS = 500
-GROUP_ROWS = 16  # rows in one transaction: with their counters well under its 100 items
+GROUP_ROWS = 16  # rows in one transaction: with their counters and sites under its 100 items
+MARKERS = 8  # operations marked queued at once
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class BatchSubmitter:
     def __init__(self, submitter: Submitter) -> None:
         self.submitter = submitter
         self.d = submitter.d
+        self.claimed: set[str] = set()  # sites this batch's groups claimed (their next groups only check)
 
     def submit(self, principal: str, items: Sequence[BatchItem]) -> list[ItemAnswer]:
         """Answer every item, in order."""
@@ -163,8 +166,23 @@ class BatchSubmitter:
             assert p.op.share is not None
             counts[p.op.share] += 1
             maxima[p.op.share] = (share.shard_maximum(share.index_of(p.op.share) or 0), False, True)
-        moves = [Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2]) for c, n in counts.items()]
-        return self.d.operations.create_group([p.op for p in group], moves)
+        # a site whose first operation here is a provision is most often new: registered and claimed with the group
+        firsts: dict[str, Operation] = {}
+        for p in group:
+            firsts.setdefault(p.op.site_id, p.op)
+        registers = {
+            site_counter(site_id): site_id
+            for site_id, op in firsts.items()
+            if op.kind == Kind.PROVISION and site_id not in self.claimed
+        }
+        moves = [
+            Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2], register=registers.get(c))
+            for c, n in counts.items()
+        ]
+        created = self.d.operations.create_group([p.op for p in group], moves)
+        if created:
+            self.claimed.update(firsts)
+        return created
 
     def _create_one(self, p: _Pending, answers: list[ItemAnswer | None], created: list[_Pending]) -> None:
         """As a single submit creates it (its own placement, refusals and repeats)."""
@@ -192,8 +210,10 @@ class BatchSubmitter:
             in_lane = [p for p in to_send if lane_for(p.op.kind) == lane]
             d.queue.send_many([(QueueMessage.of(p.op), p.op.dedup_id) for p in in_lane], lane)
         sent_at = d.clock.now()
-        for p in to_send:
-            answers[p.index] = ItemAnswer(Submitted(self.submitter.queued(p.op, sent_at), True))
+        with ThreadPoolExecutor(MARKERS) as pool:  # independent single writes: at once, not one after another
+            marked = list(pool.map(lambda p: self.submitter.queued(p.op, sent_at), to_send))
+        for p, op in zip(to_send, marked, strict=True):
+            answers[p.index] = ItemAnswer(Submitted(op, True))
 
     @staticmethod
     def _repeat(op: Operation, first: ItemAnswer | None) -> ItemAnswer:

@@ -395,6 +395,19 @@ def test_a_group_of_operations_is_created_with_each_counter_moved_once_or_not_at
     }
     assert stores.operations.create_group(more, [Move(site, 1, 50, owner=True)])
 
+    # a group's provisions of new sites register and claim them with it, while nobody has
+    fresh = [replace(new_op(f"op_n{n}", f"new-{n}"), holds=(f"site#new-{n}",)) for n in (1, 2)]
+    claims = [Move(f"site#new-{n}", 1, 50, owner=True, register=f"new-{n}") for n in (1, 2)]
+    assert stores.operations.create_group(fresh, claims)
+    assert [present(stores.sites.get(f"new-{n}")).principal for n in (1, 2)] == ["p", "p"]
+    again = [replace(new_op("op_n3", "new-1"), holds=("site#new-1",))]
+    assert not stores.operations.create_group(again, claims[:1])  # claimed already: nothing written
+    assert stores.operations.get("op_n3") is None
+    stores.sites.register("new-3", "someone-else", NOW)
+    taken = [replace(new_op("op_n4", "new-3"), holds=("site#new-3",))]
+    assert not stores.operations.create_group(taken, [Move("site#new-3", 1, 50, owner=True, register="new-3")])
+    assert present(stores.sites.get("new-3")).principal == "someone-else"
+
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])
 def test_reading_a_key_that_names_nothing_finds_nothing(stores: Stores, key: str) -> None:

@@ -190,8 +190,10 @@ def test_a_batch_is_a_few_transactions_and_messages_go_ten_to_a_request() -> Non
     batch = [BatchItem("provision", f"site-{i:03d}", f"k{i}", PROVISION) for i in range(160)]
     submitter = harness.submitter
 
-    # the first submit to each site registers it: those go one by one; the same sites' next batch goes in groups
-    BatchSubmitter(submitter).submit(CONTROL_PLANE, batch)
+    # the sites' first operations, provisions: each group registers its new sites
+    assert all(a.submitted and a.submitted.created for a in BatchSubmitter(submitter).submit(CONTROL_PLANE, batch))
+    assert calls["create_group"] == 160 // GROUP_ROWS and calls["create"] == 0
+    assert {present(harness.world.sites.get(f"site-{i:03d}")).principal for i in range(160)} == {CONTROL_PLANE}
     calls.clear()
     again = [BatchItem("publish", f"site-{i:03d}", f"p{i}", {}) for i in range(160)]
     answers = BatchSubmitter(submitter).submit(CONTROL_PLANE, again)
@@ -217,7 +219,7 @@ def test_a_batch_retried_after_a_crash_half_way_creates_nothing_twice() -> None:
             raise SystemExit("the process died")  # nothing of this group is written, the first two are
         return original(*args, **kwargs)
 
-    provisioned = BatchSubmitter(harness.submitter).submit(CONTROL_PLANE, batch[1:])  # one by one: new sites
+    provisioned = BatchSubmitter(harness.submitter).submit(CONTROL_PLANE, batch[1:])
     assert all(a.submitted for a in provisioned)
     store.create_group = dies_on_the_third  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
