@@ -1,6 +1,7 @@
-"""Fairness under a noisy neighbour, measured on the local runtime: principal A has `flood` interactive provisions
-accepted; principal B submits one provision at a time, `trials` times, and each one's wait (acceptance to the start
-of its attempt) is compared with the operation time (the median of A's provisions, start to finish).
+"""Fairness under a noisy neighbour, measured on the local runtime: principal A (or tenant A of a control plane) has
+`flood` interactive provisions accepted; principal B (or tenant B of the same control plane) submits one provision at
+a time, `trials` times, and each one's wait (acceptance to the start of its attempt) is compared with the operation
+time (the median of A's provisions, start to finish).
 
 The lane has four environments and A's running cap is two, so A's share of the lane's queue is four: the rest of its
 flood waits unsent (the by-waiting index), and B's message finds at most four of A's ahead of it. The acceptance
@@ -40,10 +41,20 @@ def _terminal(deps: Dependencies, operation_id: str, timeout_s: float) -> Operat
 
 
 def noisy_neighbour(
-    runtime: LocalRuntime, flood: int, trials: int, setenv: Callable[[str, str], None] = os.environ.__setitem__
+    runtime: LocalRuntime,
+    flood: int,
+    trials: int,
+    setenv: Callable[[str, str], None] = os.environ.__setitem__,
+    tenants: bool = False,
 ) -> dict[str, Any]:
     """Run the scenario on `runtime` (a fresh one: this starts its cloud and the lane) and return its figures.
-    `setenv` puts the cloud's environment where this process's clients read it (a test passes its monkeypatch's)."""
+    `setenv` puts the cloud's environment where this process's clients read it (a test passes its monkeypatch's).
+    `tenants`: A and B are two tenants (fairness keys) of one principal, a control plane's customers."""
+    flooder, newcomer = (
+        (("control-plane", "customer-a"), ("control-plane", "customer-b"))
+        if tenants
+        else (("tenant-a", None), ("tenant-b", None))
+    )
     env = runtime.start_cloud(
         0,
         policy={
@@ -59,7 +70,7 @@ def noisy_neighbour(
 
     def submit_a(n: int) -> Operation:
         return submitter.submit(
-            kind="provision", site_id=f"flood-{n}", principal="tenant-a", params=PROVISION
+            kind="provision", site_id=f"flood-{n}", params=PROVISION, principal=flooder[0], tenant=flooder[1]
         ).operation
 
     started = time.monotonic()
@@ -72,7 +83,7 @@ def noisy_neighbour(
     outcomes: list[Status] = []
     for trial in range(trials):
         b = submitter.submit(
-            kind="provision", site_id=f"tenant-b-{trial}", principal="tenant-b", params=PROVISION
+            kind="provision", site_id=f"tenant-b-{trial}", params=PROVISION, principal=newcomer[0], tenant=newcomer[1]
         ).operation
         done = _terminal(deps, b.operation_id, timeout_s=60)
         outcomes.append(done.status)
@@ -88,6 +99,7 @@ def noisy_neighbour(
     p99 = percentile(waits, 99)
     return {
         "flood": flood,
+        "same_principal": tenants,
         "trials": trials,
         "environments": ENVIRONMENTS,
         "running_cap": RUNNING_CAP,

@@ -178,7 +178,7 @@ def model_parameters() -> dict[str, Any]:
 def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, Any]]:
     """Sustainable operations per second of the deployed stack and the limit that binds, for operations shaped as
     the measured `kind` (its requests and write units from bench/requests.py) taking AWS_DURATIONS' time."""
-    from sitedispatch.flow.counters import OUTSTANDING_SHARDS
+    from sitedispatch.domain.settings import Settings
     from stacks.functions import DEFAULT_MAX_CONCURRENCY
 
     from .simulation import binding, ceilings
@@ -190,13 +190,14 @@ def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, A
             per_op[name] = per_op.get(name, 0) + count
     routes = row["route_objects"]
     publication_s = AWS_DURATIONS.plan_s + routes * AWS_DURATIONS.route_s + AWS_DURATIONS.finish_s
-    shards = OUTSTANDING_SHARDS
+    running_cap = int(Settings.model_fields["max_running_per_principal"].default)
     raised = {"operations": 1000, "publications": 1000}  # the most one event source mapping takes
     results = []
-    for name, concurrency, principals in (
-        ("deployed defaults, one principal", DEFAULT_MAX_CONCURRENCY, 1),
-        ("maximum concurrency raised to 1,000 per queue, one principal", raised, 1),
-        ("maximum concurrency raised to 1,000 per queue, 100 principals", raised, 100),
+    for name, concurrency, principals, tenants in (
+        ("deployed defaults, one principal", DEFAULT_MAX_CONCURRENCY, 1, 1),
+        ("maximum concurrency raised to 1,000 per queue, one principal", raised, 1, 1),
+        ("maximum concurrency raised to 1,000 per queue, one control plane with 1,000 tenants", raised, 1, 1000),
+        ("maximum concurrency raised to 1,000 per queue, 100 principals", raised, 100, 1),
     ):
         rows = ceilings(
             per_op,
@@ -204,8 +205,9 @@ def capacity(costs: dict[str, Any], kind: str = "provision") -> list[dict[str, A
             AWS_DURATIONS.operation_s,
             publication_s,
             concurrency,
-            shards,
             principals,
+            tenants,
+            running_cap,
         )
         limit, first = binding(rows), binding(rows, sustained=False)
         results.append(

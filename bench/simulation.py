@@ -199,17 +199,22 @@ def ceilings(
     operation_s: float,
     publication_s: float,
     esm_max_concurrency: dict[str, int],
-    global_shards: int,
     principals: int = 1,
+    tenants: int = 1,
+    running_cap: int = 10,
 ) -> list[Ceiling]:
     """The operations per second each limit allows, for operations of `operation_s` in the operations lane that
-    each publish (`publication_s` in the publications lane), spread over many sites and `principals` principals.
-    `per_op`: the requests of one operation by API; `write_units_by_table`: its DynamoDB write units per table."""
+    each publish (`publication_s` in the publications lane), spread over many sites, `principals` principals and
+    `tenants` fairness keys of each. `per_op`: the requests of one operation by API; `write_units_by_table`: its
+    DynamoDB write units per table; `running_cap`: attempts one fairness key runs at once (a setting)."""
+    from sitedispatch.flow.counters import OUTSTANDING_SHARDS, RUNNING_SHARDS, SHARE_SHARDS
+
+    keys = principals * tenants
     sqs_actions = {k: v for k, v in per_op.items() if k.startswith("sqs:")}
     busiest_action, busiest = max(sqs_actions.items(), key=lambda kv: kv[1], default=("sqs:none", 1))
     table, units = max(write_units_by_table.items(), key=lambda kv: kv[1], default=("none", 1))
-    # Counters every operation of one principal moves: its admission counter (+1 at submit, -1 at commit) and its
-    # running slot (+1 at start, -1 at commit), each in a transaction: 4 write units per operation per item.
+    # A counter shard an operation moves twice (+1 at submit or start, -1 at its end), each time in a transaction:
+    # 4 write units per operation per item; a group of shards takes as many times that.
     per_item = ITEM_WRITE_UNITS_S / 4.0
     return [
         Ceiling(
@@ -234,15 +239,30 @@ def ceilings(
             f"{FIFO_TPS_PER_ACTION:.0f} per second / {busiest} per operation ({SOURCES['fifo']})",
         ),
         Ceiling(
-            "DynamoDB: one principal's admission counter and running slot",
-            per_item * principals,
-            f"{ITEM_WRITE_UNITS_S:.0f} write units per second per item / 4 per operation, x {principals} "
-            f"principal(s) ({SOURCES['item']})",
+            "a fairness key's running cap (the setting)",
+            running_cap * keys / operation_s,
+            f"{running_cap} at once per key / {operation_s} s each, x {keys} key(s)",
+        ),
+        Ceiling(
+            "DynamoDB: a fairness key's running shards",
+            per_item * RUNNING_SHARDS * keys,
+            f"{RUNNING_SHARDS} shards x {ITEM_WRITE_UNITS_S:.0f} write units per second per item / 4 per operation, "
+            f"x {keys} key(s) ({SOURCES['item']})",
+        ),
+        Ceiling(
+            "DynamoDB: a fairness key's share shards",
+            per_item * SHARE_SHARDS * keys,
+            f"{SHARE_SHARDS} shards x {per_item:.0f} operations per second each, x {keys} key(s)",
+        ),
+        Ceiling(
+            "DynamoDB: a principal's outstanding shards",
+            per_item * OUTSTANDING_SHARDS * principals,
+            f"{OUTSTANDING_SHARDS} shards x {per_item:.0f} operations per second each, x {principals} principal(s)",
         ),
         Ceiling(
             "DynamoDB: the global admission limit's shards",
-            per_item * global_shards,
-            f"{global_shards} shards x {per_item:.0f} operations per second each",
+            per_item * OUTSTANDING_SHARDS,
+            f"{OUTSTANDING_SHARDS} shards x {per_item:.0f} operations per second each",
         ),
         Ceiling(
             f"DynamoDB: the {table} table's write quota",

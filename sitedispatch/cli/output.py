@@ -157,10 +157,19 @@ def render_status(report: Any) -> None:
         )
     if report.delay_by_principal:
         table(
-            "estimated delay per principal and lane (busiest first)",
-            ["principal", "lane", "backlog", "completed (5 min)", "operation time (s)", "estimated delay (s)"],
+            "estimated delay per fairness key (principal, tenant) and lane (busiest first)",
             [
-                [d.principal, d.lane, d.backlog, d.completed_recently, d.operation_s, d.estimated_delay_s]
+                "principal",
+                "tenant",
+                "lane",
+                "backlog",
+                "completed (5 min)",
+                "operation time (s)",
+                "estimated delay (s)",
+            ],
+            [
+                [d.principal, d.tenant or "-", d.lane, d.backlog, d.completed_recently, d.operation_s]
+                + [d.estimated_delay_s]
                 for d in report.delay_by_principal
             ],
         )

@@ -20,7 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sitedispatch import observability as obs
-from sitedispatch.domain.errors import AlreadyExists, IdempotencyConflict, InvalidInput, SiteDispatchError
+from sitedispatch.domain.errors import (
+    AlreadyExists,
+    IdempotencyConflict,
+    InvalidInput,
+    SiteDispatchError,
+    TransientError,
+)
 from sitedispatch.domain.model import Kind, Operation, QueueMessage, lane_for
 from sitedispatch.domain.ports import Move
 from sitedispatch.flow.admission import limits_for, share_group_for
@@ -179,7 +185,10 @@ class BatchSubmitter:
             Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2], register=registers.get(c))
             for c, n in counts.items()
         ]
-        created = self.d.operations.create_group([p.op for p in group], moves)
+        try:
+            created = self.d.operations.create_group([p.op for p in group], moves)
+        except TransientError:  # its transaction met others past its patience: one by one, as single submits
+            return False
         if created:
             self.claimed.update(firsts)
         return created

@@ -102,15 +102,17 @@ FLOOD = 200  # `make bench` runs 1,000 (bench/results/fairness.json): the size c
 TRIALS = 20
 
 
+@pytest.mark.parametrize("tenants", [False, True], ids=["two principals", "two tenants of one principal"])
 def test_within_one_lane_a_principals_flood_does_not_delay_anothers_one(
-    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch, tenants: bool
 ) -> None:
     """Principal A has 200 interactive provisions accepted; B's single provision, submitted 20 times in turn,
     starts within two operation times every time (p99 of 20 trials: the worst). What keeps it so is A's share of
     the lane's queue (2 x its running cap of 2): the rest of A's flood waits unsent, so B's message finds at most
     four of A's ahead of it however large A's backlog is. (Before shares, A's whole flood sat in the FIFO queue and
-    each of its messages was received and deferred before B's was reached: B waited 7-8 s behind 100.)"""
-    figures = fairness.noisy_neighbour(runtime, FLOOD, TRIALS, monkeypatch.setenv)
+    each of its messages was received and deferred before B's was reached: B waited 7-8 s behind 100.) The same
+    holds between two customers (tenants) of one control plane: shares and running caps are per fairness key."""
+    figures = fairness.noisy_neighbour(runtime, FLOOD, TRIALS, monkeypatch.setenv, tenants=tenants)
 
     print(
         f"\nB waited p50 {figures['wait_p50_s']}s p99 {figures['wait_p99_s']}s over {TRIALS} trials; a provision "

@@ -226,20 +226,24 @@ def test_strict_a_global_index_read_may_lag_the_table_and_catches_up_within_the_
 
 
 def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retried(cloud: Cloud) -> None:
-    """Ten submits of one principal at once meet on its counters: on the strict cloud (as on AWS) their
+    """Ten submits of one principal for one site at once meet on the site's counter (sharded counters keep a
+    principal's submits to different sites apart, not one site's): on the strict cloud (as on AWS) their
     transactions conflict, and each is sent again until it lands; nothing is refused, nothing counted twice."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sitedispatch.flow.counters import principal_group
+    from sitedispatch.flow.counters import principal_group, site_counter
     from tests.factories import PROVISION
 
     submitter = cloud.deps.submitter()
+    submitter.submit(kind="provision", site_id="one-site", principal="p", params=PROVISION)
     STRICT.enable(seed=2, hold_s=0.03)
     try:
         with ThreadPoolExecutor(10) as pool:
             results = list(
                 pool.map(
-                    lambda n: submitter.submit(kind="provision", site_id=f"s-{n}", principal="p", params=PROVISION),
+                    lambda n: submitter.submit(
+                        kind="wp_cron", site_id="one-site", principal="p", params={"due_minute": n}
+                    ),
                     range(10),
                 )
             )
@@ -249,8 +253,9 @@ def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retrie
 
     assert len({r.operation.operation_id for r in results}) == 10
     assert conflicts["transactions"] >= 1  # they did meet
+    assert cloud.deps.operations.counter(site_counter("one-site")) == 11
     outstanding = cloud.deps.operations.read_counters(principal_group("p", 0).shard_ids())
-    assert sum(reading.value for reading in outstanding.values()) == 10
+    assert sum(reading.value for reading in outstanding.values()) == 11
 
 
 def _wait_until_held(strict: Strictness) -> None:
