@@ -237,6 +237,9 @@ class MemoryOperationStore:
         return not (move.share and self.db.waiting.get(move.counter, 0))
 
     def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
+        items = len(ops) + len(moves) + sum(1 for move in moves if move.register)
+        if items > 100:  # DynamoDB refuses such a transaction outright (ValidationException)
+            raise ValueError(f"a transaction of {items} items: DynamoDB takes at most 100")
         with self.db.lock:
             if not ops:
                 return False

@@ -168,8 +168,15 @@ def render_status(report: Any) -> None:
                 "estimated delay (s)",
             ],
             [
-                [d.principal, d.tenant or "-", d.lane, d.backlog, d.completed_recently, d.operation_s]
-                + [d.estimated_delay_s]
+                [
+                    d.principal,
+                    d.tenant or "-",
+                    d.lane,
+                    d.backlog,
+                    d.completed_recently,
+                    d.operation_s,
+                    d.estimated_delay_s,
+                ]
                 for d in report.delay_by_principal
             ],
         )

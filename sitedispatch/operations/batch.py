@@ -37,6 +37,7 @@ from sitedispatch.operations.submission import Submitted, Submitter
 MAX_ITEMS = 500
 GROUP_ROWS = 16  # rows in one transaction: with their counters and sites under its 100 items
 MARKERS = 8  # operations marked queued at once
+TRANSACTION_ITEMS = 100  # DynamoDB's most items in one TransactWriteItems
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ class BatchSubmitter:
                 continue
             slots = [limit.group.home_slot(limit.placed_by) for limit in limits_for(d.settings, p.op)]
             p.op = replace(p.op, holds=tuple(slot.counter for slot in slots), share=share.shard(k))
+            if group and transaction_items([*group, p]) > TRANSACTION_ITEMS:
+                flush()  # many tenants or sites: fewer rows, so the items stay within one transaction
             group.append(p)
             if len(group) == GROUP_ROWS:
                 flush()
@@ -239,3 +242,9 @@ class BatchSubmitter:
                 )
             )
         return ItemAnswer(Submitted(earlier, created=False))
+
+
+def transaction_items(group: Sequence[_Pending]) -> int:
+    """The items a group's transaction writes: its rows, each counter once, and (at most) each site's registration."""
+    counters = {counter for p in group for counter in (*p.op.holds, p.op.share)}
+    return len(group) + len(counters) + len({p.op.site_id for p in group})

@@ -242,3 +242,11 @@ def test_a_batch_retried_after_a_crash_half_way_creates_nothing_twice() -> None:
     unsent = [op for op in publishes_kept if op.status == Status.ACCEPTED and not op.waiting_for]
     # what the crash left accepted and unsent is the reconciler's to send (its orphan sweep); the retry sent the rest
     assert {op.operation_id for op in unsent} <= {a.submitted.operation.operation_id for a in repeated if a.submitted}
+
+
+def test_a_batch_for_many_tenants_and_sites_keeps_each_transaction_within_its_100_items() -> None:
+    harness = Harness(max_running_per_principal=1000)
+    batch = [BatchItem("provision", f"site-{i:03d}", f"k{i}", PROVISION, f"customer-{i}") for i in range(64)]
+    answers = BatchSubmitter(harness.submitter).submit(CONTROL_PLANE, batch)
+    assert all(a.submitted is not None and a.submitted.created for a in answers)
+    assert {op.tenant for op in harness.world.db.operations.values()} == {f"customer-{i}" for i in range(64)}
