@@ -24,7 +24,18 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-from . import coldstart, emulators, fairness, fleet, import_steps, latency, requests, sweeps, throughput
+from . import (
+    coldstart,
+    control_plane,
+    emulators,
+    fairness,
+    fleet,
+    import_steps,
+    latency,
+    requests,
+    sweeps,
+    throughput,
+)
 
 T = TypeVar("T")
 
@@ -275,6 +286,7 @@ def main() -> None:
         json.dumps({**meta, "kind": "provision", "rows": fleet.capacity(costs)}, indent=2)
     )
     (RESULTS / "sweeps.json").write_text(json.dumps({**meta, "quiet_fleet": sweeps.measure()}, indent=2))
+    (RESULTS / "control-plane.json").write_text(json.dumps({**meta, **control_plane.measure()}, indent=2))
     cold = coldstart.measure(dict(os.environ))
     (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:
