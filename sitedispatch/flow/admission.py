@@ -10,7 +10,7 @@ to make room. An operator may override a principal's or one of its tenants' limi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sitedispatch.domain.errors import Backpressure, LimitReached
@@ -85,10 +85,12 @@ def held_by(op: Operation) -> tuple[str, ...]:
     return (*op.holds, *((op.share,) if op.share else ()), *((op.running_slot,) if op.running_slot else ()))
 
 
-def quota_bounds(principal: str, tenant: str | None, quota: Quota | None) -> dict[str, int | None]:
+def quota_bounds(
+    principal: str, tenant: str | None, quota: Quota | None, held: Mapping[str, int] | None = None
+) -> dict[str, int | None]:
     """The counters a quota bounds, and the maximum it puts on each shard (None: the deployment's). A principal's
     own quota bounds its outstanding operations in all and its own work's running and share places; a tenant's
-    bounds that tenant's."""
+    bounds that tenant's. `held`: what each shard holds now (its parts cover that first: `Group.parts_around`)."""
     tenant_key = tenant or principal
     outstanding = quota.max_outstanding if quota else None
     running = quota.max_running if quota else None
@@ -100,11 +102,11 @@ def quota_bounds(principal: str, tenant: str | None, quota: Quota | None) -> dic
     for lane in operation_lanes():
         groups.append((running_group(lane, principal, tenant_key, running or 0), running is not None))
         groups.append((share_group(lane, principal, tenant_key, running or 0), running is not None))
-    return {
-        group.shard(k): group.shard_maximum(k) if bounded else None
-        for group, bounded in groups
-        for k in range(group.shards)
-    }
+    bounds: dict[str, int | None] = {}
+    for group, bounded in groups:
+        parts = group.parts_around([(held or {}).get(counter, 0) for counter in group.shard_ids()])
+        bounds.update({group.shard(k): parts[k] if bounded else None for k in range(group.shards)})
+    return bounds
 
 
 def max_running(settings: Settings, quota: Quota | None) -> int:

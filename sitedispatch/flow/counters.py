@@ -12,6 +12,7 @@ releases exactly those, whatever the settings say by then.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sitedispatch.domain.ports import Slot
@@ -60,6 +61,20 @@ class Group:
     def shard_maximum(self, k: int) -> int:
         """Shard k's exact part of the maximum (the parts add up to it; a shard's part may be 0)."""
         return self.maximum // self.shards + (1 if k < self.maximum % self.shards else 0)
+
+    def parts_around(self, held: Sequence[int]) -> list[int]:
+        """Exact parts of the maximum for shards that already hold `held`: each shard's part first covers what it
+        holds (while the maximum lasts), the rest is spread as `shard_maximum` spreads it. A maximum set at or
+        below what is held so leaves no shard with room until work ends; parts that ignored what is held would let
+        a shard holding nothing admit past the new maximum."""
+        parts = [0] * self.shards
+        left = self.maximum
+        for k in range(self.shards):
+            parts[k] = min(max(held[k], 0), left)
+            left -= parts[k]
+        for k in range(self.shards):
+            parts[k] += left // self.shards + (1 if k < left % self.shards else 0)
+        return parts
 
     def home(self, placed_by: str) -> int:
         return zlib.crc32(placed_by.encode()) % self.shards

@@ -361,7 +361,9 @@ class Controls:
                 )
         before = self.d.quotas.get(principal, tenant)
         quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason, tenant)
-        self.d.quotas.put(quota, quota_bounds(principal, tenant, quota))
+        bounded = list(quota_bounds(principal, tenant, quota))
+        held = {counter: reading.value for counter, reading in self.d.operations.read_counters(bounded).items()}
+        self.d.quotas.put(quota, quota_bounds(principal, tenant, quota, held))
         detail: dict[str, Any] = {
             "max_outstanding": max_outstanding,
             "max_running": max_running,

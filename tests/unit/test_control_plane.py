@@ -13,7 +13,7 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Backpressure, SiteDispatchError
 from sitedispatch.domain.model import RUNNABLE, Status
 from sitedispatch.flow.admission import recount
-from sitedispatch.flow.counters import is_flow_counter
+from sitedispatch.flow.counters import is_flow_counter, tenant_group
 from sitedispatch.operations.batch import GROUP_ROWS, BatchItem, BatchSubmitter, ItemAnswer
 from sitedispatch.operations.submission import Submitted
 from tests.factories import PROVISION, present, settings
@@ -79,6 +79,30 @@ def test_outstanding_limits_and_quotas_apply_per_tenant_and_confinement_stays_by
 
     caller = Caller(CONTROL_PLANE, operator=False)
     assert {op.tenant for op in controls.operations(caller)} == {"customer-a", "customer-b"}
+
+
+def test_a_quota_lowered_to_what_is_held_refuses_the_next_submit_whichever_shard_it_tries() -> None:
+    """A quota's parts cover what each shard holds first: a shard holding nothing gets no part of a maximum
+    already used up elsewhere (it would admit past the new maximum when the submit's home shard is that one)."""
+    harness = Harness()
+    held = submit_for(harness, "customer-a", "a-1").operation
+    group = tenant_group(CONTROL_PLANE, "customer-a", 1)
+    [shard] = [counter for counter in held.holds if group.index_of(counter) is not None]
+    harness.controls().set_quota(
+        OPERATOR, CONTROL_PLANE, max_outstanding=1, max_running=None, reason="trial", tenant="customer-a"
+    )
+    maxima = {counter: harness.world.db.counter_maximum.get(counter) for counter in group.shard_ids()}
+    assert maxima == {counter: 1 if counter == shard else 0 for counter in group.shard_ids()}
+    for n in range(2, 34):  # 32 operation ids: their home shards cover the group
+        with pytest.raises(Backpressure) as full:
+            submit_for(harness, "customer-a", f"a-{n}")
+        assert (full.value.limit, full.value.value, full.value.maximum) == ("tenant", 1, 1)
+    # a maximum above what is held: the held shard keeps its place and the rest is spread
+    five = tenant_group(CONTROL_PLANE, "customer-a", 5)
+    assert five.parts_around([0, 0, 3] + [0] * 13) == [1, 1, 3] + [0] * 13
+    wide = tenant_group(CONTROL_PLANE, "customer-a", 40)
+    parts = wide.parts_around([0, 5] + [0] * 14)
+    assert sum(parts) == 40 and parts[1] >= 5 and max(parts) - min(parts[2:]) <= 7
 
 
 def test_a_limit_changed_between_admit_and_end_gives_back_exactly_what_was_taken() -> None:
