@@ -12,7 +12,7 @@ LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements
 LAMBDA_PYTHON := 3.13
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version $(LAMBDA_PYTHON) --implementation cp
 
-.PHONY: demo test test-localstack localstack unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+.PHONY: demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ $(CHECKOV): tools/checkov.lock
 
 checkov: $(CHECKOV)
 
+# schemathesis (a third party's OpenAPI fuzzer) in its own environment from its own lock, as checkov's: its pins are
+# not ours. tests/acceptance/test_api_fuzzer.py runs it in `make test`; `make fuzz` runs a longer campaign.
+SCHEMATHESIS := .venv-schemathesis/.installed-$(shell sha256sum tools/schemathesis.lock | cut -c1-16)
+$(SCHEMATHESIS): tools/schemathesis.lock
+	$(call venv_from_lock,.venv-schemathesis,tools/schemathesis.lock)
+
+schemathesis: $(SCHEMATHESIS)
+
 # LocalStack (SQS and S3), the second emulator, in its own environment from its own lock (its pins clash with ours;
 # ~500 MB, ~50 s the first time). `make test-localstack` runs the integration suite and one end-to-end run of the
 # local runtime with the queues and the bucket on it, the tables on moto (its DynamoDB needs a Java download).
@@ -65,7 +73,7 @@ demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared wi
 # printed; below the floor in pyproject.toml ([tool.coverage.report] fail_under) the run fails.
 COVERAGE := --cov --cov-report=term
 
-test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
+test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
 	$(PY) -m pytest -q --durations=10 $(COVERAGE)
 
 unit: $(STAMP)
@@ -74,7 +82,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
 
-acceptance: $(STAMP)
+acceptance: $(STAMP) $(SCHEMATHESIS)
 	$(PY) -m pytest -q tests/acceptance
 
 infrastructure: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV)
@@ -95,9 +103,11 @@ chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to 
 	$(PY) -m chaos.run --profile $(PROFILE) --jobs $(or $(JOBS),1) \
 		$(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
 
-fuzz: $(STAMP)  ## the property tests with fresh random examples, ten times as many (make test draws fixed ones)
+FUZZ_S ?= 900
+fuzz: $(STAMP) $(SCHEMATHESIS)  ## property tests with fresh random examples (10x), then schemathesis against the local API for FUZZ_S s
 	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q --timeout 1800 tests/unit/test_fuzz_inputs.py \
 		tests/unit/test_stateful_delivery.py tests/unit/test_building_blocks.py tests/integration/test_fuzz_cli.py
+	$(PY) -m tests.acceptance.api_fuzzer --max-time $(FUZZ_S) --max-examples 200
 
 CODE := sitedispatch functions stacks tests bench chaos app.py
 
@@ -122,4 +132,4 @@ lock: $(STAMP)  ## re-resolve requirements.lock from pyproject.toml (needs the p
 		--no-emit-package python-dateutil --no-emit-package six -o requirements-lambda.lock
 
 clean:
-	rm -rf $(VENV) .venv-checkov .venv-localstack .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out .cache
+	rm -rf $(VENV) .venv-checkov .venv-localstack .venv-schemathesis .sitedispatch .pytest_cache .mypy_cache .ruff_cache cdk.out .cache

@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import dependencies, init_phase
-from sitedispatch.api.app import body_limit, create_app, oversized
+from sitedispatch.api.app import body_limit, create_app, refused_before_routing
 from sitedispatch.observability import logger, metrics, tracer
 
 
@@ -26,7 +26,7 @@ def app() -> APIGatewayHttpResolver:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    refused = oversized(event, body_limit(dependencies().settings.max_input_bytes))
+    refused = refused_before_routing(event, body_limit(dependencies().settings.max_input_bytes))
     if refused is not None:
         return refused
     return app().resolve(event, context)

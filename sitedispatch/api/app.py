@@ -18,6 +18,7 @@ for every route.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
@@ -30,6 +31,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from sitedispatch import observability as obs
 from sitedispatch.api.models import (
+    NOT_BLANK,
+    PRINCIPAL,
+    REASON_CHARS,
+    SITE_ID,
+    TENANT,
     BatchAnswer,
     BatchItemAnswer,
     BatchRequest,
@@ -52,6 +58,8 @@ from sitedispatch.domain.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    NotJson,
+    NotJsonMediaType,
     SiteDispatchError,
     TooLarge,
     error_document,
@@ -124,11 +132,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         errors = exc.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
-            return Response(
-                400,
-                content_types.APPLICATION_JSON,
-                {"error": "invalid_input", "message": "the body is not a JSON document", "field": "body"},
-            )
+            return error_response(NotJson("the body is not a JSON document", field="body"))
         name = _field_of(first)
         message = f"{name}: {first.get('msg', 'invalid')}" if name else str(first.get("msg", "invalid request"))
         return error_response(InvalidInput(message, field=name))
@@ -143,7 +147,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
     @app.post("/operations", summary="Submit one operation for a site", responses=SUBMIT_RESPONSES)
     def submit(
         body: SubmitRequest,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)] = None,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256)] = None,
     ) -> Response[SubmittedOperation]:
         who = caller()
         result = (
@@ -194,7 +198,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     @app.get("/operations", responses=ERRORS, summary="List operations, newest first (a principal's own)")
     def list_operations(
-        site_id: Annotated[str | None, Query()] = None,
+        site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
         status: Annotated[Status | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
     ) -> list[Operation]:
@@ -308,9 +312,9 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     @app.get("/dead-letters", responses=ERRORS, summary="Dead operations with their evidence, newest first")
     def dead_letters(
-        site_id: Annotated[str | None, Query()] = None,
+        site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
         kind: Annotated[Kind | None, Query()] = None,
-        error_code: Annotated[str | None, Query(max_length=100)] = None,
+        error_code: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
         older_than_s: Annotated[float | None, Query(ge=0)] = None,
         newer_than_s: Annotated[float | None, Query(ge=0)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
@@ -338,26 +342,24 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
     @app.post("/dead-letters/redrive", responses=ERRORS, summary="Queue dead operations again (dry run: what would be)")
     def redrive(body: RedriveRequest) -> RedriveReport:
         who = caller()
-        chosen = [bool(body.operation_id), bool(body.site_id), bool(body.error_code), body.all]
-        if sum(chosen) != 1 and not (body.site_id and body.error_code and not body.operation_id and not body.all):
-            raise InvalidInput(
-                "choose one of operation_id, site_id, error_code or all (site_id and error_code may be combined)",
-                field="selection",
-            )
+        if not (body.operation_id or body.site_id or body.error_code or body.all):
+            raise InvalidInput("choose operation_id, site_id, error_code or all", field="selection")
         if body.input is not None and body.operation_id is None:
             raise InvalidInput("input replaces one operation's input: give operation_id", field="input")
-        if body.operation_id is not None and not body.dry_run:
-            return redrive_one(who, body.operation_id, body, "redrive")
-        return (
-            deps()
-            .controls()
-            .redrive(
-                who,
-                operation_id=body.operation_id,
-                where=None if body.operation_id else DeadLetterFilter(site_id=body.site_id, error_code=body.error_code),
-                dry_run=body.dry_run,
-                reason=body.reason,
-            )
+        where = DeadLetterFilter(site_id=body.site_id, error_code=body.error_code)
+        controls = deps().controls()
+        if body.operation_id is not None:
+            op = controls.authorize_action(who, "redrive", body.operation_id, body.reason)
+            if not where.matches(op, op.updated_at):  # another selector given that this operation does not match
+                return RedriveReport(dry_run=body.dry_run)
+            if not body.dry_run:
+                return redrive_one(who, body.operation_id, body, "redrive")
+        return controls.redrive(
+            who,
+            operation_id=body.operation_id,
+            where=None if body.operation_id else where,
+            dry_run=body.dry_run,
+            reason=body.reason,
         )
 
     # -- audit, quotas, status, uploads, reconcile --------------------------------------------------------------
@@ -365,10 +367,10 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
     @app.get("/audit", responses=ERRORS, summary="Audit entries, newest first (a principal's own actions)")
     def audit(
         since_s: Annotated[float, Query(ge=0, le=MAX_AUDIT_S, description="how far back, in seconds")] = 86_400.0,
-        actor: Annotated[str | None, Query()] = None,
-        action: Annotated[str | None, Query()] = None,
-        target: Annotated[str | None, Query()] = None,
-        site_id: Annotated[str | None, Query()] = None,
+        actor: Annotated[str | None, Query(pattern=PRINCIPAL)] = None,
+        action: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
+        target: Annotated[str | None, Query(min_length=1, max_length=300)] = None,
+        site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> list[AuditEntry]:
         d = deps()
@@ -384,7 +386,8 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     @app.get("/quotas", responses=ERRORS, summary="A principal's (or one of its tenants') limits and their use")
     def get_quota(
-        principal: Annotated[str | None, Query()] = None, tenant: Annotated[str | None, Query()] = None
+        principal: Annotated[str | None, Query(pattern=PRINCIPAL)] = None,
+        tenant: Annotated[str | None, Query(pattern=TENANT)] = None,
     ) -> PrincipalLimits:
         who = caller()
         return deps().controls().limits(who, principal or who.identity, tenant)
@@ -406,9 +409,9 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     @app.delete("/quotas", responses=ERRORS, summary="Remove a principal's override (operators only)")
     def clear_quota(
-        principal: Annotated[str, Query()],
-        reason: Annotated[str, Query(max_length=1000)] = "",
-        tenant: Annotated[str | None, Query()] = None,
+        principal: Annotated[str, Query(pattern=PRINCIPAL)],
+        reason: Annotated[str, Query(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK)],
+        tenant: Annotated[str | None, Query(pattern=TENANT)] = None,
     ) -> PrincipalLimits:
         return deps().controls().clear_quota(caller(), principal, reason, tenant)
 
@@ -455,19 +458,40 @@ def body_limit(settings_max_input_bytes: int) -> int:
     return settings_max_input_bytes + BODY_OVERHEAD_BYTES
 
 
-def oversized(event: dict[str, Any], limit: int) -> dict[str, Any] | None:
-    """The HTTP API response refusing a body over `limit`, before anything parses it (None: within the limit)."""
-    body = event.get("body") or ""
-    size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
-    if size <= limit:
+def refused_before_routing(event: dict[str, Any], limit: int) -> dict[str, Any] | None:
+    """The HTTP API response refusing a request before anything parses its body: declared as anything but JSON
+    (415), over `limit` (413), not UTF-8 text, which no JSON document is (400; API Gateway hands such a body over
+    base64-encoded), or an array where every route takes an object (422: Powertools would validate an array's
+    first element in its place). None: the request may go on."""
+    refusal = _refusal_of_body(event, limit)
+    if refusal is None:
         return None
-    refusal = TooLarge(f"the body is {size} bytes, over this API's {limit}-byte limit", field="body")
     return {
         "statusCode": http_status(refusal),
         "headers": {"Content-Type": content_types.APPLICATION_JSON},
         "body": json.dumps(error_document(refusal)),
         "isBase64Encoded": False,
     }
+
+
+def _refusal_of_body(event: dict[str, Any], limit: int) -> SiteDispatchError | None:
+    body = event.get("body") or ""
+    size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
+    declared = {k.lower(): v for k, v in (event.get("headers") or {}).items()}.get("content-type")
+    media = (declared or "").split(";")[0].strip().lower()
+    if body and declared is not None and media != content_types.APPLICATION_JSON and not media.endswith("+json"):
+        return NotJsonMediaType(f"the body must be application/json, not {declared[:80]!r}", field="content-type")
+    if size > limit:
+        return TooLarge(f"the body is {size} bytes, over this API's {limit}-byte limit", field="body")
+    text = body
+    if event.get("isBase64Encoded"):
+        try:
+            text = base64.b64decode(body, validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return NotJson("the body is not a JSON document (it is not UTF-8 text)", field="body")
+    if text.lstrip().startswith("["):
+        return InvalidInput("the body must be a JSON object, not an array", field="body")
+    return None
 
 
 def openapi_document(app: APIGatewayHttpResolver | None = None) -> dict[str, Any]:

@@ -4,37 +4,72 @@ document) and the response shapes the core does not already define as dataclasse
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sitedispatch.domain.model import PRINCIPAL_PATTERN, SITE_ID_PATTERN, TENANT_PATTERN, Kind, Operation
+from sitedispatch.domain.model import (
+    DRIVERS,
+    NOT_BLANK_PATTERN,
+    PRINCIPAL_PATTERN,
+    REFERENCE_DRIVER,
+    SITE_ID_PATTERN,
+    TENANT_PATTERN,
+    WORDPRESS_DRIVER,
+    Kind,
+    Operation,
+)
+from sitedispatch.domain.schemas import SCHEMAS
+from sitedispatch.domain.settings import Settings
+from sitedispatch.drivers.wordpress.credentials import CREDENTIAL_PATTERN
 from sitedispatch.flow.estimates import DelayEstimate
 from sitedispatch.operations.progress import Progress
+from sitedispatch.operations.submission import ENDPOINT_PATTERN
 
 SITE_ID = SITE_ID_PATTERN.pattern
 PRINCIPAL = PRINCIPAL_PATTERN.pattern
 TENANT = TENANT_PATTERN.pattern
 DIGEST = r"^[0-9a-f]{64}$"
+ENDPOINT = ENDPOINT_PATTERN.pattern
+NOT_BLANK = NOT_BLANK_PATTERN.pattern
 REASON_CHARS = 1000
+# The deployment's defaults, as the document states them (an operator who lowers a limit narrows what is accepted).
+GLOBAL_MAXIMUM = Settings.model_fields["max_outstanding_global"].default
+UPLOAD_MAXIMUM = Settings.model_fields["max_upload_bytes"].default
 
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
 
 
-class SubmitRequest(Body):
-    """The core validates kind, site id and params, and names the field it refuses (one set of rules for every
-    way in)."""
+def _params_of_each_kind(schema: dict[str, Any]) -> None:
+    """The document states each kind's `params` (the core validates them with these same models, item by item in
+    a batch): one branch per kind, its params required when its model has required fields."""
+    branches = []
+    for kind, model in SCHEMAS.items():
+        params = model.model_json_schema()
+        branch: dict[str, Any] = {"properties": {"kind": {"const": kind.value}, "params": params}}
+        if params.get("required"):
+            branch["required"] = ["params"]
+        branches.append(branch)
+    schema["oneOf"] = branches
 
-    kind: str = Field(max_length=40, description=" | ".join(k.value for k in Kind))
-    site_id: str = Field(max_length=63, description=f"a site id: {SITE_ID}")
-    params: dict[str, Any] = Field(default_factory=dict, description="the kind's input (see the kinds' schemas)")
+
+class SubmitRequest(Body):
+    """Kind, site id, tenant and params are checked by the core, which names the field it refuses (one set of rules
+    for every way in, and a batch answers a bad item alone); the document states the same rules."""
+
+    model_config = ConfigDict(json_schema_extra=_params_of_each_kind)
+
+    kind: str = Field(max_length=40, json_schema_extra={"enum": [k.value for k in Kind]})
+    site_id: str = Field(max_length=63, description="a site id", json_schema_extra={"pattern": SITE_ID})
+    params: dict[str, Any] = Field(default_factory=dict, description="the kind's input")
     tenant: str | None = Field(
         default=None,
         max_length=128,
-        description=f"the fairness key: a customer you act for ({TENANT}); limits, running caps, queue shares, "
-        "quotas and estimates apply per (you, tenant). Default: you",
+        json_schema_extra={"pattern": TENANT},
+        description="the fairness key: a customer you act for; limits, running caps, queue shares, quotas and "
+        "estimates apply per (you, tenant). Default: you",
     )
 
 
@@ -79,9 +114,35 @@ class BatchAnswer:
     items: list[BatchItemAnswer]
 
 
+def _one_driver(schema: dict[str, Any]) -> None:
+    """A reference site has no endpoint or credential; a WordPress site (the default driver) needs both."""
+    schema["oneOf"] = [
+        {
+            "properties": {
+                "driver": {"const": REFERENCE_DRIVER},
+                "url": {"type": "null"},
+                "credential": {"type": "null"},
+            },
+            "required": ["driver"],
+        },
+        {
+            "properties": {
+                "driver": {"const": WORDPRESS_DRIVER},
+                "url": {"type": "string", "pattern": ENDPOINT},
+                "credential": {"type": "string", "pattern": CREDENTIAL_PATTERN.pattern},
+            },
+            "required": ["url", "credential"],
+        },
+    ]
+
+
 class RegisterSiteRequest(Body):
-    site_id: str = Field(max_length=63, description=f"a site id: {SITE_ID}")
-    driver: str = Field(default="wordpress", description="reference | wordpress")
+    """Checked by the core (which names the field it refuses); the document states the same rules."""
+
+    model_config = ConfigDict(json_schema_extra=_one_driver)
+
+    site_id: str = Field(max_length=63, description="a site id", json_schema_extra={"pattern": SITE_ID})
+    driver: str = Field(default=WORDPRESS_DRIVER, json_schema_extra={"enum": list(DRIVERS)})
     url: str | None = Field(default=None, max_length=2048, description="a WordPress site's home URL")
     credential: str | None = Field(
         default=None,
@@ -96,33 +157,60 @@ class ReasonRequest(Body):
 
 
 class ReplayRequest(ReasonRequest):
-    input: dict[str, Any] | None = Field(default=None, description="a corrected input (for an import: an upload's)")
+    input: dict[str, Any] | None = Field(
+        default=None,
+        description="a corrected input: the operation's kind's params (for an import: an upload's)",
+        json_schema_extra={"anyOf": [*(model.model_json_schema() for model in SCHEMAS.values()), {"type": "null"}]},
+    )
+
+
+def _a_selection(schema: dict[str, Any]) -> None:
+    """At least one selector (they combine: an operation is selected when it matches every one given); a
+    replacement input names its operation."""
+    schema["anyOf"] = [
+        {"required": ["operation_id"], "properties": {"operation_id": {"type": "string"}}},
+        {"required": ["site_id"], "properties": {"site_id": {"type": "string"}}},
+        {"required": ["error_code"], "properties": {"error_code": {"type": "string"}}},
+        {"required": ["all"], "properties": {"all": {"const": True}}},
+    ]
+    named = {"required": ["operation_id"], "properties": {"operation_id": {"type": "string"}}}
+    schema["dependentSchemas"] = {"input": {"anyOf": [named, {"properties": {"input": {"type": "null"}}}]}}
 
 
 class RedriveRequest(ReplayRequest):
-    operation_id: str | None = None
+    model_config = ConfigDict(json_schema_extra=_a_selection)
+
+    operation_id: str | None = Field(default=None, min_length=1, max_length=100)
     site_id: str | None = Field(default=None, pattern=SITE_ID)
-    error_code: str | None = Field(default=None, max_length=100)
-    all: bool = False
+    error_code: str | None = Field(default=None, min_length=1, max_length=100)
+    all: bool = Field(default=False, description="every dead operation (without another selector)")
     dry_run: bool = False
 
 
+def _a_limit(schema: dict[str, Any]) -> None:
+    schema["anyOf"] = [
+        {"required": [name], "properties": {name: {"type": "integer"}}} for name in ("max_outstanding", "max_running")
+    ]
+
+
 class QuotaRequest(Body):
+    model_config = ConfigDict(json_schema_extra=_a_limit)
+
     principal: str = Field(pattern=PRINCIPAL)
     tenant: str | None = Field(default=None, pattern=TENANT, description="one of its tenants' limits instead")
-    max_outstanding: int | None = None
-    max_running: int | None = None
-    reason: str = Field(default="", max_length=REASON_CHARS)
+    max_outstanding: int | None = Field(default=None, ge=1, le=GLOBAL_MAXIMUM)
+    max_running: int | None = Field(default=None, ge=1, le=GLOBAL_MAXIMUM)
+    reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
 
 
 class UploadRequest(Body):
     site_id: str = Field(pattern=SITE_ID)
     sha256: str = Field(pattern=DIGEST, description="hex SHA-256 of the file: S3 refuses any other body")
-    bytes: int = Field(ge=1, description="the file's size")
+    bytes: int = Field(ge=1, le=UPLOAD_MAXIMUM, description="the file's size (at most this deployment's limit)")
 
 
 class ReconcileRequest(Body):
-    schedule: str = Field(default="reconcile", description="reconcile | wp-events | queue-repair")
+    schedule: Literal["reconcile", "wp-events", "queue-repair"] = "reconcile"
 
 
 @dataclass(frozen=True)
@@ -175,6 +263,7 @@ def error_responses() -> dict[int, Any]:
         404: "missing, or another tenant's",
         409: "an idempotency or state conflict",
         413: "the body is over the limit",
+        415: "the body is declared (Content-Type) as something other than application/json",
         422: "a field is invalid (named in `field`)",
         429: "a limit is full: nothing was written; retry after Retry-After",
     }

@@ -165,6 +165,18 @@ class TransientError(OperationFailure):
     code = "transient"
 
 
+class NotJson(InvalidInput):
+    """A request body that is not a JSON document (not UTF-8 text, or not JSON): HTTP 400."""
+
+    code = "not_json"
+
+
+class NotJsonMediaType(InvalidInput):
+    """A request body declared (Content-Type) as something other than JSON: HTTP 415."""
+
+    code = "unsupported_media_type"
+
+
 class TooLarge(InvalidInput):
     """A request body over the limit of its route (HTTP 413)."""
 
@@ -222,6 +234,8 @@ def error_from_document(doc: dict[str, Any], status: int) -> SiteDispatchError:
 # Each error's HTTP status, most specific first: the API answers with it, a client maps a status back with it.
 HTTP_STATUS: tuple[tuple[type[SiteDispatchError], int], ...] = (
     (TooLarge, 413),
+    (NotJson, 400),
+    (NotJsonMediaType, 415),
     (InvalidInput, 422),
     (NotFound, 404),
     (Forbidden, 403),
@@ -239,7 +253,7 @@ def http_status(exc: SiteDispatchError) -> int:
 # What a status stands for when the body names no code of ours (API Gateway's own refusals, a proxy in between).
 STATUS_ERRORS: dict[int, type[SiteDispatchError]] = {
     **{status: cls for cls, status in reversed(HTTP_STATUS)},
-    400: InvalidInput,
+    400: NotJson,
     502: Unreachable,
     504: Unreachable,
 }

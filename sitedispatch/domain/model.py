@@ -15,8 +15,14 @@ SITE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 PRINCIPAL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:/+=,-]{0,255}$")
 
 
+# Patterns are stated in the OpenAPI document (ECMA regular expressions) and checked here (Python's): they are
+# written so both read them alike (no `\s`, which the two define differently; `fullmatch`, since Python's `$`
+# also matches before a final newline). Blank is what Python's str.isspace or JavaScript's \s calls whitespace.
+NOT_BLANK_PATTERN = re.compile(r"[^\t-\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]")
+
+
 def check_principal(principal: str, field: str = "principal") -> None:
-    if not PRINCIPAL_PATTERN.match(principal):
+    if not PRINCIPAL_PATTERN.fullmatch(principal):
         raise InvalidInput(f"principal {principal!r} must match {PRINCIPAL_PATTERN.pattern}", field=field)
 
 
@@ -25,7 +31,7 @@ TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:/+=,-]{0,127}$")
 
 
 def check_tenant(tenant: str, field: str = "tenant") -> None:
-    if not TENANT_PATTERN.match(tenant):
+    if not TENANT_PATTERN.fullmatch(tenant):
         raise InvalidInput(f"tenant {tenant!r} must match {TENANT_PATTERN.pattern}", field=field)
 
 

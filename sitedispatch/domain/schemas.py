@@ -8,11 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sitedispatch.domain.errors import InvalidInput
-from sitedispatch.domain.model import Kind
+from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind
 
 
 class OperationInput(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+    # Strings are taken as sent (no stripping): what the OpenAPI document states of a field is what is checked.
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     def canonical_bytes(self) -> bytes:
         return json.dumps(
@@ -21,10 +22,10 @@ class OperationInput(BaseModel):
 
 
 class ProvisionInput(OperationInput):
-    title: str = Field(min_length=1, max_length=200)
-    admin_email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", max_length=254)
+    title: str = Field(min_length=1, max_length=200, pattern=NOT_BLANK_PATTERN.pattern, description="not blank")
+    admin_email: str = Field(pattern=r"^[!-?A-~]+@[!-?A-~]+\.[!-?A-~]+$", max_length=254)  # visible ASCII, one @
     admin_login: str = Field(default="admin", pattern=r"^[a-z0-9_.@-]{1,60}$")
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=2048)
+    url: str | None = Field(default=None, pattern=r"^https?://[!-.0-~]+(/[!-~]*)?$", max_length=2048)
     locale: str = Field(default="en_US", pattern=r"^[a-z]{2,3}(_[A-Z]{2})?$")
     timezone: str = Field(default="UTC", max_length=64)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -151,6 +152,43 @@ def http_api_event(
     }
 
 
+def route_table() -> list[tuple[str, re.Pattern[str]]]:
+    """The API's routes as API Gateway matches them: the method, and the path with each {parameter} one segment."""
+    from sitedispatch.api.app import routes
+
+    def pattern(path: str) -> re.Pattern[str]:
+        parts = ("[^/]+" if part.startswith("{") else re.escape(part) for part in path.split("/"))
+        return re.compile("/".join(parts))
+
+    return [(method, pattern(path)) for method, path in routes()]
+
+
+def routed(table: list[tuple[str, re.Pattern[str]]], method: str, path: str) -> bool:
+    return any(method == m and pattern.fullmatch(path) for m, pattern in table)
+
+
+# What API Gateway (HTTP API) answers itself for a method and path no route declares, before any authorization.
+NO_ROUTE = {"statusCode": 404, "headers": {"Content-Type": "application/json"}, "body": '{"message":"Not Found"}'}
+
+
+def gateway_refusal(
+    table: list[tuple[str, re.Pattern[str]]], method: str, path: str, length: int, headers: dict[str, str]
+) -> dict[str, Any] | None:
+    """What API Gateway answers itself, in its order: no route, a body over its limit, an unsigned request."""
+    if not routed(table, method, path):
+        return NO_ROUTE
+    if length > MAX_BODY_BYTES:
+        return _gateway_error(TooLarge(f"the body is over API Gateway's {MAX_BODY_BYTES} bytes", "body"))
+    if not headers.get(IDENTITY_HEADER.lower()):
+        return _gateway_error(
+            Forbidden(
+                f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
+                "on AWS, sign the request with SigV4"
+            )
+        )
+    return None
+
+
 def _gateway_error(refusal: SiteDispatchError) -> dict[str, Any]:
     """What API Gateway answers itself (an unsigned request, a body over its limit), in the API's one error body."""
     return {
@@ -167,6 +205,28 @@ class Unbuffered(BaseHTTPRequestHandler):
         # client's delayed ACK of the head.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def __getattr__(self, name: str) -> Any:
+        """Every method (`do_GET`, `do_TRACE`, `do_QUERY`, ...) reaches the route table, as at API Gateway:
+        http.server would answer a method it has no `do_` function for with an HTML 501."""
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+    def _reply(self, response: dict[str, Any]) -> None:
+        raw = response.get("body") or ""
+        payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
+        self.send_response(int(response.get("statusCode", 200)))
+        for name, value in (response.get("headers") or {}).items():
+            if name.lower() != "content-length":
+                self.send_header(name, str(value))
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
 
 def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     log = sys.stdout  # as it is when the gateway starts (a test's CliRunner swaps sys.stdout later)
@@ -174,48 +234,30 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     def emit(**line: Any) -> None:
         print(json.dumps(line), file=log, flush=True)
 
+    table = route_table()
+
     class Request(Unbuffered):
         protocol_version = "HTTP/1.1"
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                self._reply(_gateway_error(TooLarge(f"the body is over API Gateway's {MAX_BODY_BYTES} bytes", "body")))
-                self.close_connection = True
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            refusal = gateway_refusal(table, self.command, urlsplit(self.path).path, length, headers)
+            if refusal is not None:
+                self._reply(refusal)
+                if length > MAX_BODY_BYTES:
+                    self.close_connection = True  # its body is never read
+                elif length:
+                    self.rfile.read(length)
                 return
             body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            caller = headers.get(IDENTITY_HEADER.lower())
-            if not caller:
-                self._reply(
-                    _gateway_error(
-                        Forbidden(
-                            f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
-                            "on AWS, sign the request with SigV4"
-                        )
-                    )
-                )
-                return
-            event = http_api_event(self.command, self.path, headers, body, caller)
+            event = http_api_event(self.command, self.path, headers, body, headers[IDENTITY_HEADER.lower()])
             try:
                 response = invoke(event)
             except Exception as exc:  # an unhandled error in the function: API Gateway answers 500
                 emit(level="ERROR", message="function error", error=repr(exc))
                 response = _gateway_error(SiteDispatchError("Internal Server Error"))
             self._reply(response)
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
-
-        def _reply(self, response: dict[str, Any]) -> None:
-            raw = response.get("body") or ""
-            payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
-            self.send_response(int(response.get("statusCode", 200)))
-            for name, value in (response.get("headers") or {}).items():
-                if name.lower() != "content-length":
-                    self.send_header(name, str(value))
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
 
         def log_message(self, format: str, *args: Any) -> None:  # one JSON line per request, like access logs
             emit(level="INFO", message="request", line=format % args)

@@ -11,10 +11,12 @@ from typing import Any
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import (
     AlreadyExists,
+    Conflict,
     IdempotencyConflict,
     InvalidInput,
     LimitReached,
     SiteRegistered,
+    TooLarge,
     UnclaimedSite,
 )
 from sitedispatch.domain.model import (
@@ -50,7 +52,7 @@ from sitedispatch.operations.uploads import (
     upload_key,
 )
 
-ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
+ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!\"$->@-~]*)?$")  # no query, no fragment
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Submitter:
     def register_site(self, site_id: str, principal: str, connection: SiteConnection) -> Site:
         """Register a site with its driver before its first operation (a site submitted to without registering
         is a reference site). Registering again with the same connection is a no-op; another is a Conflict."""
-        if not SITE_ID_PATTERN.match(site_id):
+        if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         check_principal(principal, field="as")
         if connection.driver not in DRIVERS:
@@ -95,7 +97,7 @@ class Submitter:
             if connection.endpoint or connection.credential_ref:
                 raise InvalidInput("a reference site has no endpoint or credential", field="driver")
         else:
-            if not connection.endpoint or not ENDPOINT_PATTERN.match(connection.endpoint):
+            if not connection.endpoint or not ENDPOINT_PATTERN.fullmatch(connection.endpoint):
                 raise InvalidInput("a WordPress site needs --url http(s)://host[:port][/path]", field="url")
             if not connection.credential_ref:
                 raise InvalidInput(
@@ -156,7 +158,7 @@ class Submitter:
         """The operation a submit would create and its canonical input, validated; nothing written."""
         d = self.d
         kind_enum = _parse_kind(kind)
-        if not SITE_ID_PATTERN.match(site_id):
+        if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         check_principal(principal, field="as")
         if tenant is not None:
@@ -274,8 +276,14 @@ class Submitter:
         self, kind: Kind, site_id: str, principal: str, params: dict[str, Any], raw_size: int | None = None
     ) -> tuple[str, str]:
         """Validate and store a replacement input (a redrive with a corrected input): (key, digest). An import's
-        names an upload of `principal`, the caller who redrives."""
-        body, digest = self._validated(kind, params, raw_size, principal, site_id)
+        names an upload of `principal`, the caller who redrives. An input that does not fit the operation's kind is
+        a Conflict: the operation's state (its kind), not the request's form, is what refuses it."""
+        try:
+            body, digest = self._validated(kind, params, raw_size, principal, site_id)
+        except TooLarge:
+            raise
+        except InvalidInput as unfit:
+            raise Conflict(f"the input does not fit a {kind.value} operation: {unfit}") from unfit
         self.d.blobs.put_if_absent(input_key(site_id, digest), body)
         return input_key(site_id, digest), digest
 
@@ -283,7 +291,7 @@ class Submitter:
         """Store a file for an `import` of `principal` from this process (what POST /uploads and a PUT do for a
         client of the API; streamed: hashed first, then PUT If-None-Match under its digest) and return the import
         input that names it. The queue message never carries the file."""
-        if not SITE_ID_PATTERN.match(site_id):
+        if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         size, digest = file_digest(path)
         if size > self.d.settings.max_upload_bytes:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sitedispatch.domain.errors import InvalidInput
+from sitedispatch.domain.errors import Conflict, InvalidInput, NotFound
 from sitedispatch.domain.model import SITE_ID_PATTERN
 from sitedispatch.domain.ports import BlobStore, SignedUpload, UploadSigner
 
@@ -60,7 +60,7 @@ class UploadGrant:
 def grant_upload(
     blobs: BlobStore, signer: UploadSigner, max_bytes: int, principal: str, site_id: str, sha256: str, size: int
 ) -> UploadGrant:
-    if not SITE_ID_PATTERN.match(site_id):
+    if not SITE_ID_PATTERN.fullmatch(site_id):
         raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site_id")
     if size > max_bytes:
         raise InvalidInput(f"the file is {size} bytes, over the {max_bytes}-byte upload limit", field="bytes")
@@ -72,18 +72,16 @@ def grant_upload(
 
 
 def check_upload(blobs: BlobStore, principal: str, site_id: str, params: dict[str, Any]) -> None:
-    """Refuse an import whose file is not the caller's upload for this site, or not (yet) the declared file."""
+    """Refuse an import whose file is not the caller's upload for this site (404, as anything of another's), or not
+    (yet) the declared file (409: the upload's state, not the request's form, is what is wrong)."""
     key, digest, size = params["source_key"], params["source_digest"], params["source_bytes"]
     if key != upload_key(principal, site_id, digest):
-        raise InvalidInput(
-            "source_key is not an upload of yours for this site (ask POST /uploads for one)", field="source_key"
-        )
+        raise NotFound("source_key is not an upload of yours for this site (ask POST /uploads for one)")
     stored = blobs.describe(key)
     if stored is None:
-        raise InvalidInput(f"nothing uploaded at {key} yet: PUT the file to the upload URL first", field="source_key")
+        raise Conflict(f"nothing uploaded at {key} yet: PUT the file to the upload URL first")
     if stored.size != size or stored.sha256 != digest:
-        raise InvalidInput(
+        raise Conflict(
             f"the upload at {key} is {stored.size} bytes with digest {(stored.sha256 or 'unknown')[:12]}…, "
-            f"not the declared {size} bytes with digest {digest[:12]}…",
-            field="source_digest",
+            f"not the declared {size} bytes with digest {digest[:12]}…"
         )

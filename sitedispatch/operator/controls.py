@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import Conflict, Forbidden, InvalidInput, LimitReached, NotFound, NotRunnable
 from sitedispatch.domain.model import (
+    NOT_BLANK_PATTERN,
     AuditEntry,
     Commit,
     Operation,
@@ -407,7 +408,7 @@ class Controls:
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
         check_principal(target)
-        if not reason.strip():
+        if not NOT_BLANK_PATTERN.search(reason):
             raise InvalidInput("a reason is required (it goes into the audit trail)", field="reason")
         if not caller.operator:
             self._deny(

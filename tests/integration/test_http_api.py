@@ -112,7 +112,21 @@ def test_concurrent_requests_are_each_their_own(api: str, cloud: Cloud) -> None:
         ("POST", "/sites/no-such-site/pause", {}, 404, None),
         ("GET", "/dead-letters/op_missing", None, 404, None),
         ("POST", "/operations/op_missing/cancel", {}, 404, None),
-        ("GET", "/nowhere", None, 404, None),
+        ("GET", "/dead-letters?site_id=", None, 422, "site_id"),  # an empty value is a value, and invalid
+        ("GET", "/operations?site_id=Not%20A%20Site", None, 422, "site_id"),
+        ("GET", "/quotas?principal=", None, 422, "principal"),
+        ("DELETE", "/quotas?principal=tenant-a", None, 422, "reason"),
+        ("DELETE", "/quotas?principal=tenant-a&reason=%20%E3%80%80", None, 422, "reason"),  # blank is no reason
+        ("PUT", "/quotas", {"principal": "tenant-a", "max_running": 1, "reason": "\ufeff"}, 422, "reason"),
+        ("POST", "/operations", [{"kind": "publish", "site_id": "acme-blog"}], 422, "body"),  # an array
+        ("POST", "/dead-letters/redrive", {"site_id": "acme-blog", "input": {}}, 422, "input"),
+        (
+            "POST",
+            "/sites",
+            {"site_id": "wp-site", "url": "https://h.example/\x1e", "credential": "file:///c"},
+            422,
+            "url",
+        ),
     ],
 )
 def test_errors_name_the_field_and_share_one_body(
@@ -136,6 +150,36 @@ def test_a_body_that_is_not_json_is_400_and_an_oversized_one_413(api: str, cloud
     reply = http.request("POST", f"{api}/operations", body=huge.encode(), headers=headers)
     assert reply.status == 413 and json.loads(reply.data)["error"] == "too_large"
     assert cloud.deps.operations.list() == []  # nothing written
+
+
+def test_bodies_that_are_not_utf8_json_are_refused_before_anything_parses_them(api: str, cloud: Cloud) -> None:
+    http = urllib3.PoolManager()
+    who = {"X-Sitedispatch-As": "tenant-a"}
+    for path in ("/operations", "/uploads", "/sites/acme-blog/pause", "/operations/op_x/cancel", "/reconcile"):
+        reply = http.request(
+            "POST", f"{api}{path}", body=b"\xff\xfe{", headers={**who, "Content-Type": "application/json"}
+        )
+        assert reply.status == 400 and json.loads(reply.data) == {
+            "error": "not_json",
+            "message": "the body is not a JSON document (it is not UTF-8 text)",
+            "field": "body",
+        }, (path, reply.data)
+        declared = http.request(
+            "POST", f"{api}{path}", body=b"{}", headers={**who, "Content-Type": "multipart/form-data"}
+        )
+        assert declared.status == 415 and json.loads(declared.data)["field"] == "content-type"
+    assert cloud.deps.operations.list() == []
+
+
+def test_a_method_or_path_no_route_declares_is_answered_as_api_gateway_answers_it(api: str) -> None:
+    """API Gateway's HTTP API answers 404 {"message":"Not Found"} itself, before authorization and any function."""
+    http = urllib3.PoolManager()
+    for method, path in (("TRACE", "/audit"), ("QUERY", "/operations/op_1"), ("PATCH", "/sites"), ("GET", "/nowhere")):
+        for who in ({"X-Sitedispatch-As": "tenant-a"}, {}):
+            reply = http.request(method, f"{api}{path}", headers=who)
+            assert (reply.status, json.loads(reply.data)) == (404, {"message": "Not Found"}), (method, path)
+    head = http.request("HEAD", f"{api}/status", headers={"X-Sitedispatch-As": "tenant-a"})
+    assert head.status == 404 and head.data == b""
 
 
 def test_an_unsigned_request_is_refused_before_the_function(api: str) -> None:
@@ -270,7 +314,7 @@ def test_uploads_are_bound_to_their_caller_and_digest(api: str, cloud: Cloud, tm
     # and an import naming the never-completed upload is refused
     declared = grant["import_params"]
     refused = a.request("POST", "/operations", body={"kind": "import", "site_id": "a-site", "params": declared})
-    assert refused.status == 422 and refused.body["field"] == "source_key"
+    assert refused.status == 409 and "PUT the file" in refused.body["message"]
     assert len(cloud.deps.operations.list()) == before
 
     accepted = a.request("POST", "/operations", body={"kind": "import", "site_id": "a-site", "params": params})

@@ -5,6 +5,7 @@ the secret is read by the worker that needs it and cached for a few minutes per 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,14 +21,18 @@ SECRET_ARN_PREFIX = "arn:aws:secretsmanager:"
 FILE_PREFIX = "file://"
 
 
+# What a credential reference may be: a file, or a Secrets Manager secret the workers may read (by name or ARN).
+# `[\s\S]` where "anything" is meant: an ECMA pattern (the OpenAPI document) and Python's agree on it.
+CREDENTIAL_PATTERN = re.compile(
+    rf"^({re.escape(FILE_PREFIX)}/[\s\S]*"
+    rf"|{re.escape(SECRETS_PREFIX + SECRET_NAME_PREFIX)}[\s\S]+"
+    rf"|{re.escape(SECRET_ARN_PREFIX)}[\s\S]*:secret:{re.escape(SECRET_NAME_PREFIX)}[\s\S]*)$"
+)
+
+
 def check_reference(ref: str) -> str:
     """A credential reference as users give it (validated at registration, before anything is stored)."""
-    if ref.startswith(FILE_PREFIX) and ref[len(FILE_PREFIX) :].startswith("/"):
-        return ref
-    named = SECRETS_PREFIX + SECRET_NAME_PREFIX
-    if (ref.startswith(SECRET_ARN_PREFIX) and f":secret:{SECRET_NAME_PREFIX}" in ref) or (
-        ref.startswith(named) and len(ref) > len(named)
-    ):
+    if CREDENTIAL_PATTERN.fullmatch(ref):
         return ref
     raise InvalidInput(
         f"credential reference must be file:///absolute/path.json, or a Secrets Manager secret named "
