@@ -63,7 +63,7 @@ $(LOCALSTACK): tools/localstack.lock
 localstack: $(LOCALSTACK)
 
 test-localstack: $(STAMP) $(LOCALSTACK)  ## the integration suite and an end-to-end run with SQS and S3 on LocalStack
-	SITEDISPATCH_LOCALSTACK_PYTHON=.venv-localstack/bin/python $(PY) -m pytest -q --durations=5 -m "not moto_only" \
+	SITEDISPATCH_LOCALSTACK_PYTHON=.venv-localstack/bin/python $(PY) -m pytest -q --durations=5 -m "not moto_only and not long" \
 		tests/integration tests/acceptance/test_second_emulator.py
 
 demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared with the cron round-robin
@@ -74,7 +74,7 @@ demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared wi
 COVERAGE := --cov --cov-report=term
 
 test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
-	$(PY) -m pytest -q --durations=10 $(COVERAGE)
+	$(PY) -m pytest -q --durations=10 -m "not long" $(COVERAGE)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -99,7 +99,8 @@ bench: $(STAMP) $(LAMBDA_WHEELS)  ## requests/cost, cold start, fleet model + va
 
 SEEDS ?= 20
 PROFILE ?= full
-chaos: $(STAMP)  ## seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one; PROFILE=short|full; JOBS=J)
+chaos: $(STAMP)  ## the `long` tests, then seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one alone; PROFILE=short|full; JOBS=J)
+	$(if $(SEED),,$(PY) -m pytest -q -m long --durations=10)
 	$(PY) -m chaos.run --profile $(PROFILE) --jobs $(or $(JOBS),1) \
 		$(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
 

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.acceptance
 SEED = 7
 
 
+@pytest.mark.long  # the strict profile below runs the same campaign under AWS's harsher semantics
 def test_a_short_seeded_campaign_breaks_no_invariant(tmp_path: Path) -> None:
     with mock.patch.dict(os.environ):  # the campaign points the environment at its runtime: restore it after
         report = Campaign(SEED, "short", tmp_path / "run").run()

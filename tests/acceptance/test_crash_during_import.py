@@ -59,6 +59,7 @@ def bodies_written(deps: Dependencies, site: str) -> int:
 
 
 @pytest.mark.guarantee
+@pytest.mark.strict_suffices
 def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
     runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ def connect(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dependencie
 
 
 @pytest.mark.guarantee
+@pytest.mark.strict_suffices
 def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,6 +88,7 @@ def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
 
 
 @pytest.mark.guarantee
+@pytest.mark.strict_suffices
 def test_a_cold_restart_with_a_backlog_in_flight_ends_every_operation_once(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

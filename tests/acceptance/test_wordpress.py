@@ -294,6 +294,7 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
 
 
 @pytest.mark.guarantee  # G8: the schedule only submits; the operation does the work
+@pytest.mark.strict_suffices
 def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, dispatcher: Dependencies) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-cron")

@@ -34,6 +34,7 @@ def limited(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
 
 
 @pytest.mark.guarantee
+@pytest.mark.strict_suffices
 def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Cloud) -> None:
     # Given limits of 3 per site, 12 per principal and 20 in all, and 6 threads submitting 120 operations at once
     # (a third of them publishes, which end dead on sites never provisioned, or superseded: all terminal)
