@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +26,8 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.operations.batch import BatchItem, BatchSubmitter
 
 from .requests import PRICES, RequestCounter
+from .stamp import RESULTS, meta
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PROVISION = {"title": "Control plane", "admin_email": "cp@example.org"}
 ITEMS = 500
 THREADS = 16
@@ -187,13 +185,7 @@ def measure() -> dict[str, Any]:
 
 def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    (RESULTS / "control-plane.json").write_text(json.dumps({**meta, **measure()}, indent=2))
+    (RESULTS / "control-plane.json").write_text(json.dumps({**meta(), **measure()}, indent=2))
 
 
 if __name__ == "__main__":

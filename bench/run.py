@@ -7,14 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +31,7 @@ from . import (
     import_steps,
     latency,
     requests,
+    stamp,
     sweeps,
     throughput,
 )
@@ -45,7 +44,7 @@ def present(value: T | None) -> T:
     return value
 
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = stamp.RESULTS
 PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
 
 
@@ -274,12 +273,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-    }
+    meta = stamp.meta()
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
     (RESULTS / "capacity.json").write_text(
