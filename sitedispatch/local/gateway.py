@@ -205,16 +205,6 @@ class Unbuffered(BaseHTTPRequestHandler):
         # client's delayed ACK of the head.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def __getattr__(self, name: str) -> Any:
-        """Every method (`do_GET`, `do_TRACE`, `do_QUERY`, ...) reaches the route table, as at API Gateway:
-        http.server would answer a method it has no `do_` function for with an HTML 501."""
-        if name.startswith("do_"):
-            return self._serve
-        raise AttributeError(name)
-
-    def _serve(self) -> None:
-        raise NotImplementedError
-
     def _reply(self, response: dict[str, Any]) -> None:
         raw = response.get("body") or ""
         payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
@@ -238,6 +228,13 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
 
     class Request(Unbuffered):
         protocol_version = "HTTP/1.1"
+
+        def __getattr__(self, name: str) -> Any:
+            """Every method (`do_GET`, `do_TRACE`, `do_QUERY`, ...) reaches the route table, as at API Gateway:
+            http.server would answer a method it has no `do_` function for with an HTML 501."""
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
