@@ -6,9 +6,11 @@ is in progress on one of its items, and refuses a single write (`PutItem`, `Upda
 transaction is in progress on with `TransactionConflictException`
 (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling).
 The local cloud serializes every DynamoDB call (cloud.patch_moto_dynamodb_isolation), so in plain moto that path never
-runs. Here a transaction is in progress from the moment its request arrives until it has been applied, after a
-seeded hold of `hold_s` / 2 to `hold_s` (DynamoDB's two-phase protocol takes milliseconds, the emulator's
-microseconds): a request arriving meanwhile that names one of its items fails as it would on AWS.
+runs. Here a transaction is in progress for a seeded `hold_s` / 2 to `hold_s` from the moment its request arrives
+(DynamoDB's two-phase protocol takes milliseconds, the emulator's microseconds): a request arriving meanwhile that
+names one of its items fails as it would on AWS. Then the emulator applies it in its turn, serialized with every
+other call; that wait is not counted as in progress, since AWS has no such queue (counted, a transaction's items
+stayed busy for as long as the machine was slow, and conflicts grew with its load, not with the requests).
 
 Index reads that lag writes. A global secondary index is updated asynchronously: a query of one may not show a write
 that just succeeded, or may still show an item as it was (https://docs.aws.amazon.com/amazondynamodb/latest/
@@ -137,14 +139,16 @@ def patch_moto_transaction_conflicts() -> None:
             mine = {i for i in ids if i is not None}
             STRICT.in_progress |= mine
             hold = STRICT.hold_s * (0.5 + 0.5 * STRICT.rng.random())
-        STRICT.inside.active = True
         try:
             time.sleep(hold)
-            return original(self, transact_items)
         finally:
-            STRICT.inside.active = False
             with STRICT.lock:
                 STRICT.in_progress -= mine
+        STRICT.inside.active = True
+        try:
+            return original(self, transact_items)  # in its turn, serialized with every other DynamoDB call
+        finally:
+            STRICT.inside.active = False
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
