@@ -14,9 +14,13 @@ LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python
 
 .PHONY: demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
+# The lock is the whole closure, so pip installs it as written (--no-deps) and `pip check` proves nothing is missing:
+# pip's resolver would otherwise look a dependency's extra (pytest-cov's `coverage[toml]`) up on the index and refuse
+# the install in hash mode the day a newer release of it appears.
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(VENV)/bin/pip check --quiet
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
@@ -33,7 +37,8 @@ lambda-wheels: $(LAMBDA_WHEELS)
 # A tool's own environment ($(1)) from its own hash-checked lock ($(2)), stamped with the lock's digest ($@).
 define venv_from_lock
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	$(1)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r $(2)
+	$(1)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(2)
+	$(1)/bin/pip check --quiet
 	rm -f $(1)/.installed-* && touch $@
 endef
 

@@ -4,7 +4,7 @@ document) and the response shapes the core does not already define as dataclasse
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ from sitedispatch.domain.model import (
     Kind,
     Operation,
 )
-from sitedispatch.domain.schemas import SCHEMAS
+from sitedispatch.domain.schemas import INTEGRAL, SCHEMAS
 from sitedispatch.domain.settings import Settings
 from sitedispatch.drivers.wordpress.credentials import CREDENTIAL_PATTERN
 from sitedispatch.flow.estimates import DelayEstimate
@@ -39,7 +39,9 @@ UPLOAD_MAXIMUM = Settings.model_fields["max_upload_bytes"].default
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
+    # A misspelt field is an error, not silently ignored; and a value is of the type the document states (strict:
+    # `"max_outstanding": true` is refused, where pydantic's default would have read it as 1).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _params_of_each_kind(schema: dict[str, Any]) -> None:
@@ -198,15 +200,17 @@ class QuotaRequest(Body):
 
     principal: str = Field(pattern=PRINCIPAL)
     tenant: str | None = Field(default=None, pattern=TENANT, description="one of its tenants' limits instead")
-    max_outstanding: int | None = Field(default=None, ge=1, le=GLOBAL_MAXIMUM)
-    max_running: int | None = Field(default=None, ge=1, le=GLOBAL_MAXIMUM)
+    max_outstanding: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] | None = None
+    max_running: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] | None = None
     reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
 
 
 class UploadRequest(Body):
     site_id: str = Field(pattern=SITE_ID)
     sha256: str = Field(pattern=DIGEST, description="hex SHA-256 of the file: S3 refuses any other body")
-    bytes: int = Field(ge=1, le=UPLOAD_MAXIMUM, description="the file's size (at most this deployment's limit)")
+    bytes: Annotated[
+        int, Field(ge=1, le=UPLOAD_MAXIMUM, description="the file's size (at most this deployment's limit)"), INTEGRAL
+    ]
 
 
 class ReconcileRequest(Body):

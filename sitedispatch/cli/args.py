@@ -23,8 +23,9 @@ InputFileOpt = Annotated[
 ]
 
 
-def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, Any], int]:
-    """The operation input from a JSON file and/or k=v pairs (pairs win); also its raw size."""
+def parse_params(input_file: Path | None, params: list[str], kind: str | None = None) -> tuple[dict[str, Any], int]:
+    """The operation input from a JSON file and/or k=v pairs (pairs win); also its raw size. A pair's value is a string,
+    or a number where the kind's schema states an integer (`--param due_minute=29433600`)."""
     data: dict[str, Any] = {}
     size = 0
     if input_file is not None:
@@ -44,8 +45,22 @@ def parse_params(input_file: Path | None, params: list[str]) -> tuple[dict[str, 
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InvalidInput(f"--param takes KEY=VALUE, got {pair!r}", field="param")
-        data[key] = value
+        data[key] = _typed(kind, key, value)
     return data, size
+
+
+def _typed(kind: str | None, key: str, value: str) -> Any:
+    """`value` as the type the kind's schema states for `key`: the API takes input as typed JSON, a pair is text."""
+    from sitedispatch.domain.model import Kind
+    from sitedispatch.domain.schemas import SCHEMAS
+
+    known = {k.value: SCHEMAS.get(k) for k in Kind}
+    schema = known.get(kind or "")
+    field = schema.model_json_schema()["properties"].get(key, {}) if schema is not None else {}
+    types = {field.get("type")} | {choice.get("type") for choice in field.get("anyOf", [])}
+    if "integer" in types and value.lstrip("-").isdigit():
+        return int(value)
+    return value
 
 
 def parse_age(text: str | None, name: str) -> float | None:

@@ -88,7 +88,7 @@ def submit(
                 raise InvalidInput("import takes exactly --input-file WXR_FILE", field="input-file")
             data = api.upload(site, input_file)
         else:
-            data, _ = parse_params(input_file, param or [])
+            data, _ = parse_params(input_file, param or [], kind)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         body = {"kind": kind, "site_id": site, "params": data} | ({"tenant": tenant} if tenant is not None else {})
         op = api.call("POST", "/operations", body=body, headers=headers)

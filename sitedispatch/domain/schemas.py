@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind
 
 
+def _integral(value: Any) -> Any:
+    """JSON has one number type, and JSON Schema's `integer` is any number with no fraction: 463.0 is 463."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# The last mark of a strict model's integer field, `Annotated[int, Field(ge=0), INTEGRAL]`: a JSON number without a
+# fraction is taken, `true` or `"5"` is refused. Last, so the field's bounds still reach the JSON Schema.
+INTEGRAL = BeforeValidator(_integral)
+
+
 class OperationInput(BaseModel):
     # Strings are taken as sent (no stripping): what the OpenAPI document states of a field is what is checked.
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)  # of the type the document states
 
     def canonical_bytes(self) -> bytes:
         return json.dumps(
@@ -38,7 +48,7 @@ class ImportInput(OperationInput):
 
     source_key: str = Field(pattern=r"^uploads/[0-9a-f]{24}/[a-z0-9][a-z0-9-]{2,62}/[0-9a-f]{64}\.xml$")
     source_digest: str = Field(pattern=DIGEST)
-    source_bytes: int = Field(ge=0)
+    source_bytes: Annotated[int, Field(ge=0), INTEGRAL]
 
 
 class PublishInput(OperationInput):
@@ -48,7 +58,7 @@ class PublishInput(OperationInput):
 class WpCronInput(OperationInput):
     """Run due events as of `due_minute` (epoch minutes; default: the operation's acceptance time)."""
 
-    due_minute: int | None = Field(default=None, ge=0)
+    due_minute: Annotated[int, Field(ge=0), INTEGRAL] | None = None
 
 
 class RecoverInput(OperationInput):

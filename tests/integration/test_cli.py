@@ -91,6 +91,29 @@ def test_invalid_input_exits_2_and_names_the_field(cli: CliRunner, args: list[st
     assert json.loads(out)["field"] == field
 
 
+def test_a_param_is_typed_by_the_kinds_schema(cli: CliRunner) -> None:
+    # The API takes typed JSON; a KEY=VALUE pair is text, sent as an integer where the schema states one.
+    code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=29433600", "--json")
+    assert code == 0, out
+    code, out = run(cli, "ops", "get", json.loads(out)["operation_id"], "--json")
+    assert code == 0 and json.loads(out)["kind"] == "wp_cron"
+    code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=soon", "--json")
+    assert code == 2 and json.loads(out)["field"] == "due_minute"
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "acme-blog",
+        "--param",
+        "title=2026",
+        "--param",
+        "admin_email=a@b.co",
+        "--json",
+    )
+    assert code == 0, out  # a title of digits stays a title
+
+
 def test_unknown_kind_exits_2(cli: CliRunner) -> None:
     code, out = run(cli, "submit", "teleport", "--site", "acme-blog")
     assert code == 2 and "unknown kind" in out

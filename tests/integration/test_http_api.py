@@ -104,6 +104,16 @@ def test_concurrent_requests_are_each_their_own(api: str, cloud: Cloud) -> None:
         ("POST", "/uploads", {"site_id": "acme-blog", "sha256": "nothex", "bytes": 10}, 422, "sha256"),
         ("POST", "/dead-letters/redrive", {"dry_run": True}, 422, "selection"),
         ("PUT", "/quotas", {"principal": "tenant-a", "reason": "r"}, 422, "max_outstanding"),
+        # of the type the document states: pydantic's lax mode would have read `true` as 1 and "5" as 5
+        ("PUT", "/quotas", {"principal": "tenant-a", "max_outstanding": True, "reason": "r"}, 422, "max_outstanding"),
+        ("PUT", "/quotas", {"principal": "tenant-a", "max_outstanding": 2.5, "reason": "r"}, 422, "max_outstanding"),
+        (
+            "POST",
+            "/operations",
+            {"kind": "wp_cron", "site_id": "acme-blog", "params": {"due_minute": "5"}},
+            422,
+            "due_minute",
+        ),
         ("POST", "/reconcile", {"schedule": "sometimes"}, 422, "schedule"),
         ("GET", "/operations/op_missing", None, 404, None),
         ("GET", "/sites/no-such-site", None, 404, None),
@@ -388,7 +398,7 @@ def test_a_tenant_is_a_fairness_key_the_caller_names_and_its_quota_is_its_own(ap
     assert bad.status == 422 and bad.body["field"] == "tenant"
     operator = as_(api, "operator")
     quota = {"principal": "control-plane", "tenant": "customer-7", "max_outstanding": 1, "reason": "trial"}
-    assert operator.request("PUT", "/quotas", body=quota).status == 200
+    assert operator.request("PUT", "/quotas", body={**quota, "max_outstanding": 1.0}).status == 200  # JSON's 1.0 is 1
     limits = client.call("GET", "/quotas", query={"tenant": "customer-7"})
     assert (limits["tenant"], limits["max_outstanding"], limits["outstanding"]) == ("customer-7", 1, 1)
     full = client.request("POST", "/operations", body={**body, "site_id": "cust-site-2"})
