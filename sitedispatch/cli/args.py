@@ -51,11 +51,9 @@ def parse_params(input_file: Path | None, params: list[str], kind: str | None = 
 
 def _typed(kind: str | None, key: str, value: str) -> Any:
     """`value` as the type the kind's schema states for `key`: the API takes input as typed JSON, a pair is text."""
-    from sitedispatch.domain.model import Kind
     from sitedispatch.domain.schemas import SCHEMAS
 
-    known = {k.value: SCHEMAS.get(k) for k in Kind}
-    schema = known.get(kind or "")
+    schema = next((model for k, model in SCHEMAS.items() if k.value == kind), None)
     field = schema.model_json_schema()["properties"].get(key, {}) if schema is not None else {}
     types = {field.get("type")} | {choice.get("type") for choice in field.get("anyOf", [])}
     if "integer" in types and value.lstrip("-").isdigit():
