@@ -1,9 +1,10 @@
 """The reconciler: repairs a schedule runs. Cron only coordinates (G8): it re-sends and re-points, it never does the
 work itself, and everything it does is safe to do twice.
 
-- `reconcile`: orphans (accepted, never sent; or queued and untouched far past any deferral), stale leases (a
-  running operation whose lease expired: that attempt failed, re-enqueue), lost fan-ins (publications whose plan or
-  chunk messages were lost), live.json pointers behind the live pointer, and drifted admission counters.
+- `reconcile`: orphans (accepted, never sent; a batch's group still recorded unsent; or queued and untouched far
+  past any deferral), stale leases (a running operation whose lease expired: that attempt failed, re-enqueue), lost
+  fan-ins (publications whose plan or chunk messages were lost), live.json pointers behind the live pointer, and
+  drifted admission counters.
 - `wp-events`: one `wp_cron` operation per site with something due, per due minute (through the idempotency key).
 - `queue-repair`: dead-letter depth and age, DLQ messages of operations no longer dead at that epoch removed.
 
@@ -125,6 +126,7 @@ class Reconciler:
         # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount.
         flight = {status: self.d.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
         sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, flight)
+        sweep.repaired["unsent_groups_sent"] = self.send_unsent_groups(sweep)
         sweep.repaired["waiting_released"] = self.release_waiting(sweep, flight[Status.ACCEPTED])
         sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep, flight[Status.RUNNING])
         sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
@@ -156,6 +158,23 @@ class Reconciler:
                 self._send(op)
                 resent += 1
         return resent
+
+    def send_unsent_groups(self, sweep: Sweep) -> int:
+        """A batch writes its groups' rows `queued` with a record of each group, deleted once their messages are
+        sent: a record older than the orphan grace is a batch that died before that. Its operations that never
+        started are sent (again, perhaps: safe), then the record goes."""
+        d = self.d
+        done = 0
+        for group in d.operations.unsent(created_before=d.clock.now() - self.policy.orphan_grace_s):
+            if self._out_of_time(sweep):
+                break
+            for operation_id in group.operation_ids:
+                op = d.operations.get(operation_id)
+                if op is not None and op.status == Status.QUEUED and op.attempt == 0 and not op.waiting_for:
+                    self._send(op)
+            d.operations.sent([group.group_id])
+            done += 1
+        return done
 
     def _resend_accepted(self, op: Operation) -> bool:
         """Send an operation accepted and never sent. One waiting for its principal's share is not sent on purpose

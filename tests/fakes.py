@@ -65,6 +65,7 @@ from sitedispatch.domain.ports import (
     SiteStore,
     Slot,
     StoredObject,
+    UnsentGroup,
     Visibility,
     checked_registration,
     foreign_site,
@@ -108,6 +109,7 @@ class MemoryDb:
     counter_owner: dict[str, str] = field(default_factory=dict)  # a site's owner, kept on its admission counter
     held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
     waiting: dict[str, int] = field(default_factory=dict)  # share counter -> operations waiting for it
+    unsent: dict[str, UnsentGroup] = field(default_factory=dict)  # batch groups not yet known sent
 
     def total(self, group: str) -> int:
         """A counter group's sum: the counter itself, or its shards (`group#k`)."""
@@ -237,7 +239,7 @@ class MemoryOperationStore:
         return not (move.share and self.db.waiting.get(move.counter, 0))
 
     def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
-        items = len(ops) + len(moves) + sum(1 for move in moves if move.register)
+        items = len(ops) + len(moves) + sum(1 for move in moves if move.register) + 1  # and the unsent record
         if items > 100:  # DynamoDB refuses such a transaction outright (ValidationException)
             raise ValueError(f"a transaction of {items} items: DynamoDB takes at most 100")
         with self.db.lock:
@@ -255,7 +257,19 @@ class MemoryOperationStore:
                     self.db.sites[move.register] = Site(move.register, principal, ops[0].created_at)
             for op in ops:
                 self.db.operations[op.operation_id] = op
+            group = ops[0].operation_id
+            self.db.unsent[group] = UnsentGroup(group, tuple(op.operation_id for op in ops), ops[0].created_at)
             return True
+
+    def sent(self, groups: Sequence[str]) -> None:
+        with self.db.lock:
+            for group in groups:
+                self.db.unsent.pop(group, None)
+
+    def unsent(self, created_before: float) -> list[UnsentGroup]:
+        with self.db.lock:
+            found = [group for group in self.db.unsent.values() if group.created_at < created_before]
+        return sorted(found, key=lambda group: group.created_at)
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         with self.db.lock:

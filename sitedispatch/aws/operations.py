@@ -14,25 +14,31 @@ from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.flow import GUARD, SHARE, FlowCounters
 from sitedispatch.aws.sites import claim_lease_update, new_site, to_site
-from sitedispatch.aws.tables import Models, OperationItem
+from sitedispatch.aws.tables import UNSENT, Models, OperationItem, index_shard, index_shards
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
     conditionally,
     get_item,
     get_items,
+    read_all,
     transaction,
     under_limit,
 )
 from sitedispatch.domain.errors import AlreadyExists, NotRunnable, ShareMoved, SiteRegistered, StaleFence
 from sitedispatch.domain.model import RUNNABLE, ErrorInfo, Kind, Lease, Operation, Site, Status
-from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot
+from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, UnsentGroup
 from sitedispatch.flow.admission import held_by
 
 RUNNABLE_VALUES = tuple(s.value for s in RUNNABLE)
 ROW = "operation"  # the operation row's name in a transaction (counters are named `counter:ID`)
 LEASE = "lease"  # the site's lease, claimed in the transaction that starts the attempt
 SITE = "site"  # the site's registration, in the transaction of its first submit
+
+
+def unsent_record(group: str) -> str:
+    """The counters table's record of a batch group not yet known sent (create_group, sent, unsent)."""
+    return f"{UNSENT}#{group}"
 
 
 def _error_dict(error: ErrorInfo) -> dict[str, Any]:
@@ -86,6 +92,7 @@ class DynamoOperationStore:
     def __init__(self, models: Models) -> None:
         self.M = models.Operation
         self.S = models.Site
+        self.C = models.Counter
         self.flow = FlowCounters(models)
 
     def create(
@@ -124,14 +131,21 @@ class DynamoOperationStore:
         return written
 
     def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
-        M = self.M
+        M, C = self.M, self.C
         if not ops or any(move.count > move.maximum for move in moves):
             return False
-        principal, now = ops[0].principal, ops[0].created_at
+        principal, now, group = ops[0].principal, ops[0].created_at, ops[0].operation_id
+        unsent = C(
+            unsent_record(group),
+            operations=cast(Any, [op.operation_id for op in ops]),
+            changed_at=now,
+            held=index_shard(UNSENT, group),
+        )
         try:
             with transaction(M) as tx:
                 for op in ops:
                     tx.save(f"{ROW}:{op.operation_id}", self._item(op), condition=M.operation_id.does_not_exist())
+                tx.save(UNSENT, unsent, condition=C.counter_id.does_not_exist())
                 for move in moves:
                     self.flow.move(tx, move, principal, now)
                     if move.register:
@@ -140,6 +154,27 @@ class DynamoOperationStore:
         except TransactionFailed:
             return False
         return True
+
+    def sent(self, groups: Sequence[str]) -> None:
+        with self.C.batch_write() as batch:
+            for group in groups:
+                batch.delete(self.C(unsent_record(group)))
+
+    def unsent(self, created_before: float) -> list[UnsentGroup]:
+        C = self.C
+        ids = [item.counter_id for shard in index_shards(UNSENT) for item in C.by_held.query(shard)]
+        return sorted(
+            (
+                UnsentGroup(
+                    r.counter_id.removeprefix(f"{UNSENT}#"),
+                    tuple(cast(list[str], r.operations or [])),
+                    float(r.changed_at),
+                )
+                for r in read_all(C, ids)
+                if r.changed_at is not None and r.changed_at < created_before
+            ),
+            key=lambda group: group.created_at,
+        )
 
     @staticmethod
     def _share_refusals(share: Placement | None) -> list[tuple[str, Any]]:

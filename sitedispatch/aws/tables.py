@@ -28,6 +28,7 @@ DUE_PARTITION = "due"  # sites with something due share one partition of the spa
 # partition takes every write of the fleet) and a sweep queries each shard.
 INDEX_SHARDS = 8
 LIVE, OPEN, HELD = "live", "open", "held"  # recently promoted sites; unfinished publications; moved counters
+UNSENT = "unsent"  # batch groups written queued whose messages are not yet known sent (by-held's other partitions)
 
 
 def index_shard(index: str, key: str) -> str:
@@ -201,9 +202,10 @@ class PublicationItem(Model):
 
 
 class CountersByHeld(GlobalSecondaryIndex):
-    """Counters moved up since a recount last found them at zero and quiet. Keys only: a counter's value changes
-    on every move, and a projected value would rewrite the index entry each time (the recount reads values from
-    the table, consistently)."""
+    """What a sweep must look at in the counters table: counters moved up since a recount last found them at zero
+    and quiet (partitions held#k), and batch groups not yet known sent (unsent#k). Keys only: a counter's value
+    changes on every move, and a projected value would rewrite the index entry each time (the sweeps read the
+    items from the table, consistently)."""
 
     Meta = _index_meta("by-held", keys_only=True)
     held = UnicodeAttribute(hash_key=True)
@@ -221,6 +223,7 @@ class CounterItem(Model):
     held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
     waiting = NumberAttribute(null=True)  # a share's shard (queued#LANE#PRINCIPAL#TENANT#k): waits counted on it
     expires_at = NumberAttribute(null=True)  # per-minute buckets: when DynamoDB's TTL may delete them (epoch s)
+    operations = ListAttribute(of=UnicodeAttribute, null=True)  # unsent#GROUP: the group's operations, in order
     by_held = CountersByHeld()
     # quota#PRINCIPAL[#TENANT]: the record of an operator's override of the limits (changed_at: when set)
     max_outstanding = NumberAttribute(null=True)

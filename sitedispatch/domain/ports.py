@@ -93,6 +93,15 @@ class Move:
 
 
 @dataclass(frozen=True)
+class UnsentGroup:
+    """Operations a batch wrote `queued` in one transaction, recorded there until their messages are sent."""
+
+    group_id: str
+    operation_ids: tuple[str, ...]
+    created_at: float
+
+
+@dataclass(frozen=True)
 class CounterReading:
     """A counter as read: its value, the maximum an operator's quota keeps on it (None: the deployment's), and how
     many operations wait counted on it (a share's shard)."""
@@ -140,10 +149,17 @@ class OperationStore(Protocol):
         not be sent until `release_waiting` releases it. The operation as written."""
 
     def create_group(self, ops: Sequence[Operation], moves: Sequence[Move]) -> bool:
-        """Insert several operations, each holding what its row says (`holds`, `share`), and make the `moves` on
-        their counters, in one transaction: all of it, or (an id taken, a counter too full or under a quota, a site
-        not the principal's, a wait on a share) nothing, answered False. The caller then creates them one by one,
-        which tells those apart."""
+        """Insert several operations, each holding what its row says (`holds`, `share`), make the `moves` on their
+        counters, and record the group as unsent (named by its first operation's id, until `sent`), in one
+        transaction: all of it, or (an id taken, a counter too full or under a quota, a site not the principal's, a
+        wait on a share) nothing, answered False. The caller then creates them one by one, which tells those
+        apart."""
+
+    def sent(self, groups: Sequence[str]) -> None:
+        """The groups' messages are sent: their unsent records go (one that is already gone is no error)."""
+
+    def unsent(self, created_before: float) -> list[UnsentGroup]:
+        """The groups recorded unsent before `created_before`: the reconciler sends what a crash left unsent."""
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         """Up to `limit` operations waiting for the share `group`, oldest first, each leaving the wait (and the shard

@@ -1,11 +1,13 @@
 """Batch submit: many operations of one principal in one call, each answered as a single submit would answer it.
 
 Every item is validated first (a refused item writes nothing). The rest are created a group at a time, in one
-transaction per group: the rows, and each counter moved once by the count of the group's places on it (their home
-shards, and for the share the shards with room as read once per batch). A group the transaction refuses (an id
-already taken by a retried batch, a counter too full or under a quota, a site not yet claimed) is created one by
-one, as single submits are, which tells each item's answer apart. Then the messages go ten to a request, and each
-operation is marked queued.
+transaction per group: the rows, already `queued`, each counter moved once by the count of the group's places on it
+(their home shards, and for the share the shards with room as read once per batch), and a record of the group as
+unsent. A group the transaction refuses (an id already taken by a retried batch, a counter too full or under a
+quota, a site not yet claimed) is created one by one, as single submits are, which tells each item's answer apart.
+Then the messages go ten to a request; the groups' unsent records are deleted (25 to a request) and the operations
+created one by one are marked queued, each. A crash before the records go leaves them for the reconciler, which
+sends their operations again (SQS drops a repeat within its deduplication window; the worker skips what is done).
 
 Order: a site's items keep their order. Once one of a site's items goes one by one (it may wait for its share), its
 later items do too, so none overtakes it.
@@ -27,7 +29,7 @@ from sitedispatch.domain.errors import (
     SiteDispatchError,
     TransientError,
 )
-from sitedispatch.domain.model import Kind, Operation, QueueMessage, lane_for
+from sitedispatch.domain.model import Kind, Operation, QueueMessage, Status, lane_for
 from sitedispatch.domain.ports import Move
 from sitedispatch.flow.admission import limits_for, share_group_for
 from sitedispatch.flow.counters import Group, site_counter
@@ -69,6 +71,7 @@ class BatchSubmitter:
         self.submitter = submitter
         self.d = submitter.d
         self.claimed: set[str] = set()  # sites this batch's groups claimed (their next groups only check)
+        self.groups: list[str] = []  # the groups created, each recorded unsent until its messages are sent
 
     def submit(self, principal: str, items: Sequence[BatchItem]) -> list[ItemAnswer]:
         """Answer every item, in order."""
@@ -188,17 +191,22 @@ class BatchSubmitter:
             Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2], register=registers.get(c))
             for c, n in counts.items()
         ]
+        now = self.d.clock.now()  # admitted and queued: its message is sent next, or by the reconciler
+        queued = [replace(p.op, status=Status.QUEUED, queued_at=now, updated_at=now) for p in group]
         try:
-            created = self.d.operations.create_group([p.op for p in group], moves)
+            created = self.d.operations.create_group(queued, moves)
         except TransientError:  # its transaction met others past its patience: one by one, as single submits
             return False
         if created:
             self.claimed.update(firsts)
+            self.groups.append(queued[0].operation_id)
+            for p, op in zip(group, queued, strict=True):
+                p.op = op
         return created
 
     def _create_one(self, p: _Pending, answers: list[ItemAnswer | None], created: list[_Pending]) -> None:
         """As a single submit creates it (its own placement, refusals and repeats)."""
-        op = replace(p.op, holds=(), share=None)
+        op = replace(p.op, holds=(), share=None, status=Status.ACCEPTED, queued_at=None)
         try:
             p.op = self.submitter.create(op)
         except AlreadyExists:
@@ -214,17 +222,21 @@ class BatchSubmitter:
         created.append(p)
 
     def _send(self, created: list[_Pending], answers: list[ItemAnswer | None]) -> None:
-        """Messages ten to a request per lane, in order; then each operation marked queued. A crash between the
-        two leaves `accepted` rows that the reconciler's orphan sweep sends again (a repeat is dropped by SQS)."""
+        """Messages ten to a request per lane, in order; then the groups' unsent records deleted, and each operation
+        created one by one marked queued. A crash before that leaves unsent records, or `accepted` rows, that the
+        reconciler sends again (a repeat is dropped by SQS)."""
         d = self.d
         to_send = [p for p in created if not p.op.waiting_for]
         for lane in sorted({lane_for(p.op.kind) for p in to_send}):
             in_lane = [p for p in to_send if lane_for(p.op.kind) == lane]
             d.queue.send_many([(QueueMessage.of(p.op), p.op.dedup_id) for p in in_lane], lane)
+        if self.groups:
+            d.operations.sent(self.groups)
         sent_at = d.clock.now()
+        singles = [p for p in to_send if p.op.status == Status.ACCEPTED]
         with ThreadPoolExecutor(MARKERS) as pool:  # independent single writes: at once, not one after another
-            marked = list(pool.map(lambda p: self.submitter.queued(p.op, sent_at), to_send))
-        for p, op in zip(to_send, marked, strict=True):
+            marked = list(pool.map(lambda p: self.submitter.queued(p.op, sent_at), singles))
+        for p, op in zip(singles, marked, strict=True):
             answers[p.index] = ItemAnswer(Submitted(op, True))
 
     @staticmethod
@@ -245,6 +257,7 @@ class BatchSubmitter:
 
 
 def transaction_items(group: Sequence[_Pending]) -> int:
-    """The items a group's transaction writes: its rows, each counter once, and (at most) each site's registration."""
+    """The items a group's transaction writes: its rows, each counter once, (at most) each site's registration,
+    and the group's unsent record."""
     counters = {counter for p in group for counter in (*p.op.holds, p.op.share)}
-    return len(group) + len(counters) + len({p.op.site_id for p in group})
+    return len(group) + len(counters) + len({p.op.site_id for p in group}) + 1

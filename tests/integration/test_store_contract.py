@@ -52,10 +52,11 @@ from sitedispatch.domain.ports import (
     SiteStore,
     Slot,
     Tally,
+    UnsentGroup,
 )
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, MinuteCounts
-from tests.conftest import Cloud
+from tests.conftest import Cloud, wait_for
 from tests.factories import present
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
@@ -408,6 +409,28 @@ def test_a_group_of_operations_is_created_with_each_counter_moved_once_or_not_at
     taken = [replace(new_op("op_n4", "new-3"), holds=("site#new-3",))]
     assert not stores.operations.create_group(taken, [Move("site#new-3", 1, 50, owner=True, register="new-3")])
     assert present(stores.sites.get("new-3")).principal == "someone-else"
+
+
+def test_a_created_group_is_recorded_unsent_until_its_messages_are_sent(stores: Stores) -> None:
+    """A batch writes its groups' rows queued; the record of each group lets the reconciler send what a crash left
+    unsent. Only created groups are recorded; `sent` removes records (twice is no error); the listing is an index
+    read (it may lag the write on AWS), each record read from the table."""
+    first = [replace(new_op(f"op_u{n}", f"unsent-{n}"), created_at=NOW, status=Status.QUEUED) for n in (1, 2)]
+    later = [replace(new_op("op_u3", "unsent-3"), created_at=NOW + 10, status=Status.QUEUED)]
+    assert stores.operations.create_group(first, [])
+    assert stores.operations.create_group(later, [])
+    assert not stores.operations.create_group(first[:1], [])  # an id taken: nothing written, nothing recorded
+
+    groups = wait_for(
+        lambda: (found := stores.operations.unsent(created_before=NOW + 20)) and len(found) == 2 and found,
+        what="both groups listed unsent",
+    )
+    assert groups == [UnsentGroup("op_u1", ("op_u1", "op_u2"), NOW), UnsentGroup("op_u3", ("op_u3",), NOW + 10)]
+    assert stores.operations.unsent(created_before=NOW + 5) == groups[:1]
+    assert [as_read(stores, "op_u1").status, as_read(stores, "op_u3").status] == [Status.QUEUED, Status.QUEUED]
+    stores.operations.sent(["op_u1"])
+    stores.operations.sent(["op_u1"])
+    assert stores.operations.unsent(created_before=NOW + 20) == groups[1:]
 
 
 @pytest.mark.parametrize("key", ["", "x" * 3000, "op_\x00"])

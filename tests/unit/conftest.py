@@ -19,6 +19,7 @@ from sitedispatch.operations.submission import SubmitDeps, Submitter
 from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
 from sitedispatch.operator.controls import Caller, ControlDeps, Controls
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
+from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 from tests.factories import PROVISION, settings
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld, RecordingVisibility
 
@@ -168,6 +169,29 @@ class Harness:
 
 
 UNIT = Path(__file__).parent
+
+
+def reconciler(harness: Harness) -> Reconciler:
+    w = harness.world
+    return Reconciler(
+        ReconcilerDeps(
+            harness.settings,
+            w.operations,
+            w.sites,
+            w.publications,
+            w.queue,
+            w.publication_queue,
+            w.blobs,
+            w.clock,
+            wp_cron_submitter(harness.submitter),
+        )
+    )
+
+
+def sweep(harness: Harness, schedule: str = "reconcile") -> dict[str, int]:
+    result = reconciler(harness).run(schedule)
+    assert result is not None and not result.truncated
+    return result.repaired
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

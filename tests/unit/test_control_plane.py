@@ -17,7 +17,7 @@ from sitedispatch.flow.counters import is_flow_counter, tenant_group
 from sitedispatch.operations.batch import GROUP_ROWS, BatchItem, BatchSubmitter, ItemAnswer
 from sitedispatch.operations.submission import Submitted
 from tests.factories import PROVISION, present, settings
-from tests.unit.conftest import OPERATOR, Harness
+from tests.unit.conftest import OPERATOR, Harness, sweep
 
 CONTROL_PLANE = "control-plane"
 
@@ -263,9 +263,37 @@ def test_a_batch_retried_after_a_crash_half_way_creates_nothing_twice() -> None:
     publishes_kept = [op for op in harness.world.db.operations.values() if op.kind.value == "publish"]
     assert len(publishes_kept) == len(retried)  # nothing twice
     assert flow_counters(harness) == {k: v for k, v in recount(outstanding(harness)).items() if v}
-    unsent = [op for op in publishes_kept if op.status == Status.ACCEPTED and not op.waiting_for]
-    # what the crash left accepted and unsent is the reconciler's to send (its orphan sweep); the retry sent the rest
-    assert {op.operation_id for op in unsent} <= {a.submitted.operation.operation_id for a in repeated if a.submitted}
+    # the two groups the crash left are queued and recorded unsent (the reconciler's to send); the retry sent the rest
+    left = {op_id for group in harness.world.db.unsent.values() for op_id in group.operation_ids}
+    assert left == {a.submitted.operation.operation_id for a in repeated if a.submitted}
+    assert all(harness.world.db.operations[op_id].status == Status.QUEUED for op_id in left)
+    assert not left & set(sent_ids(harness))
+
+
+def test_a_batch_that_dies_before_its_messages_go_is_sent_by_the_reconciler_once_its_groups_are_stale() -> None:
+    harness = Harness(max_running_per_principal=1000)
+    queue = harness.world.queue
+
+    def dies(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit("the process died after its transactions, before any message")
+
+    queue.send_many = dies  # type: ignore[method-assign]
+    batch = [BatchItem("provision", f"site-{i:03d}", f"k{i}", PROVISION, f"customer-{i % 3}") for i in range(40)]
+    with pytest.raises(SystemExit):
+        BatchSubmitter(harness.submitter).submit(CONTROL_PLANE, batch)
+    del queue.send_many  # the class's own again
+    created = sorted(harness.world.db.operations.values(), key=lambda op: op.site_id)
+    assert len(created) == 40 and {op.status for op in created} == {Status.QUEUED} and sent_ids(harness) == []
+    assert len(harness.world.db.unsent) == -(-40 // GROUP_ROWS)
+
+    assert sweep(harness)["unsent_groups_sent"] == 0  # within the grace: the batch may still be sending
+    harness.world.clock.advance(31)
+    first, _ = harness.deliver(created[0].operation_id)  # one a message delivered after all: not sent again
+    assert sweep(harness)["unsent_groups_sent"] == 3
+
+    assert Counter(sent_ids(harness)) == Counter(op.operation_id for op in created[1:])
+    assert harness.world.db.unsent == {} and sweep(harness)["unsent_groups_sent"] == 0
+    assert first.outcome == Outcome.SUCCEEDED
 
 
 def test_a_batch_for_many_tenants_and_sites_keeps_each_transaction_within_its_100_items() -> None:

@@ -11,32 +11,8 @@ from sitedispatch.domain.model import Kind, PublicationStatus, Status
 from sitedispatch.drivers.reference.content import parse_gmt
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.publication.live import live_key
-from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 from tests.factories import present
-from tests.unit.conftest import FIXTURES, OPERATOR, Harness
-
-
-def reconciler(harness: Harness) -> Reconciler:
-    w = harness.world
-    return Reconciler(
-        ReconcilerDeps(
-            harness.settings,
-            w.operations,
-            w.sites,
-            w.publications,
-            w.queue,
-            w.publication_queue,
-            w.blobs,
-            w.clock,
-            wp_cron_submitter(harness.submitter),
-        )
-    )
-
-
-def sweep(harness: Harness, schedule: str = "reconcile") -> dict[str, int]:
-    result = reconciler(harness).run(schedule)
-    assert result is not None and not result.truncated
-    return result.repaired
+from tests.unit.conftest import FIXTURES, OPERATOR, Harness, reconciler, sweep
 
 
 def global_total(counters: dict[str, int]) -> int:
