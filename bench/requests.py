@@ -61,6 +61,9 @@ class RequestCounter:
             for item in params.get("TransactItems", []):
                 for action in item.values():
                     self.write_units[_table_role(str(action.get("TableName", "")))] += 2
+        elif model.name == "BatchWriteItem" and isinstance(params, dict):
+            for table, requests in params.get("RequestItems", {}).items():
+                self.write_units[_table_role(str(table))] += len(requests)  # one per item written or deleted
         elif model.name in WRITE_OPERATIONS and isinstance(params, dict):
             self.write_units[_table_role(str(params.get("TableName", "")))] += 1
 

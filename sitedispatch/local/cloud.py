@@ -76,6 +76,39 @@ def patch_moto_message_clock() -> None:
     Message.delayed = property(lambda self: time.time() * 1000 < self.delayed_until)  # type: ignore[method-assign,assignment]
 
 
+def patch_moto_fifo_flag() -> None:
+    """moto reads a FIFO queue's ContentBasedDeduplication through `Queue.attributes`, which also counts the
+    queue's messages three ways (each message asked for the clock): three times for every message sent, so a send
+    costs time in proportion to the queue's depth (a 1,000-item batch's second half paid for the first). While a
+    send checks and adds a message, `attributes` answers that flag alone; everywhere else, all of them as before."""
+    from moto.sqs.models import Queue, SQSBackend
+
+    full: Any = Queue.__dict__["attributes"]  # the property itself
+    if getattr(full.fget, "flag_only", False):
+        return
+    sending = threading.local()
+
+    def attributes(self: Any) -> dict[str, Any]:
+        if getattr(sending, "depth", 0):  # as `attributes` writes it (its booleans as "true" / "false")
+            return {"ContentBasedDeduplication": str(self.content_based_deduplication).lower()}
+        return full.fget(self)
+
+    def flag_only(method: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            sending.depth = getattr(sending, "depth", 0) + 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                sending.depth -= 1
+
+        return wrapped
+
+    attributes.flag_only = True  # type: ignore[attr-defined]
+    Queue.attributes = property(attributes)  # type: ignore[assignment,method-assign]
+    Queue.add_message = flag_only(Queue.add_message)  # type: ignore[method-assign]
+    SQSBackend._validate_message = flag_only(SQSBackend._validate_message)  # type: ignore[method-assign]
+
+
 def patch_moto_module_scan() -> None:
     """moto's server lists its package directory (one listdir and ~150 isdir calls) on every request to resolve the
     backend; measured at 12% of its CPU under an S3 PUT load. The list never changes while it runs: compute it once."""
@@ -270,6 +303,7 @@ def quiet_moto() -> None:
     patch_moto_long_poll()
     patch_moto_module_scan()
     patch_moto_message_clock()
+    patch_moto_fifo_flag()
     patch_moto_transaction_snapshot()
     patch_moto_condition_cache()
     patch_moto_lagging_indexes()  # inert unless `--strict`; inside the isolation lock (installed before it)

@@ -96,6 +96,22 @@ def test_a_visibility_change_for_a_message_another_delivery_took_is_logged_not_r
         SqsVisibility(sqs, url + "-no-such-queue", message["ReceiptHandle"]).change(30)
 
 
+@pytest.mark.moto_only  # the local cloud's change to moto's SQS (cloud.patch_moto_fifo_flag)
+def test_a_fifo_queue_drops_a_repeated_deduplication_id_and_still_counts_its_messages(cloud: Cloud) -> None:
+    """A send reads the queue's ContentBasedDeduplication alone (not every attribute, which counts the queue): the
+    rules it enforces and the counts GetQueueAttributes answers are moto's as before."""
+    sqs, url = cloud.deps.sqs, cloud.settings.operations_queue_url
+    for n in (1, 2, 1, 3, 2):
+        sqs.send_message(QueueUrl=url, MessageBody="{}", MessageGroupId=f"g{n}", MessageDeduplicationId=f"d-{n}")
+    with pytest.raises(ClientError, match="MessageDeduplicationId"):  # no content-based deduplication on this queue
+        sqs.send_message(QueueUrl=url, MessageBody="{}", MessageGroupId="g")
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "3" and counts["ContentBasedDeduplication"] == "false"
+    sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, WaitTimeSeconds=1)
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "2")
+
+
 def test_a_visibility_past_sqss_twelve_hour_ceiling_is_clamped_to_what_is_left_of_it(cloud: Cloud) -> None:
     """SQS refuses a ChangeMessageVisibility that would take the message's visibility past 12 hours from its
     receive, in total (moto too; LocalStack accepts it); it does not shorten it. A backoff or deferral longer than
