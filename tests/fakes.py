@@ -348,7 +348,11 @@ class MemoryOperationStore:
     def mark_queued(self, operation_id: str, now: float) -> bool:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
-            if op is None or op.status != Status.ACCEPTED:
+            if op is None:
+                return False
+            if op.status != Status.ACCEPTED:
+                if op.queued_at is None:
+                    self._update(operation_id, True, NotRunnable, queued_at=now)
                 return False
             self._update(operation_id, True, NotRunnable, status=Status.QUEUED, queued_at=now, updated_at=now)
             return True

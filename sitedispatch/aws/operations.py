@@ -271,12 +271,19 @@ class DynamoOperationStore:
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         M = self.M
-        return conditionally(
+        if conditionally(
             lambda: M(operation_id).update(
                 actions=[M.status.set(Status.QUEUED.value), M.queued_at.set(now), M.updated_at.set(now)],
                 condition=M.status == Status.ACCEPTED.value,
             )
+        ):
+            return True
+        conditionally(  # a fast worker moved it on first: the send time is kept all the same
+            lambda: M(operation_id).update(
+                actions=[M.queued_at.set(now)], condition=M.operation_id.exists() & M.queued_at.does_not_exist()
+            )
         )
+        return False
 
     def _attempt(self, fence: int, now: float) -> tuple[list[Action], Any]:
         """Spending an attempt under `fence`: its updates and the row's condition."""

@@ -193,7 +193,8 @@ class OperationStore(Protocol):
         counters summed, in one round trip."""
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
-        """accepted -> queued. False when the operation had already moved on (a fast worker)."""
+        """accepted -> queued at `now`, the send's time. False when the operation had already moved on (a worker
+        that received the message first): its `queued_at` is then set all the same, unless it has one."""
 
     def start_attempt(
         self,

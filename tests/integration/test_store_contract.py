@@ -624,7 +624,24 @@ def test_mark_queued_only_moves_accepted_operations(stores: Stores) -> None:
 
     stores.operations.create(replace(new_op(), status=Status.ACCEPTED))
     assert stores.operations.mark_queued("op_1", NOW) is True
+    assert stores.operations.mark_queued("op_1", NOW + 1) is False
+    assert as_read(stores, "op_1").queued_at == NOW
+
+
+def test_an_operation_a_worker_started_before_its_mark_keeps_its_send_time(stores: Stores) -> None:
+    """The message can reach a worker before the submitter marks the row queued (a busy machine's fresh-clone CI
+    found a succeeded operation without `queued_at`): the mark then leaves the status alone and records the send."""
+    from dataclasses import replace
+
+    stores.operations.create(replace(new_op(), status=Status.ACCEPTED))
+    stores.operations.start_attempt("op_1", 1, NOW + 1)
     assert stores.operations.mark_queued("op_1", NOW) is False
+    row = as_read(stores, "op_1")
+    assert (row.status, row.queued_at, row.started_at) == (Status.RUNNING, NOW, NOW + 1)
+    assert stores.operations.mark_queued("op_1", NOW + 2) is False
+    assert as_read(stores, "op_1").queued_at == NOW
+    assert stores.operations.mark_queued("op_none", NOW) is False
+    assert stores.operations.get("op_none") is None  # nothing written for an operation that does not exist
 
 
 def test_listing_by_site_and_status(stores: Stores) -> None:
