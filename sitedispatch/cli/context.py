@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sitedispatch.domain.errors import InvalidInput, NotConfigured
+from sitedispatch.domain.model import check_principal
 from sitedispatch.domain.resources import API_URL_VARIABLE, ENV_PREFIX
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ def client(as_: str | None = None, local_default: str = "operator") -> ApiClient
 
     url = api_url()
     if is_local(url):
+        if as_ is not None:
+            check_principal(as_, field="as")  # the identity header carries it: only what a principal may be
         return ApiClient(url, identity=as_ or local_default)
     if as_ is not None:
         raise InvalidInput("--as names the caller of a local runtime; on AWS you act as your credentials' identity")

@@ -89,6 +89,7 @@ def cli(cloud: Cloud) -> Iterator[CliRunner]:
     tail=st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=20)), max_size=6),
 )
 @example(command=["ops", "get"], tail=[""])  # found by CI: an empty key reached DynamoDB (ValidationException)
+@example(command=["ops", "get"], tail=["provision", "--as", "\u0100"])  # found by make fuzz: not latin-1, no header
 @example(command=["sites", "read"], tail=[""])
 @example(command=["dlq", "show"], tail=[""])
 @example(command=["quotas", "set"], tail=["", "--max-running", "1", "--reason", "x"])
