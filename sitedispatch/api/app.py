@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from pydantic import Field
 
 from sitedispatch import observability as obs
 from sitedispatch.api.models import (
     NOT_BLANK,
+    NUMBER,
     PRINCIPAL,
     REASON_CHARS,
     SITE_ID,
@@ -200,7 +202,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
     def list_operations(
         site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
         status: Annotated[Status | None, Query()] = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
+        limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 50,
     ) -> list[Operation]:
         return deps().controls().operations(caller(), site_id=site_id, status=status, limit=limit)
 
@@ -234,7 +236,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         summary="Long poll: the operation once terminal, or at the timeout",
     )
     def wait_operation(
-        operation_id: str, timeout_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = MAX_WAIT_S
+        operation_id: str, timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S), Query(), NUMBER] = MAX_WAIT_S
     ) -> OperationDetail:
         who, controls = caller(), deps().controls()
         deadline = time.monotonic() + timeout_s
@@ -291,7 +293,7 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         return deps().controls().site(caller(), site_id)
 
     @app.get("/sites/<site_id>/history", responses=ERRORS, summary="The site's commits and publications, newest first")
-    def site_history(site_id: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> SiteHistory:
+    def site_history(site_id: str, limit: Annotated[int, Field(ge=1, le=1000), Query(), NUMBER] = 50) -> SiteHistory:
         return deps().controls().history(caller(), site_id, limit)
 
     @app.get("/sites/<site_id>/live", responses=ERRORS, summary="The live content of one route of the site")
@@ -315,9 +317,9 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
         site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
         kind: Annotated[Kind | None, Query()] = None,
         error_code: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
-        older_than_s: Annotated[float | None, Query(ge=0)] = None,
-        newer_than_s: Annotated[float | None, Query(ge=0)] = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        older_than_s: Annotated[float | None, Field(ge=0), Query(), NUMBER] = None,
+        newer_than_s: Annotated[float | None, Field(ge=0), Query(), NUMBER] = None,
+        limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 100,
     ) -> list[DeadLetterView]:
         where = DeadLetterFilter(site_id, kind.value if kind else None, error_code, older_than_s, newer_than_s)
         return [
@@ -366,12 +368,14 @@ def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:  # n
 
     @app.get("/audit", responses=ERRORS, summary="Audit entries, newest first (a principal's own actions)")
     def audit(
-        since_s: Annotated[float, Query(ge=0, le=MAX_AUDIT_S, description="how far back, in seconds")] = 86_400.0,
+        since_s: Annotated[
+            float, Field(ge=0, le=MAX_AUDIT_S), Query(description="how far back, in seconds"), NUMBER
+        ] = 86_400.0,
         actor: Annotated[str | None, Query(pattern=PRINCIPAL)] = None,
         action: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
         target: Annotated[str | None, Query(min_length=1, max_length=300)] = None,
         site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 100,
     ) -> list[AuditEntry]:
         d = deps()
         return d.controls().audit_entries(
