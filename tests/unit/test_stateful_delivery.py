@@ -221,22 +221,30 @@ class DeliveryMachine(RuleBasedStateMachine):
                 publication = self.h.world.publications.get(site, record.live_seq)
                 assert publication is not None and publication.status != PublicationStatus.SUPERSEDED
 
+    def _all_ended(self) -> bool:
+        return all(present(self.h.world.operations.get(op_id)).status.terminal for op_id in self.ops)
+
+    def _resume_paused_sites(self) -> None:
+        for site in SITES:
+            record = self.h.world.sites.get(site)
+            if record is not None and record.paused:
+                self.h.world.sites.set_paused(site, False, None)
+
     def teardown(self) -> None:
         """Faults stop: expire leases, resume any site that paused itself after consecutive failures (an operator's
         step in the runbook, taken each round: deliveries out of FIFO order, such as a publish before its site's
-        provision, fail and can pause the site again; found by `make fuzz`), run the reconciler's sweep (its
-        schedule: a finisher that died right after its commit released no one waiting for its share, and a
-        redelivery finds the row ended, holding nothing; found by `make fuzz`), and deliver everything until quiet;
-        every operation ends terminal."""
+        provision, fail and can pause the site again; found by `make fuzz`), and deliver everything until quiet;
+        once quiet with an operation not ended, the reconciler's sweep runs, as its schedule would (a finisher that
+        died right after its commit released no one waiting for its share, and a redelivery finds the row ended,
+        holding nothing; found by `make fuzz`); every operation ends terminal."""
         for _ in range(200):
-            for site in SITES:
-                record = self.h.world.sites.get(site)
-                if record is not None and record.paused:
-                    self.h.world.sites.set_paused(site, False, None)
-            self.h.world.clock.advance(10_000)
-            self._move_new_publications_after(lambda: reconciler(self.h).run("reconcile"))
             if not self.inflight and not self.pubs:
-                break
+                if self._all_ended():
+                    break
+                # quiet, and something has not ended: the reconciler's next sweep is what moves it
+                self._move_new_publications_after(lambda: reconciler(self.h).run("reconcile"))
+            self._resume_paused_sites()
+            self.h.world.clock.advance(10_000)
             for message in list(self.inflight):
                 self._move_new_publications_after(lambda m=message: self._deliver(m))
             while self.pubs:
