@@ -36,6 +36,7 @@ from sitedispatch.local.strict import (
     patch_moto_transaction_conflicts,
     strict_counts_path,
 )
+from sitedispatch.local.updates import patch_moto_json_errors, patch_moto_update_validation
 
 LOCAL_PREFIX = "sitedispatch"
 LOCAL_REGION = "us-east-1"
@@ -295,8 +296,9 @@ def patch_moto_condition_cache() -> None:
 
 def quiet_moto() -> None:
     """Make moto behave like AWS where our guarantees depend on it (transaction isolation, S3 checksums), remove
-    four of its hot spots (a busy long poll, a directory scan per request, a table copy and a condition parse per
-    transaction), and silence werkzeug's per-request log lines."""
+    its hot spots (a busy long poll, a directory scan per request, a table copy and a condition parse per
+    transaction, every queue attribute built per FIFO send, an update's checks; local/updates.py), and silence
+    werkzeug's per-request log lines."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -306,6 +308,8 @@ def quiet_moto() -> None:
     patch_moto_fifo_flag()
     patch_moto_transaction_snapshot()
     patch_moto_condition_cache()
+    patch_moto_update_validation()
+    patch_moto_json_errors()
     patch_moto_lagging_indexes()  # inert unless `--strict`; inside the isolation lock (installed before it)
     patch_moto_dynamodb_isolation()
     patch_moto_checksum()

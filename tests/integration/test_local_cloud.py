@@ -407,3 +407,47 @@ def test_a_message_received_past_the_redrive_backstop_moves_to_its_dead_letter_q
     assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", []) == []  # moved on this receive
     [moved] = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1)["Messages"]
     assert moved["Body"] == "{}"
+
+
+def test_update_expressions_are_checked_as_moto_checks_them_the_first_time_and_every_time_after(cloud: Cloud) -> None:
+    """The local cloud runs moto's update checks once per expression where they read only the expression (clause
+    counts, overlapping paths, a key updated) and every time where they read values or the item: a refused update
+    is refused again, and one that passed once is still refused where its values or its item are wrong. Every
+    answer here is the one moto gives without the local cloud's patch (compared when it was written)."""
+    client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
+    table = cloud.settings.counters_table
+
+    def update(key: str, expression: str, values: dict[str, Any], names: dict[str, str] | None = None) -> None:
+        client.update_item(
+            TableName=table,
+            Key={"counter_id": {"S": key}},
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names or {"#v": "value"},
+            ExpressionAttributeValues=values,
+        )
+
+    one = {":one": {"N": "1"}}
+    for attempt in range(3):  # expression-only refusals, before and after other expressions pass
+        with pytest.raises(ClientError, match="Cannot update attribute counter_id"):
+            update("k", "SET #k = :one", one, {"#k": "counter_id"})
+        with pytest.raises(ClientError, match="Two document paths overlap"):
+            update("k", "SET #v = :one, #v = :one", one)
+        with pytest.raises(ClientError, match='The "SET" section can only be used once'):
+            update("k", "SET #v = :one SET changed_at = :one", one)
+        update(f"ok-{attempt}", "SET changed_at = :one ADD #v :one", one)
+
+    update("text", "SET #v = :s", {":s": {"S": "words"}})
+    for _ in range(2):  # the same expression as `ok-*`, refused by what the item holds
+        with pytest.raises(ClientError, match="operand in the update expression has an incorrect data type"):
+            update("text", "SET changed_at = :one ADD #v :one", one)
+    with pytest.raises(ClientError, match=r"unused in expressions: keys: \{:two\}"):  # and by its values
+        update("ok-0", "SET changed_at = :one ADD #v :one", {":two": {"N": "2"}})
+    with pytest.raises(
+        ClientError, match="document path provided in the update expression is invalid"
+    ):  # a path into an attribute the item does not have
+        update("ok-0", "SET #m.inner = :one", one, {"#m": "missing"})
+
+    items = {item["counter_id"]["S"]: item for item in client.scan(TableName=table)["Items"]}
+    assert sorted(items) == ["ok-0", "ok-1", "ok-2", "text"]
+    assert [items[f"ok-{n}"]["value"] for n in range(3)] == [{"N": "1"}] * 3
+    assert items["text"]["value"] == {"S": "words"}
