@@ -268,11 +268,18 @@ def default_handler() -> Handler:
     return handler
 
 
+class Server(ThreadingHTTPServer):
+    """http.server's threading server, with the listen backlog a server has (socketserver's is 5): ten connections
+    opened at once overflowed it, and the one refused waited for TCP to try again, a second later."""
+
+    request_queue_size = socket.SOMAXCONN
+
+
 @contextmanager
 def running_gateway(invoke: Invoke | None = None, port: int = 0, timeout_s: float = 29.0) -> Iterator[str]:
     """The gateway's HTTP server in a thread of this process; its URL. Stopped on exit. By default the function
     runs in this process, one request at a time (tests)."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(invoke or serialized(default_handler(), timeout_s)))
+    server = Server(("127.0.0.1", port), make_handler(invoke or serialized(default_handler(), timeout_s)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
     thread.start()
