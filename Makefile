@@ -115,7 +115,7 @@ fuzz: $(STAMP) $(SCHEMATHESIS)  ## property tests with fresh random examples (10
 		tests/unit/test_stateful_delivery.py tests/unit/test_building_blocks.py tests/integration/test_fuzz_cli.py
 	$(PY) -m tests.acceptance.api_fuzzer --max-time $(FUZZ_S) --max-examples 200
 
-CODE := sitedispatch functions stacks tests bench chaos app.py
+CODE := sitedispatch stacks tests bench chaos app.py
 
 lint: $(STAMP)  ## format check, ruff (with the complexity gate) and mypy over everything
 	$(VENV)/bin/ruff format --check $(CODE)

@@ -111,8 +111,8 @@ def cost_per_million(
 def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, float]:
     """Deliver queued messages through the real entrypoints until `done()`; (invocations, seconds inside them).
     A retry's message is invisible for its backoff: idle polls wait for it (and are counted, as Lambda's are)."""
-    import functions.operations_worker as operations
-    import functions.publication_worker as publications
+    import sitedispatch.functions.operations_worker as operations
+    import sitedispatch.functions.publication_worker as publications
     from sitedispatch.aws.sqs import queue_arn_from_url
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
@@ -175,14 +175,14 @@ def _finished(deps: Dependencies, counter: RequestCounter, operation_id: str, si
 
 
 def measure() -> dict[str, Any]:
-    from functions.runtime import dependencies
+    from sitedispatch.functions.runtime import dependencies
 
     with in_process_cloud() as endpoint:
         settings = create_resources(endpoint, prefix="req", function_timeout_s=60)
         os.environ.update(local_environment(settings, endpoint))
         dependencies.cache_clear()
-        import functions.operations_worker as operations
-        import functions.publication_worker as publications
+        import sitedispatch.functions.operations_worker as operations
+        import sitedispatch.functions.publication_worker as publications
 
         operations.worker.cache_clear()
         publications.worker.cache_clear()

@@ -2,10 +2,10 @@
 
 `make lambda-wheels` downloads the hash-pinned wheels of `requirements-lambda.lock` for the Lambda platform (Python
 3.13, arm64) into `.cache/lambda-wheels/` once, as setting up `.venv` does. Synthesis then installs them with pip
-from that directory only (`--no-index`), adds the `functions` entrypoints and the modules of the core they import
-(their import closure: never the local runtime, the CLI or the demo's load generator), compiles everything to the
-runtime's bytecode, and caches the result by the hash of its inputs, so repeated synths copy a directory instead of
-running pip.
+from that directory only (`--no-index`), adds the entrypoints (`sitedispatch/functions`) and the modules of the core
+they import (their import closure: never the local runtime, the CLI or the demo's load generator), compiles
+everything to the runtime's bytecode, and caches the result by the hash of its inputs, so repeated synths copy a
+directory instead of running pip.
 
 Bytecode, because Lambda's /var/task is read-only: without `__pycache__` in the asset, Python compiles every module
 of Powertools, pydantic, pynamodb and this code from source at every cold start and cannot keep the result
@@ -48,8 +48,8 @@ PLATFORM = (
 )
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
-ENTRYPOINTS = "functions"
 CORE = "sitedispatch"
+ENTRYPOINTS = ROOT / CORE / "functions"  # the Lambda handlers: what the asset holds starts from them
 
 
 class BundlingError(RuntimeError):
@@ -86,7 +86,7 @@ def _module_file(name: str) -> Path | None:
 
 def import_closure() -> list[Path]:
     """The project's modules the entrypoints can import, following imports (and each module's parent packages)."""
-    todo = sorted((ROOT / ENTRYPOINTS).glob("*.py"))
+    todo = sorted(ENTRYPOINTS.glob("*.py"))
     seen: set[Path] = set()
     while todo:
         path = todo.pop()
@@ -95,7 +95,7 @@ def import_closure() -> list[Path]:
         seen.add(path)
         for name in _imported_modules(path):
             parts = name.split(".")
-            if parts[0] not in (CORE, ENTRYPOINTS):
+            if parts[0] != CORE:
                 continue
             for depth in range(1, len(parts) + 1):  # a module's packages run their __init__ first
                 found = _module_file(".".join(parts[:depth]))
@@ -236,7 +236,7 @@ class LocalBundling:
 def function_code() -> lambda_.Code:
     """One asset for every function (the handler differs). Its hash is the bundle's content."""
     return lambda_.Code.from_asset(
-        str(ROOT / "functions"),  # nominal source (fingerprinted by CDK); the bundle is made from SOURCES
+        str(ENTRYPOINTS),  # nominal source (fingerprinted by CDK); the bundle is made from SOURCES
         asset_hash_type=AssetHashType.CUSTOM,
         asset_hash=inputs_digest(),
         bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling-only"), local=LocalBundling()),

@@ -156,10 +156,10 @@ def assert_committed_once(deps: Dependencies, site: str, operation_ids: list[str
 def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     """Drive both queues through the real Lambda entrypoints in this process until they are empty (an in-process
     event source mapping for integration tests; the real-process one is `sitedispatch local worker`)."""
-    import functions.operations_worker as operations
-    import functions.publication_worker as publications
-    from functions.runtime import dependencies
+    import sitedispatch.functions.operations_worker as operations
+    import sitedispatch.functions.publication_worker as publications
     from sitedispatch.aws.sqs import queue_arn_from_url
+    from sitedispatch.functions.runtime import dependencies
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
     for cache in (dependencies, operations.worker, publications.worker):
@@ -190,8 +190,8 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
 
 def fresh_functions() -> None:
     """The functions' per-container caches forgotten: the next invocation builds them from this test's environment."""
-    import functions.api as api
-    from functions.runtime import dependencies
+    import sitedispatch.functions.api as api
+    from sitedispatch.functions.runtime import dependencies
 
     dependencies.cache_clear()
     api.app.cache_clear()

@@ -78,7 +78,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "operations": FunctionSpec(
         "operations",
         "OperationsWorker",
-        "functions.operations_worker.handler",
+        "sitedispatch.functions.operations_worker.handler",
         timeout_s=120,
         memory_mb=1024,
         batch_size=1,
@@ -86,7 +86,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "publications": FunctionSpec(
         "publications",
         "PublicationWorker",
-        "functions.publication_worker.handler",
+        "sitedispatch.functions.publication_worker.handler",
         timeout_s=120,
         memory_mb=1024,
         batch_size=1,
@@ -99,16 +99,21 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "bulk": FunctionSpec(
         "bulk",
         "BulkOperationsWorker",
-        "functions.operations_worker.handler",
+        "sitedispatch.functions.operations_worker.handler",
         timeout_s=LAMBDA_MAX_TIMEOUT_S,
         memory_mb=1769,
         batch_size=1,
     ),
     "reconciler": FunctionSpec(
-        "reconciler", "Reconciler", "functions.reconciler.handler", timeout_s=60, memory_mb=512, batch_size=0
+        "reconciler",
+        "Reconciler",
+        "sitedispatch.functions.reconciler.handler",
+        timeout_s=60,
+        memory_mb=512,
+        batch_size=0,
     ),
     # The HTTP API's one function. 29 s: the longest integration timeout of an HTTP API (a long poll waits 20 s).
-    "api": FunctionSpec("api", "Api", "functions.api.handler", timeout_s=29, memory_mb=1024, batch_size=0),
+    "api": FunctionSpec("api", "Api", "sitedispatch.functions.api.handler", timeout_s=29, memory_mb=1024, batch_size=0),
 }
 
 QUEUES: dict[str, QueueSpec] = {

@@ -25,9 +25,16 @@ PROGRESS = {Status.ACCEPTED: 5, Status.QUEUED: 10, Status.RUNNING: 20}
 WORKER_PROCESSES = 2
 PUBLICATION_ENVIRONMENTS = 4
 IMPORT_SITES = 3
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wxr"
-THEME_TEST_DATA = FIXTURES / "themeunittestdata.wordpress.xml"  # WordPress's theme unit test data
-BUNDLED_WXR = FIXTURES / "fixture-1.2.xml"
+EXPORT_POSTS = 60  # the demo's WordPress export (generated, seeded): posts, with categories, tags and comments
+
+
+def demo_export(workdir: Path) -> Path:
+    """The WordPress export the demo imports, written for it (the same file every run: seeded)."""
+    from sitedispatch.local.synthetic import write_wxr
+
+    path = workdir / "demo-export.xml"
+    write_wxr(path, posts=EXPORT_POSTS, seed=3)
+    return path
 
 
 class DemoApi:
@@ -81,8 +88,8 @@ def run_demo(
             f"[bold]starting the local runtime[/]: moto server, the HTTP API, {WORKER_PROCESSES} workers x "
             f"{per_worker} environments (logs in {workdir}/)"
         )
-        # 120 s functions: a real WordPress import of the theme test data takes ~30-80 s on this machine (a shorter
-        # timeout still completes, by a second attempt that finds the items the first one created)
+        # 120 s functions: a real WordPress import through REST is slow (a shorter timeout still completes, by a
+        # second attempt that finds the items the first one created)
         runtime.start_cloud(
             0,
             function_timeout_s=120,
@@ -108,10 +115,11 @@ def run_demo(
                 )
             )
         final = _follow(deps, submitted, console, timeout_s)
-        imports = _import_phase(deps, api, console, sites[:IMPORT_SITES], timeout_s)
+        export = demo_export(workdir)
+        imports = _import_phase(deps, api, console, sites[:IMPORT_SITES], export, timeout_s)
         flow = _flow_control_phase(deps, api, console, sites[-1], timeout_s)
         dead_letter = _dead_letter_phase(deps, api, console, sites[IMPORT_SITES], workdir, timeout_s)
-        real = _wordpress_phase(deps, api, console, workdir, timeout_s, wordpress)
+        real = _wordpress_phase(deps, api, console, workdir, export, timeout_s, wordpress)
 
     runs = [
         SiteRun(
@@ -155,10 +163,9 @@ def run_demo(
 
 
 def _import_phase(
-    deps: Dependencies, api: DemoApi, console: Console, sites: list[str], timeout_s: float
+    deps: Dependencies, api: DemoApi, console: Console, sites: list[str], source: Path, timeout_s: float
 ) -> list[dict[str, Any]]:
-    """Import WordPress's theme unit test data into a few sites at once and wait for each to be live."""
-    source = THEME_TEST_DATA if THEME_TEST_DATA.exists() else BUNDLED_WXR
+    """Import a WordPress export into a few sites at once and wait for each to be live."""
     console.print(f"importing {source.name} into {len(sites)} sites at once, then publishing every route")
     started = time.time()
     ops = {
@@ -294,10 +301,16 @@ def _dead_letter_phase(
 
 
 def _wordpress_phase(
-    deps: Dependencies, api: DemoApi, console: Console, workdir: Path, timeout_s: float, wanted: bool | None
+    deps: Dependencies,
+    api: DemoApi,
+    console: Console,
+    workdir: Path,
+    export: Path,
+    timeout_s: float,
+    wanted: bool | None,
 ) -> dict[str, Any]:
-    """A real WordPress (Debian's packages): registered, provisioned, the theme test data imported through REST,
-    then crawled into a publication."""
+    """A real WordPress (Debian's packages): registered, provisioned, the demo's export imported through REST, then
+    crawled into a publication."""
     from sitedispatch.domain.model import WORDPRESS_DRIVER
     from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, missing_programs
 
@@ -324,7 +337,7 @@ def _wordpress_phase(
         result: dict[str, Any] = {"url": site.url}
         for kind, params in (
             ("provision", {"title": "Demo WordPress", "admin_email": "admin@demo.example"}),
-            ("import", api.producer.upload(site_id, THEME_TEST_DATA)),
+            ("import", api.producer.upload(site_id, export)),
         ):
             started = time.monotonic()
             op = api.submit(kind, site_id, params)

@@ -201,7 +201,7 @@ class Environment:
 
         if not os.environ.get(RATE_ENV):
             return
-        from functions.runtime import dependencies
+        from sitedispatch.functions.runtime import dependencies
 
         deps = dependencies()
         install_from_environment(

@@ -1,5 +1,5 @@
 """`sitedispatch local api`: API Gateway's part, locally. A real HTTP server on 127.0.0.1 turns each request into the
-HTTP API's (payload 2.0) event and calls the deployed function's handler, `functions.api.handler`, in this process.
+HTTP API's (payload 2.0) event and calls the deployed function's handler (`FUNCTIONS["api"].handler`) in this process.
 
 Where API Gateway verifies the SigV4 signature and puts the caller's IAM ARN into `requestContext.authorizer.iam`,
 this gateway takes the caller's name from the `X-Sitedispatch-As` header (the CLI's `--as`): the one thing it does
@@ -56,10 +56,15 @@ def serialized(handler: Handler, timeout_s: float) -> Invoke:
     return invoke
 
 
-def _invoke_in_environment(event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    from functions.api import handler
+def api_handler() -> Handler:
+    """The API function's handler, found as Lambda finds it: by the handler named in the table of functions."""
+    from sitedispatch.local.esm import load_handler
 
-    return handler(event, _context(timeout_s))
+    return load_handler(FUNCTIONS["api"].handler)
+
+
+def _invoke_in_environment(event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    return api_handler()(event, _context(timeout_s))
 
 
 WARM_UP_CALLER = "local-warm-up"
@@ -69,9 +74,9 @@ def _warm_environment(hold_s: float) -> int:
     """The function's init phase in this environment (its imports, clients and core), then what its first requests
     would build on their way (one read through the clients, the routes' validation, by two requests refused before
     the core), and hold it a moment."""
-    from functions.api import handler
-    from functions.runtime import dependencies
+    from sitedispatch.functions.runtime import dependencies
 
+    handler = api_handler()
     dependencies().warm()
     for method, target, body in (("GET", "/nowhere", b""), ("POST", "/operations", b'{"site_id": "-"}')):
         handler(http_api_event(method, target, {"content-type": "application/json"}, body, WARM_UP_CALLER), _context(5))
@@ -262,12 +267,6 @@ def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     return Request
 
 
-def default_handler() -> Handler:
-    from functions.api import handler
-
-    return handler
-
-
 class Server(ThreadingHTTPServer):
     """http.server's threading server, with the listen backlog a server has (socketserver's is 5): ten connections
     opened at once overflowed it, and the one refused waited for TCP to try again, a second later."""
@@ -279,7 +278,7 @@ class Server(ThreadingHTTPServer):
 def running_gateway(invoke: Invoke | None = None, port: int = 0, timeout_s: float = 29.0) -> Iterator[str]:
     """The gateway's HTTP server in a thread of this process; its URL. Stopped on exit. By default the function
     runs in this process, one request at a time (tests)."""
-    server = Server(("127.0.0.1", port), make_handler(invoke or serialized(default_handler(), timeout_s)))
+    server = Server(("127.0.0.1", port), make_handler(invoke or serialized(api_handler(), timeout_s)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
     thread.start()

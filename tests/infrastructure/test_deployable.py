@@ -350,9 +350,7 @@ def test_the_asset_is_bundled_without_docker_for_arm64_and_holds_only_what_lambd
         assert not (asset / absent).exists(), absent
     # The project's code in the asset is exactly the functions' import closure: nothing they cannot import (the
     # demo's load generator, the CLI), nothing they import missing.
-    shipped = {
-        p.relative_to(asset).as_posix() for top in ("sitedispatch", "functions") for p in (asset / top).rglob("*.py")
-    }
+    shipped = {p.relative_to(asset).as_posix() for p in (asset / "sitedispatch").rglob("*.py")}
     closure = {p.relative_to(ROOT).as_posix() for p in import_closure()}
     assert shipped == closure
     assert "sitedispatch/local/synthetic.py" not in shipped and "sitedispatch/operations/worker.py" in shipped

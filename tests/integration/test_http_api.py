@@ -342,7 +342,7 @@ def test_uploads_are_bound_to_their_caller_and_digest(api: str, cloud: Cloud, tm
 def test_the_caller_is_the_verified_identity_never_the_request(cloud: Cloud) -> None:
     """On AWS API Gateway puts the SigV4-verified ARN into the request context; the function reads nothing else
     (an X-Sitedispatch-As header is ignored), and an assumed role is one principal across sessions."""
-    import functions.api as api
+    import sitedispatch.functions.api as api
     from sitedispatch.local.esm import LambdaContext
     from sitedispatch.local.gateway import http_api_event
     from tests.conftest import fresh_functions

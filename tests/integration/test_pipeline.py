@@ -23,8 +23,8 @@ from tests.factories import PROVISION, present
 @pytest.fixture
 def entrypoint(cloud: Cloud) -> Iterator[Any]:
     """The operations worker Lambda with its per-container caches reset to this test's resources."""
-    import functions.operations_worker as module
-    from functions.runtime import dependencies
+    import sitedispatch.functions.operations_worker as module
+    from sitedispatch.functions.runtime import dependencies
 
     dependencies.cache_clear()
     module.worker.cache_clear()

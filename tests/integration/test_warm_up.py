@@ -1,5 +1,5 @@
 """A long-lived process's warm-up (Dependencies.warm) pays the first-call costs ahead of its first request; a
-function's init phase (functions/runtime.py) builds its clients and sends nothing."""
+function's init phase (sitedispatch/functions/runtime.py) builds its clients and sends nothing."""
 
 from __future__ import annotations
 
@@ -38,14 +38,20 @@ def test_warm_reads_through_the_table_client_once_and_never_fails_an_init(cloud:
 
 INIT_PROBE = """
 import json, {module}
-from functions.runtime import dependencies
+from sitedispatch.functions.runtime import dependencies
 built = dependencies.cache_info().currsize == 1 and dependencies().__dict__
 print(json.dumps(sorted(k for k in (built or {{}}) if k in ("sqs", "s3", "models"))))
 """
 
 
 @pytest.mark.parametrize(
-    "module", ["functions.operations_worker", "functions.publication_worker", "functions.api", "functions.reconciler"]
+    "module",
+    [
+        "sitedispatch.functions.operations_worker",
+        "sitedispatch.functions.publication_worker",
+        "sitedispatch.functions.api",
+        "sitedispatch.functions.reconciler",
+    ],
 )
 def test_a_function_builds_its_clients_in_the_init_phase_without_a_request_and_only_inside_lambda(
     module: str,

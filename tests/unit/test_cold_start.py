@@ -40,7 +40,7 @@ def under(modules: set[str], prefix: str) -> set[str]:
     return {m for m in modules if m == prefix or m.startswith(prefix + ".")}
 
 
-@pytest.mark.parametrize("module", ["functions.api", "functions.reconciler"])
+@pytest.mark.parametrize("module", ["sitedispatch.functions.api", "sitedispatch.functions.reconciler"])
 def test_the_api_and_the_reconciler_do_not_load_the_queue_consumers_batch_utility(module: str) -> None:
     loaded = loaded_by(module)
     assert not under(loaded, "aws_lambda_powertools.utilities.batch")
@@ -48,13 +48,19 @@ def test_the_api_and_the_reconciler_do_not_load_the_queue_consumers_batch_utilit
 
 
 def test_the_publication_function_does_not_load_the_operations_worker_graph() -> None:
-    loaded = loaded_by("functions.publication_worker")
+    loaded = loaded_by("sitedispatch.functions.publication_worker")
     assert "sitedispatch.publication.worker" in loaded
     assert not under(loaded, "sitedispatch.operations")
 
 
 @pytest.mark.parametrize(
-    "module", ["functions.operations_worker", "functions.publication_worker", "functions.api", "functions.reconciler"]
+    "module",
+    [
+        "sitedispatch.functions.operations_worker",
+        "sitedispatch.functions.publication_worker",
+        "sitedispatch.functions.api",
+        "sitedispatch.functions.reconciler",
+    ],
 )
 def test_tracing_patches_only_what_the_functions_call_and_no_settings_library_loads(module: str) -> None:
     loaded = loaded_by(module)

@@ -101,7 +101,7 @@ def test_a_message_naming_anything_is_acknowledged_or_handled_never_a_crash(oper
 
 
 def test_message_bodies_of_every_bad_shape_are_dropped_by_the_entrypoint_parser() -> None:
-    from functions.operations_worker import parse_message
+    from sitedispatch.functions.operations_worker import parse_message
 
     bad = [
         "not json",

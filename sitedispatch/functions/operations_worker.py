@@ -12,10 +12,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies, drop_malformed, fifo_processor, init_phase
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.delivery import Result
 from sitedispatch.domain.model import QueueMessage
+from sitedispatch.functions.runtime import dependencies, drop_malformed, fifo_processor, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.operations.worker import OperationsWorker
 

@@ -9,8 +9,8 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies, init_phase
 from sitedispatch.api.app import body_limit, create_app, refused_before_routing
+from sitedispatch.functions.runtime import dependencies, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 
 

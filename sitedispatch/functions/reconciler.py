@@ -6,8 +6,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import dependencies, init_phase
 from sitedispatch.domain.resources import SCHEDULES
+from sitedispatch.functions.runtime import dependencies, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 
 
