@@ -246,7 +246,9 @@ class Dependencies:
         from sitedispatch.operations.submission import SubmitDeps, Submitter
 
         return Submitter(
-            SubmitDeps(self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace)
+            SubmitDeps(
+                self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace, self.drivers
+            )
         )
 
     @cached_property

@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sitedispatch.domain.model import (
     DRIVERS,
+    ENDPOINT_PATTERN,
     NOT_BLANK_PATTERN,
     PRINCIPAL_PATTERN,
     REFERENCE_DRIVER,
@@ -25,7 +26,6 @@ from sitedispatch.domain.settings import Settings
 from sitedispatch.drivers.wordpress.credentials import CREDENTIAL_PATTERN
 from sitedispatch.flow.estimates import DelayEstimate
 from sitedispatch.operations.progress import Progress
-from sitedispatch.operations.submission import ENDPOINT_PATTERN
 
 SITE_ID = SITE_ID_PATTERN.pattern
 PRINCIPAL = PRINCIPAL_PATTERN.pattern

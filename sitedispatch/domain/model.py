@@ -224,6 +224,8 @@ class Lease:
 REFERENCE_DRIVER = "reference"
 WORDPRESS_DRIVER = "wordpress"
 DRIVERS = (REFERENCE_DRIVER, WORDPRESS_DRIVER)
+# A remote site's home URL as a connection stores it: http(s), a host, an optional port and path; no query, no fragment.
+ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!\"$->@-~]*)?$")
 
 
 @dataclass(frozen=True)

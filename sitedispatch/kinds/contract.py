@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sitedispatch.domain.model import Lease, Operation, Site
+from sitedispatch.domain.model import Lease, Operation, Site, SiteConnection
 from sitedispatch.domain.ports import BlobStore, Clock, SiteStore, Visibility
 from sitedispatch.domain.settings import Settings
 from sitedispatch.publication.sources import RouteSource
@@ -102,6 +102,14 @@ class HandlerContext:
 
 class SiteDriver(Protocol):
     """What each kind needs from a site. Called with the site's lease held; writes carry the lease's fence."""
+
+    # Error codes that are the destination's fault, not the operation's: they count towards pausing the site.
+    destination_failures: frozenset[str]
+
+    def connection(self, given: SiteConnection) -> SiteConnection:
+        """The connection as a site of this driver is registered with it, or InvalidInput naming the field at
+        fault (checked before anything is stored)."""
+        ...
 
     def provision(self, ctx: HandlerContext, payload: Any) -> Mutation: ...
 

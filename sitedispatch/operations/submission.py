@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import uuid
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from sitedispatch.domain.errors import (
 )
 from sitedispatch.domain.model import (
     DRIVERS,
-    REFERENCE_DRIVER,
     SITE_ID_PATTERN,
     Kind,
     Operation,
@@ -38,12 +37,12 @@ from sitedispatch.domain.model import (
 from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteOwner, SiteStore
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
-from sitedispatch.drivers.wordpress.credentials import check_reference
 from sitedispatch.flow.admission import Limit, backpressure, limit_of, limits_for, share_group_for
 from sitedispatch.flow.counters import site_counter
 from sitedispatch.flow.estimates import operation_seconds, principal_operation_s
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import place
+from sitedispatch.kinds.contract import SiteDriver
 from sitedispatch.operations.uploads import (
     UPLOAD_CONTENT_TYPE,
     check_upload,
@@ -51,8 +50,6 @@ from sitedispatch.operations.uploads import (
     import_params,
     upload_key,
 )
-
-ENDPOINT_PATTERN = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!\"$->@-~]*)?$")  # no query, no fragment
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,9 @@ class SubmitDeps:
     queue: OperationQueue
     clock: Clock
     pace: Pace | None = None  # principals' measured pace: a refusal at the principal limit estimates with it
+    drivers: Mapping[str, SiteDriver] = field(
+        default_factory=dict
+    )  # a registration's connection is its driver's to check
 
 
 # An input this small is kept in the operation's row: no S3 write at submit, no read at the attempt. Larger ones go
@@ -91,21 +91,9 @@ class Submitter:
         if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         check_principal(principal, field="as")
-        if connection.driver not in DRIVERS:
+        if connection.driver not in DRIVERS or connection.driver not in self.d.drivers:
             raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}", field="driver")
-        if connection.driver == REFERENCE_DRIVER:
-            if connection.endpoint or connection.credential_ref:
-                raise InvalidInput("a reference site has no endpoint or credential", field="driver")
-        else:
-            if not connection.endpoint or not ENDPOINT_PATTERN.fullmatch(connection.endpoint):
-                raise InvalidInput("a WordPress site needs --url http(s)://host[:port][/path]", field="url")
-            if not connection.credential_ref:
-                raise InvalidInput(
-                    "a WordPress site needs --credential (file:///path.json or a Secrets Manager secret)",
-                    field="credential",
-                )
-            check_reference(connection.credential_ref)
-            connection = replace(connection, endpoint=connection.endpoint.rstrip("/"))
+        connection = self.d.drivers[connection.driver].connection(connection)
         site = self.d.sites.register(site_id, principal, self.d.clock.now(), connection)
         obs.logger.info("site registered", extra={"site_id": site_id, "driver": connection.driver})
         return site

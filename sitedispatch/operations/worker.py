@@ -63,11 +63,6 @@ from sitedispatch.operations.evidence import Evidence, build_evidence
 
 SUPERSESSION_SCAN = 50
 
-# Permanent errors that are the destination's, not the operation's: they count towards pausing the site.
-DESTINATION_FAILURES = frozenset(
-    {"wordpress_unauthorized", "credential_invalid", "credential_missing", "mu_plugin_missing"}
-)
-
 
 @dataclass
 class WorkerDeps:
@@ -270,6 +265,7 @@ class OperationsWorker:
         d = self.d
         handler = d.handlers.get(op.kind)
         ctx: HandlerContext | None = None
+        driver: SiteDriver | None = None
         try:
             if handler is None:
                 raise PermanentError(f"no handler for kind {op.kind.value}", code="unknown_kind")
@@ -321,13 +317,13 @@ class OperationsWorker:
         except PermanentError as exc:
             d.sites.release_lease(lease)
             error = ErrorInfo(type(exc).__name__, exc.code, str(exc), False)
-            return self._dead(_as_checkpointed(op, ctx), lease.fence, error, message, exc)
+            return self._dead(_as_checkpointed(op, ctx), lease.fence, error, message, exc, driver)
         except Exception as exc:
             op = _as_checkpointed(op, ctx)
             d.sites.release_lease(lease)
             code = getattr(exc, "code", None) or type(exc).__name__
             error = ErrorInfo(type(exc).__name__, str(code), _describe(exc), True)
-            return self._retry(op, lease.fence, error, message, visibility, exc)
+            return self._retry(op, lease.fence, error, message, visibility, exc, driver)
         if publication is not None:
             # The outbox row was written with the commit; this send is the fast path (a lost one is re-sent by the
             # next delivery of this operation or by the reconciler).
@@ -391,6 +387,7 @@ class OperationsWorker:
         message: QueueMessage,
         visibility: Visibility,
         exc: BaseException,
+        driver: SiteDriver | None = None,
     ) -> Result:
         d = self.d
         if op.attempt >= op.attempt_budget:
@@ -405,8 +402,9 @@ class OperationsWorker:
                 ),
                 message,
                 exc,
+                driver,
             )
-        self._count_failure(op, error)
+        self._count_failure(op, error, driver)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         if d.retry_budget.exhausted(d.clock.now()):
             # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
@@ -422,12 +420,13 @@ class OperationsWorker:
         obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
         return Result(Outcome.RETRYING, error.code, delay_s=delay)
 
-    def _count_failure(self, op: Operation, error: ErrorInfo) -> None:
+    def _count_failure(self, op: Operation, error: ErrorInfo, driver: SiteDriver | None) -> None:
         """Site health: N failures of the destination in a row pause the site, so one broken site stops consuming
         attempts. What counts: an error that may pass (unreachable, unavailable, a timeout: retried) or one of the
         destination refusing us (credentials, the mu-plugin); never an operation's own permanent error (its input,
-        a site not yet provisioned), which says nothing about the site and would pause it for everyone's work."""
-        if not (error.retryable or error.code in DESTINATION_FAILURES):
+        a site not yet provisioned), which says nothing about the site and would pause it for everyone's work. Which
+        codes are the destination's is the site's driver's to say."""
+        if not (error.retryable or (driver is not None and error.code in driver.destination_failures)):
             return
         site = self.d.sites.record_failure(
             op.site_id,
@@ -445,11 +444,12 @@ class OperationsWorker:
         error: ErrorInfo,
         message: QueueMessage,
         exc: BaseException | None = None,
+        driver: SiteDriver | None = None,
     ) -> Result:
         """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
         transition carrying its compact copy, then the DLQ message carrying its key."""
         d = self.d
-        self._count_failure(op, error)
+        self._count_failure(op, error, driver)
         site = d.sites.get(op.site_id)
         lane = lane_for(op.kind)
         evidence = build_evidence(

@@ -3,6 +3,7 @@ entrypoints, the local runtime, the demo and their data), and nothing of the che
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,24 @@ PACKAGE = ROOT / "sitedispatch"
 
 
 def test_the_wheel_ships_the_package_alone_with_its_entrypoints_and_data(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # built from a copy: setuptools' build/ keeps files a checkout has since removed
+    source.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", source)
+    shutil.copytree(PACKAGE, source / "sitedispatch", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "."],
-        cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            ".",
+        ],
+        cwd=source,
         check=True,
         capture_output=True,
     )

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from sitedispatch.domain.delivery import Result
-from sitedispatch.domain.model import Kind, QueueMessage
+from sitedispatch.domain.model import WORDPRESS_DRIVER, Kind, QueueMessage
 from sitedispatch.drivers.reference.driver import reference_only
+from sitedispatch.drivers.wordpress.credentials import Credentials
+from sitedispatch.drivers.wordpress.driver import WordPressDriver
 from sitedispatch.flow.minute_counts import MinuteCounts
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.retry_budget import RetryBudget
-from sitedispatch.kinds.contract import HandlerContext, Mutation
+from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
 from sitedispatch.kinds.handlers import HandlerFn, handler_map
 from sitedispatch.operations.submission import SubmitDeps, Submitter
 from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
@@ -26,6 +28,11 @@ from tests.fakes import MemoryMinuteBuckets, MemoryWorld, RecordingVisibility
 OPERATOR = Caller("ops-alice", operator=True)
 
 
+def every_driver() -> dict[str, SiteDriver]:
+    """The drivers registration checks connections with (the workers here have the reference driver only)."""
+    return {**reference_only(), WORDPRESS_DRIVER: WordPressDriver(Credentials())}
+
+
 class Harness:
     """The core wired to in-memory ports: submit, then deliver messages to one or more workers."""
 
@@ -33,9 +40,10 @@ class Harness:
         self.world = MemoryWorld()
         self.settings = settings(**policy)
         self.handlers = dict(handler_map())
+        self.drivers: dict[str, SiteDriver] = reference_only()  # the workers' (a deployment of reference sites)
         w = self.world
         self.submitter = Submitter(
-            SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock, self.pace())
+            SubmitDeps(self.settings, w.operations, w.sites, w.blobs, w.queue, w.clock, self.pace(), every_driver())
         )
 
     def worker(self, seed: int = 7) -> OperationsWorker:
@@ -55,7 +63,7 @@ class Harness:
                 w.publication_queue,
                 self.retry_budget(),
                 self.pace(),
-                reference_only(),
+                self.drivers,
             )
         )
 

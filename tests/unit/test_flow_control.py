@@ -10,7 +10,8 @@ import pytest
 
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Backpressure, Conflict, Forbidden, InvalidInput, PermanentError, TransientError
-from sitedispatch.domain.model import Kind, Status
+from sitedispatch.domain.model import REFERENCE_DRIVER, Kind, Status
+from sitedispatch.drivers.reference.driver import ReferenceDriver
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.flow.counters import is_flow_counter
 from sitedispatch.flow.estimates import DelayEstimate, estimated_delay_for
@@ -286,6 +287,10 @@ def test_an_operations_own_permanent_errors_never_pause_its_site() -> None:
     def refused(inner: HandlerFn, ctx: HandlerContext, payload: Any) -> Mutation:
         raise PermanentError("application password revoked", code="wordpress_unauthorized")
 
+    class Refusing(ReferenceDriver):  # a driver whose destination can refuse us (the WordPress driver's code)
+        destination_failures = frozenset({"wordpress_unauthorized"})
+
+    harness.drivers[REFERENCE_DRIVER] = Refusing()
     harness.wrap(Kind.PUBLISH, refused)
     for n in range(3):  # the destination refusing us does pause it
         assert harness.run("publish", key=f"p{n}").outcome == Outcome.DEAD

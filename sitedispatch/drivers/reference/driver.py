@@ -7,8 +7,8 @@ import json
 from functools import partial
 from typing import Any
 
-from sitedispatch.domain.errors import NotFound, PermanentError
-from sitedispatch.domain.model import REFERENCE_DRIVER, Site
+from sitedispatch.domain.errors import InvalidInput, NotFound, PermanentError
+from sitedispatch.domain.model import REFERENCE_DRIVER, Site, SiteConnection
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
 from sitedispatch.drivers.reference.content import Manifest, PageRef, PostRef, ScheduledEvent, default_site, gmt
@@ -108,6 +108,14 @@ def _publish_due_pages(
 
 
 class ReferenceDriver:
+    destination_failures: frozenset[str] = frozenset()  # its content is in this deployment's own bucket
+
+    def connection(self, given: SiteConnection) -> SiteConnection:
+        """A reference site is reached through the bucket alone."""
+        if given.endpoint or given.credential_ref:
+            raise InvalidInput("a reference site has no url or credential", field="driver")
+        return given
+
     def provision(self, ctx: HandlerContext, payload: ProvisionInput) -> Mutation:
         """A new site with WordPress's defaults, recorded as commit 1."""
         if ctx.settings.reference_latency_s:

@@ -10,14 +10,15 @@ mu-plugin refuses a stale one (409), which the worker treats as a lost lease: no
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from sitedispatch.domain.errors import NotFound, PermanentError
-from sitedispatch.domain.model import WORDPRESS_DRIVER, Site, sha256_hex
+from sitedispatch.domain.errors import InvalidInput, NotFound, PermanentError
+from sitedispatch.domain.model import ENDPOINT_PATTERN, WORDPRESS_DRIVER, Site, SiteConnection, sha256_hex
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.domain.schemas import ImportInput, ProvisionInput, PublishInput, RecoverInput, WpCronInput
 from sitedispatch.drivers.wordpress.crawl import CrawledRoutes
-from sitedispatch.drivers.wordpress.credentials import Credentials
+from sitedispatch.drivers.wordpress.credentials import Credentials, check_reference
 from sitedispatch.drivers.wordpress.origin import MU_PLUGIN, WordPressOrigin
 from sitedispatch.drivers.wordpress.rest_import import RestImporter
 from sitedispatch.kinds.contract import HandlerContext, Mutation
@@ -39,8 +40,23 @@ IMPORT_WORKERS = 4
 
 
 class WordPressDriver:
+    destination_failures = frozenset(
+        {"wordpress_unauthorized", "credential_invalid", "credential_missing", "mu_plugin_missing"}
+    )
+
     def __init__(self, credentials: Credentials) -> None:
         self.credentials = credentials
+
+    def connection(self, given: SiteConnection) -> SiteConnection:
+        """A WordPress site needs its home URL and a reference to its credential (never the credential)."""
+        if not given.endpoint or not ENDPOINT_PATTERN.fullmatch(given.endpoint):
+            raise InvalidInput("a WordPress site needs its url: http(s)://host[:port][/path]", field="url")
+        if not given.credential_ref:
+            raise InvalidInput(
+                "a WordPress site needs a credential: file:///path.json or a Secrets Manager secret", field="credential"
+            )
+        check_reference(given.credential_ref)
+        return replace(given, endpoint=given.endpoint.rstrip("/"))
 
     def origin(self, site: Site, fence: int | None = None, public: bool = False) -> WordPressOrigin:
         """The site's origin; `public`: its pages only, as a visitor (a crawl needs no credential)."""
