@@ -1,0 +1,52 @@
+"""The request a route serves: the dependencies of the app resolving it, and who sent it.
+
+Each route module has its own Powertools `Router`; the app that includes them binds itself and its dependencies for
+the length of each request it resolves (`binding`), and a route asks here for them and for its caller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+
+from sitedispatch.domain.errors import Forbidden
+from sitedispatch.domain.model import stable_identity
+from sitedispatch.operator.controls import Caller
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+
+    from sitedispatch.dependencies import Dependencies
+
+# The app resolving the current request, and its dependencies.
+_SERVING: ContextVar[tuple[APIGatewayHttpResolver, Callable[[], Dependencies]]] = ContextVar("sitedispatch_api")
+
+
+def binding(
+    deps: Callable[[], Dependencies],
+) -> Callable[[APIGatewayHttpResolver, NextMiddleware], Response[Any]]:
+    """The app's middleware that makes `deps` the dependencies of every request it resolves."""
+
+    def bind(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:
+        token = _SERVING.set((app, deps))
+        try:
+            return next_middleware(app)
+        finally:
+            _SERVING.reset(token)
+
+    return bind
+
+
+def dependencies() -> Dependencies:
+    return _SERVING.get()[1]()
+
+
+def caller() -> Caller:
+    """Who API Gateway verified (`requestContext.authorizer.iam.userArn`), never anything the request says."""
+    iam = _SERVING.get()[0].current_event.request_context.authorizer.iam
+    arn = iam.user_arn if iam is not None else None
+    if not arn:
+        raise Forbidden("the request is not signed: sign it with SigV4 (service execute-api)")
+    return Caller.of(stable_identity(arn), dependencies().settings)

@@ -1,0 +1,50 @@
+"""Sites: register one with its driver, read it, its history and a live route; pause and resume it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from pydantic import Field
+
+from sitedispatch.api.errors import ERRORS
+from sitedispatch.api.models import NUMBER, ReasonRequest, RegisterSiteRequest
+from sitedispatch.api.request import caller, dependencies
+from sitedispatch.domain.model import Site, SiteConnection
+from sitedispatch.operator.controls import LiveRoute, SiteHistory
+
+router = Router()
+
+
+@router.post("/sites", responses=ERRORS, summary="Register a site with its driver, before its first operation")
+def register_site(body: RegisterSiteRequest) -> Site:
+    connection = SiteConnection(body.driver, body.url, body.credential)
+    return dependencies().submitter().register_site(body.site_id, caller().identity, connection)
+
+
+@router.get("/sites/<site_id>", responses=ERRORS, summary="A site: owner, head, lease, fence, pause")
+def get_site(site_id: str) -> Site:
+    return dependencies().controls().site(caller(), site_id)
+
+
+@router.get("/sites/<site_id>/history", responses=ERRORS, summary="The site's commits and publications, newest first")
+def site_history(site_id: str, limit: Annotated[int, Field(ge=1, le=1000), Query(), NUMBER] = 50) -> SiteHistory:
+    return dependencies().controls().history(caller(), site_id, limit)
+
+
+@router.get("/sites/<site_id>/live", responses=ERRORS, summary="The live content of one route of the site")
+def live_route(site_id: str, route: Annotated[str, Query(max_length=2048)] = "/") -> LiveRoute:
+    return dependencies().controls().live_route(caller(), site_id, route)
+
+
+@router.post(
+    "/sites/<site_id>/pause", responses=ERRORS, summary="Pause a site: its queued operations wait, no attempt spent"
+)
+def pause_site(site_id: str, body: ReasonRequest) -> Site:
+    return dependencies().controls().set_paused(caller(), site_id, True, body.reason or "paused by operator")
+
+
+@router.post("/sites/<site_id>/resume", responses=ERRORS, summary="Resume a paused site")
+def resume_site(site_id: str, body: ReasonRequest) -> Site:
+    return dependencies().controls().set_paused(caller(), site_id, False, body.reason or None)
