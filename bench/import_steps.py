@@ -213,7 +213,7 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float, whole: bool
         _invocations(env, provision.operation.operation_id, site, 900, deps)
         store = ContentStore(deps.blobs, site)
         started = time.perf_counter()
-        revision = _large_revision(store, store.frame(present(present(deps.sites.get(site)).head_revision)), posts)
+        revision = _large_revision(store, store.stored_manifest(present(present(deps.sites.get(site)).head_revision)), posts)
         built_s = round(time.perf_counter() - started, 1)
         restore = submitter.submit(
             kind="recover", site_id=site, principal="bench", params={"revision_id": revision, "mode": "restore"}
@@ -225,7 +225,7 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float, whole: bool
             kind="import", site_id=site, principal="bench", params=submitter.stage_upload(site, small, "bench")
         ).operation
         [into] = _invocations(env, ten.operation_id, site, timeout_s, deps)
-        head = store.frame(present(present(deps.sites.get(site)).head_revision))
+        head = store.stored_manifest(present(present(deps.sites.get(site)).head_revision))
         publication = publish_sampled(env, deps, site, present(present(deps.sites.get(site)).head_revision), whole)
         out = {
             "site_posts": posts,

@@ -192,7 +192,7 @@ class Dependencies:
     def drivers(self) -> Mapping[str, SiteDriver]:
         """Every site driver this deployment has (a site names its own)."""
         from sitedispatch.domain.model import REFERENCE_DRIVER, WORDPRESS_DRIVER
-        from sitedispatch.kinds.drivers import DriverRegistry
+        from sitedispatch.kinds.registry import DriverRegistry
 
         def reference() -> SiteDriver:
             from sitedispatch.drivers.reference.driver import ReferenceDriver

@@ -91,7 +91,7 @@ class ReconcilerDeps:
 
 class Reconciler:
     def __init__(self, deps: ReconcilerDeps, policy: ReconcilerPolicy = ReconcilerPolicy()) -> None:
-        self.d = deps
+        self.deps = deps
         self.policy = policy
         self._deadline = 0.0
 
@@ -104,7 +104,7 @@ class Reconciler:
         if sweep is None:
             obs.logger.warning("unknown schedule skipped", extra={"schedule": schedule})
             return None
-        self._deadline = self.d.clock.now() + self.policy.time_budget_s
+        self._deadline = self.deps.clock.now() + self.policy.time_budget_s
         result = sweep()
         for name, value in result.repaired.items():
             obs.count(_metric(name), value)
@@ -112,7 +112,7 @@ class Reconciler:
         return result
 
     def _out_of_time(self, sweep: Sweep) -> bool:
-        if self._deadline and self.d.clock.now() >= self._deadline:
+        if self._deadline and self.deps.clock.now() >= self._deadline:
             sweep.truncated = True
         return sweep.truncated
 
@@ -124,7 +124,7 @@ class Reconciler:
         whatever its size."""
         sweep = Sweep("reconcile")
         # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount.
-        flight = {status: self.d.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
+        flight = {status: self.deps.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
         sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, flight)
         sweep.repaired["unsent_groups_sent"] = self.send_unsent_groups(sweep)
         sweep.repaired["waiting_released"] = self.release_waiting(sweep, flight[Status.ACCEPTED])
@@ -137,7 +137,7 @@ class Reconciler:
 
     def resend_orphans(self, sweep: Sweep, flight: dict[Status, list[Operation]]) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         resent = 0
         for op in flight[Status.ACCEPTED]:
             if self._out_of_time(sweep):
@@ -163,7 +163,7 @@ class Reconciler:
         """A batch writes its groups' rows `queued` with a record of each group, deleted once their messages are
         sent: a record older than the orphan grace is a batch that died before that. Its operations that never
         started are sent (again, perhaps: safe), then the record goes."""
-        d = self.d
+        d = self.deps
         done = 0
         for group in d.operations.unsent(created_before=d.clock.now() - self.policy.orphan_grace_s):
             if self._out_of_time(sweep):
@@ -182,11 +182,11 @@ class Reconciler:
         read consistently, decides."""
         if op.waiting_for:
             return False
-        current = self.d.operations.get(op.operation_id)
+        current = self.deps.operations.get(op.operation_id)
         if current is None or current.status != Status.ACCEPTED or current.waiting_for:
             return False
         self._send(current)
-        self.d.operations.mark_queued(op.operation_id, self.d.clock.now())
+        self.deps.operations.mark_queued(op.operation_id, self.deps.clock.now())
         return True
 
     def release_waiting(self, sweep: Sweep, accepted: list[Operation]) -> int:
@@ -197,14 +197,14 @@ class Reconciler:
         for group in sorted({share for share, _ in waiting_shares(accepted)}):
             if self._out_of_time(sweep):
                 break
-            share = share_named(self.d.settings, group)
-            released += refill(self.d.operations, self.d.queue, self.d.clock, share, RELEASE_LIMIT)
+            share = share_named(self.deps.settings, group)
+            released += refill(self.deps.operations, self.deps.queue, self.deps.clock, share, RELEASE_LIMIT)
         return released
 
     def recover_stale_leases(self, sweep: Sweep, running: list[Operation]) -> int:
         """A running operation whose lease expired (no heartbeat) or passed to another operation: that attempt is
         over. It is failed and queued again; the attempt's process, if it ever wakes, cannot commit (its fence)."""
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         recovered = 0
         for op in running:
             if self._out_of_time(sweep):
@@ -244,7 +244,7 @@ class Reconciler:
         """Lost fan-ins: a publication that stalled (its plan or some chunk messages lost, or its finisher died
         after the last chunk) gets its missing steps sent again. Steps are idempotent; one that a newer
         publication overtook finishes as superseded, which takes it out of the by-open index."""
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         resumed = 0
         for publication in d.publications.open_before(now - self.policy.publication_stall_s):
             if self._out_of_time(sweep):
@@ -270,7 +270,7 @@ class Reconciler:
     def repair_live_pointers(self, sweep: Sweep) -> int:
         """live.json is written after the promotion; a publisher that died in between left it behind. Only the
         sites promoted within the window are looked at (the by-live index)."""
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         repaired = 0
         for site in d.sites.promoted_since(now - self.policy.live_repair_window_s):
             if self._out_of_time(sweep):
@@ -292,7 +292,7 @@ class Reconciler:
         `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin. `outstanding`: the
         operations in flight as the sweep read them at its start (else read here); anything the sweep itself moved
         since is recent, so the quiet condition refuses to overwrite it."""
-        d = self.d
+        d = self.deps
         started = d.clock.now()
         quiet_since = started - self.policy.counter_quiet_s
         # Only counters moved since a recount last found them at zero and quiet can have drifted (by-held); those
@@ -319,14 +319,14 @@ class Reconciler:
         """One `wp_cron` per site with something due, per due minute: the idempotency key is (site, minute), so a
         second run in the same minute submits nothing new, and a queued older one is superseded by the newer."""
         sweep = Sweep("wp-events")
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         minute = int(now // 60)
         outcomes = {"submitted": 0, "exists": 0, "refused": 0}
         for site in d.sites.due(now):
             if self._out_of_time(sweep):
                 break
             if not site.paused:
-                outcomes[self.d.submit_wp_cron(site, minute)] += 1
+                outcomes[self.deps.submit_wp_cron(site, minute)] += 1
         sweep.repaired.update({f"wp_cron_{outcome}": n for outcome, n in outcomes.items()})
         return sweep
 
@@ -336,7 +336,7 @@ class Reconciler:
         """Dead-letter depth and age per lane; messages whose operation is no longer dead at that epoch (redriven,
         replayed, or ended otherwise) removed."""
         sweep = Sweep("queue-repair")
-        d, now = self.d, self.d.clock.now()
+        d, now = self.deps, self.deps.clock.now()
         stale_removed = 0
         for lane in sorted({lane_for(kind) for kind in Kind}):
             if self._out_of_time(sweep):
@@ -364,7 +364,7 @@ class Reconciler:
         return sweep
 
     def _send(self, op: Operation, dedup_id: str | None = None) -> None:
-        self.d.queue.send(QueueMessage.of(op), dedup_id or op.dedup_id, lane_for(op.kind))
+        self.deps.queue.send(QueueMessage.of(op), dedup_id or op.dedup_id, lane_for(op.kind))
 
 
 def _metric(name: str) -> str:

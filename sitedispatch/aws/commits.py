@@ -33,10 +33,10 @@ class DynamoCommitStore:
         self.models = models
 
     def commit(self, prepared: PreparedCommit, now: float) -> None:
-        C, S, Op, P = self.models.Commit, self.models.Site, self.models.Operation, self.models.Publication
-        K = self.models.Counter
+        Commits, Sites, Operations = self.models.Commit, self.models.Site, self.models.Operation
+        Publications, Counters = self.models.Publication, self.models.Counter
         c, lease = prepared.commit, prepared.lease
-        record = C(
+        record = Commits(
             c.operation_id,
             site_id=c.site_id,
             kind=c.kind.value,
@@ -48,50 +48,52 @@ class DynamoCommitStore:
             summary=c.summary,
         )
         site_actions = [
-            S.head_version.set(c.version),
-            S.head_revision.set(c.revision_id),
-            S.lease_owner.remove(),
-            S.lease_expires_at.remove(),
-            S.consecutive_failures.set(0),
+            Sites.head_version.set(c.version),
+            Sites.head_revision.set(c.revision_id),
+            Sites.lease_owner.remove(),
+            Sites.lease_expires_at.remove(),
+            Sites.consecutive_failures.set(0),
         ]
         if prepared.avg_operation_s is not None:
-            site_actions.append(S.avg_operation_s.set(prepared.avg_operation_s))
+            site_actions.append(Sites.avg_operation_s.set(prepared.avg_operation_s))
         if prepared.next_due_at is not None:
-            site_actions += [S.next_due_at.set(prepared.next_due_at), S.due.set(DUE_PARTITION)]
+            site_actions += [Sites.next_due_at.set(prepared.next_due_at), Sites.due.set(DUE_PARTITION)]
         else:
-            site_actions += [S.next_due_at.remove(), S.due.remove()]
+            site_actions += [Sites.next_due_at.remove(), Sites.due.remove()]
         op_actions = [
-            Op.status.set(Status.SUCCEEDED.value),
-            Op.result.set(prepared.result),
-            Op.finished_at.set(now),
-            Op.updated_at.set(now),
-            Op.error.remove(),
-            Op.holds.remove(),
-            Op.share.remove(),
+            Operations.status.set(Status.SUCCEEDED.value),
+            Operations.result.set(prepared.result),
+            Operations.finished_at.set(now),
+            Operations.updated_at.set(now),
+            Operations.error.remove(),
+            Operations.holds.remove(),
+            Operations.share.remove(),
         ]
         op_condition = (
-            (Op.status == Status.RUNNING.value) & (Op.fence == lease.fence) & Op.cancel_requested.does_not_exist()
+            (Operations.status == Status.RUNNING.value)
+            & (Operations.fence == lease.fence)
+            & Operations.cancel_requested.does_not_exist()
         )
         if prepared.slot is not None:
-            op_actions.append(Op.running_slot.remove())
-            op_condition &= Op.running_slot == prepared.slot
+            op_actions.append(Operations.running_slot.remove())
+            op_condition &= Operations.running_slot == prepared.slot
         try:
-            with transaction(C) as tx:
-                tx.save(RECORD, record, condition=C.operation_id.does_not_exist())
+            with transaction(Commits) as tx:
+                tx.save(RECORD, record, condition=Commits.operation_id.does_not_exist())
                 tx.update(
                     HEAD,
-                    S(c.site_id),
+                    Sites(c.site_id),
                     site_actions,
-                    condition=(S.fence == lease.fence)
-                    & (S.lease_owner == lease.owner)
-                    & (S.head_version == prepared.expected_version),
+                    condition=(Sites.fence == lease.fence)
+                    & (Sites.lease_owner == lease.owner)
+                    & (Sites.head_version == prepared.expected_version),
                 )
-                tx.update(OPERATION, Op(c.operation_id), op_actions, condition=op_condition)
+                tx.update(OPERATION, Operations(c.operation_id), op_actions, condition=op_condition)
                 if prepared.publication is not None:
                     pub = prepared.publication
                     tx.save(
                         PUBLICATION,
-                        P(
+                        Publications(
                             pub.site_id,
                             pub.seq,
                             revision_id=pub.revision_id,
@@ -100,12 +102,12 @@ class DynamoCommitStore:
                             created_at=pub.created_at,
                             open=index_shard(OPEN, pub.site_id),
                         ),
-                        condition=P.seq.does_not_exist(),
+                        condition=Publications.seq.does_not_exist(),
                     )
-                tx.decrement(K, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
+                tx.decrement(Counters, (*prepared.counters, *((prepared.slot,) if prepared.slot else ())), now)
                 for tally in prepared.tallies:
-                    actions = bucket_actions(K, tally.minute, tally.count, tally.amount)
-                    tx.update(f"tally:{tally.bucket_id}", K(tally.bucket_id), actions)
+                    actions = bucket_actions(Counters, tally.minute, tally.count, tally.amount)
+                    tx.update(f"tally:{tally.bucket_id}", Counters(tally.bucket_id), actions)
         except TransactionFailed as failed:
             raise failed.mapped(
                 [

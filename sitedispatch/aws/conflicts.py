@@ -34,7 +34,7 @@ class Conflicted(Exception):
         self.cause = cause
 
 
-def patiently(request: Callable[[], T], what: str, code: str, patience_s: float = CONFLICT_PATIENCE_S) -> T:
+def retried_on_conflict(request: Callable[[], T], what: str, code: str, patience_s: float = CONFLICT_PATIENCE_S) -> T:
     """`request()` until it does not raise Conflicted, for up to `patience_s`; then TransientError(`code`)."""
     deadline = time.monotonic() + patience_s
     for attempt in itertools.count():

@@ -15,8 +15,8 @@ from sitedispatch.aws.writes import (
     TransactionFailed,
     conditionally,
     get_item,
-    patient,
     read_all,
+    single_write,
     transaction,
     under_limit,
 )
@@ -240,7 +240,7 @@ class DynamoMinuteBuckets:
         self.C = models.Counter
 
     def add(self, bucket_id: str, minute: int, count: int, amount: int) -> None:
-        patient(lambda: self.C(bucket_id).update(actions=bucket_actions(self.C, minute, count, amount)))
+        single_write(lambda: self.C(bucket_id).update(actions=bucket_actions(self.C, minute, count, amount)))
 
     def read(self, bucket_ids: Sequence[str]) -> dict[str, Bucket]:
         wanted = list(dict.fromkeys(bucket_ids))

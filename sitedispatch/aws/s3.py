@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
-from sitedispatch.aws.conflicts import Conflicted, patiently
+from sitedispatch.aws.conflicts import Conflicted, retried_on_conflict
 from sitedispatch.domain.errors import InvalidInput, NotFound
 from sitedispatch.domain.ports import SignedUpload, StoredObject
 
@@ -46,12 +46,12 @@ class S3BlobStore:
                 body.seek(start)  # a request sent again sends the whole body again
             return self._put_conditionally(key, Body=body, ContentType=content_type, IfNoneMatch="*", **checksum)
 
-        return patiently(put, f"s3://{self.bucket}/{key}", "s3_conflict")
+        return retried_on_conflict(put, f"s3://{self.bucket}/{key}", "s3_conflict")
 
     def _put_conditionally(self, key: str, **params: Any) -> bool:
         """One conditional PUT: True if written, False if its condition failed (412). S3's 409 (another conditional
-        write of the key was in progress, nothing written) becomes Conflicted, which `patiently` sends again: then
-        the other write is there (412) or gone. A body that is not its declared SHA-256 is refused."""
+        write of the key was in progress, nothing written) becomes Conflicted, which `retried_on_conflict` sends
+        again: then the other write is there (412) or gone. A body that is not its declared SHA-256 is refused."""
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, **params)
             return True
@@ -77,7 +77,7 @@ class S3BlobStore:
 
     def replace(self, key: str, body: bytes, expected_etag: str | None, content_type: str = "application/json") -> bool:
         condition = {"IfMatch": expected_etag} if expected_etag else {"IfNoneMatch": "*"}
-        return patiently(
+        return retried_on_conflict(
             lambda: self._put_conditionally(key, Body=body, ContentType=content_type, **condition),
             f"s3://{self.bucket}/{key}",
             "s3_conflict",

@@ -27,7 +27,7 @@ from pynamodb.constants import (
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.models import Model
 
-from sitedispatch.aws.conflicts import Conflicted, patiently
+from sitedispatch.aws.conflicts import Conflicted, retried_on_conflict
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 CANCELLED_BY_CONDITION = "ConditionalCheckFailed"
@@ -37,7 +37,7 @@ MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key (2048 for a partition ke
 M = TypeVar("M", bound=Model)
 
 
-def patient(write: Callable[[], object]) -> None:
+def single_write(write: Callable[[], object]) -> None:
     """Run one single write (PutItem, UpdateItem, DeleteItem). DynamoDB refuses one on an item a transaction is in
     progress on (TransactionConflictException: nothing written), and botocore does not retry it: it is sent again
     after a short backoff (aws/conflicts.py). A minute bucket's ADD, for one, can meet the commit transaction that
@@ -51,13 +51,13 @@ def patient(write: Callable[[], object]) -> None:
                 raise Conflicted(exc) from exc
             raise
 
-    patiently(attempt, "a write", "transaction_conflict")
+    retried_on_conflict(attempt, "a write", "transaction_conflict")
 
 
 def conditionally(write: Callable[[], object]) -> bool:
     """Run one conditional write: True if it was applied, False if its condition failed. Any other failure raises."""
     try:
-        patient(write)
+        single_write(write)
     except (PutError, UpdateError, DeleteError) as exc:
         if exc.cause_response_code == CONDITION_FAILED:
             return False
@@ -224,7 +224,7 @@ class NamedTransaction:
 
     def commit(self) -> None:
         if self._items:
-            patiently(self._send, "a transaction", "transaction_conflict")
+            retried_on_conflict(self._send, "a transaction", "transaction_conflict")
 
     def _send(self) -> None:
         try:

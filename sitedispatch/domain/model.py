@@ -72,7 +72,7 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Sta
 RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
 
 
-INTERACTIVE = "operations"  # the lanes are the names of the operations queues in sitedispatch.resources.QUEUES
+INTERACTIVE = "operations"  # a lane is named as its queue in sitedispatch.domain.resources.QUEUES
 BULK = "bulk"
 BULK_KINDS = frozenset({Kind.IMPORT})  # long-running: their own lane (queue and function)
 SUPERSEDABLE_KINDS = frozenset({Kind.PUBLISH, Kind.WP_CRON})  # a newer queued one does all an older one would

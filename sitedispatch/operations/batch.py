@@ -69,7 +69,7 @@ class _Pending:
 class BatchSubmitter:
     def __init__(self, submitter: Submitter) -> None:
         self.submitter = submitter
-        self.d = submitter.d
+        self.deps = submitter.deps
         self.claimed: set[str] = set()  # sites this batch's groups claimed (their next groups only check)
         self.groups: list[str] = []  # the groups created, each recorded unsent until its messages are sent
 
@@ -109,7 +109,7 @@ class BatchSubmitter:
 
     def _create(self, pending: list[_Pending], answers: list[ItemAnswer | None]) -> list[_Pending]:
         """Create every pending item: in groups while they fit, else one by one. What was created, in order."""
-        d = self.d
+        d = self.deps
         shares: dict[str, list[int | None]] = {}  # share -> each shard's room as read once, then counted off
         one_by_one: set[str] = set()  # sites whose items go one by one from here on
         created: list[_Pending] = []
@@ -152,7 +152,7 @@ class BatchSubmitter:
         if share.name not in shares:
             shares[share.name] = [
                 room(share, k, reading) if reading.waiting == 0 and reading.maximum is None else None
-                for k, reading in enumerate(readings(self.d.operations, share))
+                for k, reading in enumerate(readings(self.deps.operations, share))
             ]
         left = shares[share.name]
         home = share.home(site_id)
@@ -166,7 +166,7 @@ class BatchSubmitter:
         return k
 
     def _create_group(self, group: list[_Pending]) -> bool:
-        limits = [limits_for(self.d.settings, p.op) for p in group]
+        limits = [limits_for(self.deps.settings, p.op) for p in group]
         counts: Counter[str] = Counter()
         maxima: dict[str, tuple[int, bool, bool]] = {}
         for p, op_limits in zip(group, limits, strict=True):
@@ -174,7 +174,7 @@ class BatchSubmitter:
                 counts[counter] += 1
                 k = limit.group.index_of(counter) or 0
                 maxima[counter] = (limit.group.shard_maximum(k), limit.name == "site", False)
-            share = share_group_for(self.d.settings, p.op)
+            share = share_group_for(self.deps.settings, p.op)
             assert p.op.share is not None
             counts[p.op.share] += 1
             maxima[p.op.share] = (share.shard_maximum(share.index_of(p.op.share) or 0), False, True)
@@ -191,10 +191,10 @@ class BatchSubmitter:
             Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2], register=registers.get(c))
             for c, n in counts.items()
         ]
-        now = self.d.clock.now()  # admitted and queued: its message is sent next, or by the reconciler
+        now = self.deps.clock.now()  # admitted and queued: its message is sent next, or by the reconciler
         queued = [replace(p.op, status=Status.QUEUED, queued_at=now, updated_at=now) for p in group]
         try:
-            created = self.d.operations.create_group(queued, moves)
+            created = self.deps.operations.create_group(queued, moves)
         except TransientError:  # its transaction met others past its patience: one by one, as single submits
             return False
         if created:
@@ -225,7 +225,7 @@ class BatchSubmitter:
         """Messages ten to a request per lane, in order; then the groups' unsent records deleted, and each operation
         created one by one marked queued. A crash before that leaves unsent records, or `accepted` rows, that the
         reconciler sends again (a repeat is dropped by SQS)."""
-        d = self.d
+        d = self.deps
         to_send = [p for p in created if not p.op.waiting_for]
         for lane in sorted({lane_for(p.op.kind) for p in to_send}):
             in_lane = [p for p in to_send if lane_for(p.op.kind) == lane]

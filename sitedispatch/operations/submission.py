@@ -83,7 +83,7 @@ def input_key(site_id: str, digest: str) -> str:
 
 class Submitter:
     def __init__(self, deps: SubmitDeps) -> None:
-        self.d = deps
+        self.deps = deps
 
     def register_site(self, site_id: str, principal: str, connection: SiteConnection) -> Site:
         """Register a site with its driver before its first operation (a site submitted to without registering
@@ -91,10 +91,10 @@ class Submitter:
         if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         check_principal(principal, field="as")
-        if connection.driver not in DRIVERS or connection.driver not in self.d.drivers:
+        if connection.driver not in DRIVERS or connection.driver not in self.deps.drivers:
             raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}", field="driver")
-        connection = self.d.drivers[connection.driver].connection(connection)
-        site = self.d.sites.register(site_id, principal, self.d.clock.now(), connection)
+        connection = self.deps.drivers[connection.driver].connection(connection)
+        site = self.deps.sites.register(site_id, principal, self.deps.clock.now(), connection)
         obs.logger.info("site registered", extra={"site_id": site_id, "driver": connection.driver})
         return site
 
@@ -128,8 +128,8 @@ class Submitter:
         if op.waiting_for:
             return Submitted(op, True)
         # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
-        sent_at = self.d.clock.now()
-        self.d.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        sent_at = self.deps.clock.now()
+        self.deps.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
         return Submitted(self.queued(op, sent_at), True)
 
     def prepare(
@@ -144,7 +144,7 @@ class Submitter:
         tenant: str | None = None,
     ) -> tuple[Operation, bytes]:
         """The operation a submit would create and its canonical input, validated; nothing written."""
-        d = self.d
+        d = self.deps
         kind_enum = _parse_kind(kind)
         if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
@@ -177,18 +177,18 @@ class Submitter:
     def keep_input(self, op: Operation, body: bytes) -> None:
         """An input too large for the row goes to S3 under its digest (before the row that names it)."""
         if op.inline_input is None:
-            self.d.blobs.put_if_absent(op.input_key, body)
+            self.deps.blobs.put_if_absent(op.input_key, body)
 
     def existing(self, op: Operation) -> Submitted:
         """The same key again (a client's retry, or a concurrent submit that won the race): never a new one."""
-        existing = self.d.operations.get(op.operation_id)
+        existing = self.deps.operations.get(op.operation_id)
         assert existing is not None
         return self._same_or_conflict(existing, op.input_digest)
 
     def queued(self, op: Operation, sent_at: float) -> Operation:
         """Sent: accepted -> queued. The row as written (no read back): queued, unless a fast worker moved it on
         first."""
-        if self.d.operations.mark_queued(op.operation_id, sent_at):
+        if self.deps.operations.mark_queued(op.operation_id, sent_at):
             return replace(op, status=Status.QUEUED, queued_at=sent_at, updated_at=sent_at)
         return op
 
@@ -207,7 +207,7 @@ class Submitter:
         full, the row waits for it); flow/placement.py moves to other shards when one is full. The first submit to
         a site (its counter names no owner yet) registers the site and submits again, claiming it. The operation
         as written."""
-        d = self.d
+        d = self.deps
         limits = limits_for(d.settings, op)
         owner = site_counter(op.site_id)
         share = share_group_for(d.settings, op)
@@ -238,7 +238,7 @@ class Submitter:
             raise self._backpressure(op, limit_of(limits, full.counter), full) from None
 
     def _backpressure(self, op: Operation, limit: Limit, full: LimitReached) -> Exception:
-        d = self.d
+        d = self.deps
         per_operation = operation_seconds(d.sites, op.site_id, d.settings.default_operation_s)
         if limit.name in {"principal", "tenant"} and d.pace is not None:
             _, per_operation = principal_operation_s(
@@ -251,12 +251,12 @@ class Submitter:
     ) -> tuple[bytes, str]:
         payload = parse_input(kind, params)
         if kind == Kind.IMPORT:
-            check_upload(self.d.blobs, principal, site_id, payload.model_dump())
+            check_upload(self.deps.blobs, principal, site_id, payload.model_dump())
         body = payload.canonical_bytes()
         size = max(len(body), raw_size or 0)
-        if size > self.d.settings.max_input_bytes:
+        if size > self.deps.settings.max_input_bytes:
             raise InvalidInput(
-                f"input is {size} bytes, over the {self.d.settings.max_input_bytes}-byte limit", field="input"
+                f"input is {size} bytes, over the {self.deps.settings.max_input_bytes}-byte limit", field="input"
             )
         return body, sha256_hex(body)
 
@@ -272,7 +272,7 @@ class Submitter:
             raise
         except InvalidInput as unfit:
             raise Conflict(f"the input does not fit a {kind.value} operation: {unfit}") from unfit
-        self.d.blobs.put_if_absent(input_key(site_id, digest), body)
+        self.deps.blobs.put_if_absent(input_key(site_id, digest), body)
         return input_key(site_id, digest), digest
 
     def stage_upload(self, site_id: str, path: Path, principal: str) -> dict[str, Any]:
@@ -282,13 +282,13 @@ class Submitter:
         if not SITE_ID_PATTERN.fullmatch(site_id):
             raise InvalidInput(f"site id {site_id!r} must match {SITE_ID_PATTERN.pattern}", field="site")
         size, digest = file_digest(path)
-        if size > self.d.settings.max_upload_bytes:
+        if size > self.deps.settings.max_upload_bytes:
             raise InvalidInput(
-                f"{path} is {size} bytes, over the {self.d.settings.max_upload_bytes}-byte limit", field="input-file"
+                f"{path} is {size} bytes, over the {self.deps.settings.max_upload_bytes}-byte limit", field="input-file"
             )
         key = upload_key(principal, site_id, digest)
         with path.open("rb") as fh:
-            self.d.blobs.put_if_absent(key, fh, UPLOAD_CONTENT_TYPE, sha256=digest)
+            self.deps.blobs.put_if_absent(key, fh, UPLOAD_CONTENT_TYPE, sha256=digest)
         return import_params(key, digest, size)
 
     @staticmethod

@@ -56,9 +56,9 @@ from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
 from sitedispatch.flow.shares import freed_by, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
-from sitedispatch.kinds.drivers import driver_for
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operations.commits import prepare_commit
+from sitedispatch.kinds.registry import driver_for
+from sitedispatch.operations.assembly import prepare_commit
 from sitedispatch.operations.evidence import Evidence, build_evidence
 
 SUPERSESSION_SCAN = 50
@@ -84,7 +84,7 @@ class WorkerDeps:
 
 class OperationsWorker:
     def __init__(self, deps: WorkerDeps) -> None:
-        self.d = deps
+        self.deps = deps
         self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
         self.deadline: float | None = None  # when the invocation must have returned
 
@@ -97,7 +97,7 @@ class OperationsWorker:
         self.request_id = request_id
         self.deadline = deadline
         shares = _shares_of(message)
-        delivery = self.d.operations.read_delivery(message.operation_id, message.site_id, shares)
+        delivery = self.deps.operations.read_delivery(message.operation_id, message.site_id, shares)
         op = delivery.operation
         if op is None:
             return self._ack("unknown_operation", message)
@@ -121,7 +121,7 @@ class OperationsWorker:
         if site is None:
             error = ErrorInfo("PermanentError", "site_not_registered", f"site {op.site_id} is not registered", False)
             return self._dead(op, None, error, message)
-        now = self.d.clock.now()
+        now = self.deps.clock.now()
         not_now = self._not_now(op, site, message, visibility, now)
         return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
 
@@ -129,7 +129,7 @@ class OperationsWorker:
         """This delivery ended an operation (or found it ended) while others waited for its fairness key's share:
         the place it held goes to the oldest of them. A failure here is logged (the reconciler releases what is
         left waiting)."""
-        d = self.d
+        d = self.deps
         freed = freed_by(d.settings, op)
         if freed is None or freed[1].counter not in read_shares:
             return
@@ -144,7 +144,7 @@ class OperationsWorker:
         """A delivery that must not run now: a paused site, a newer operation that supersedes it, a backoff."""
         if site.paused:
             # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
-            return self._defer(visibility, self.d.settings.pause_deferral_s, "site_paused")
+            return self._defer(visibility, self.deps.settings.pause_deferral_s, "site_paused")
         if op.kind in SUPERSEDABLE_KINDS and op.status in {Status.ACCEPTED, Status.QUEUED}:
             newer = self._newer_of_same_kind(op)
             if newer is not None:
@@ -157,7 +157,7 @@ class OperationsWorker:
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
     ) -> Result:
         """Claim the site's lease (fence + 1), spend an attempt under it, and run the kind's handler."""
-        d = self.d
+        d = self.deps
         started = self._claim(op, site, message, visibility, now)
         if isinstance(started, Result):
             return started
@@ -184,7 +184,7 @@ class OperationsWorker:
         queue's visibility timeout (6 x the function timeout: 12 minutes for the interactive lane). It comes before
         the claim, not after: a process stopped between the two would otherwise hold a running operation's group for
         those 12 minutes. A claim that fails defers, which sets it again."""
-        d = self.d
+        d = self.deps
         if not site.lease_free_for(op.operation_id, now):  # held, as the consistent read just showed: no write
             return self._lease_held(visibility, site.lease_expires_at or now, now)
         visibility.change(d.settings.lease_seconds * 2)
@@ -218,7 +218,7 @@ class OperationsWorker:
     ) -> tuple[Lease, Operation] | Result:
         """The two-step claim, when the site or the row changed since it was read: it tells apart another holder,
         an attempt that died holding its slot (kept), and an operation that is no longer runnable."""
-        d = self.d
+        d = self.deps
         try:
             lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
         except LeaseHeld as held:
@@ -248,12 +248,12 @@ class OperationsWorker:
             return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
 
     def _lease_held(self, visibility: Visibility, expires_at: float, now: float) -> Result:
-        wait = min(max(expires_at - now, 1.0), self.d.settings.defer_max_s)
+        wait = min(max(expires_at - now, 1.0), self.deps.settings.defer_max_s)
         return self._defer(visibility, wait, "lease_held")
 
     def _principal_busy(self, site: Site, visibility: Visibility) -> Result:
         """The principal already runs its share of this lane: give the environment to someone else."""
-        d = self.d
+        d = self.deps
         obs.count("PrincipalRunningCapDeferred")
         return self._defer(
             visibility,
@@ -262,7 +262,7 @@ class OperationsWorker:
         )
 
     def _run(self, op: Operation, site: Site, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
-        d = self.d
+        d = self.deps
         handler = d.handlers.get(op.kind)
         ctx: HandlerContext | None = None
         driver: SiteDriver | None = None
@@ -334,13 +334,15 @@ class OperationsWorker:
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
 
-    def _send_pending_publication(self, site_id: str, seq: int) -> None:
-        publication = self.d.publications.get(site_id, seq)
+    def _send_pending_publication(self, site_id: str, version: int) -> None:
+        """The publication of the commit at `version` sent again if it is still pending (a publication's sequence
+        number is its commit's version)."""
+        publication = self.deps.publications.get(site_id, version)
         if publication is not None and publication.status == PublicationStatus.PENDING:
-            self.d.publication_queue.send(PublicationMessage(site_id, publication.revision_id, seq))
+            self.deps.publication_queue.send(PublicationMessage(site_id, publication.revision_id, version))
 
     def _newer_of_same_kind(self, op: Operation) -> Operation | None:
-        for other in self.d.operations.list(site_id=op.site_id, limit=SUPERSESSION_SCAN):
+        for other in self.deps.operations.list(site_id=op.site_id, limit=SUPERSESSION_SCAN):
             if other.created_at <= op.created_at:
                 break  # newest first: nothing newer left
             if other.kind == op.kind and other.status in {Status.ACCEPTED, Status.QUEUED, Status.RUNNING}:
@@ -349,10 +351,10 @@ class OperationsWorker:
 
     def _supersede(self, op: Operation, newer: Operation, message: QueueMessage) -> Result:
         try:
-            self.d.operations.end(
+            self.deps.operations.end(
                 op,
                 Status.SUPERSEDED,
-                self.d.clock.now(),
+                self.deps.clock.now(),
                 from_statuses=(Status.ACCEPTED, Status.QUEUED),
                 reason=f"superseded by {newer.operation_id}",
                 superseded_by=newer.operation_id,
@@ -365,12 +367,12 @@ class OperationsWorker:
 
     def _cancelled(self, op: Operation, lease: Lease, message: QueueMessage) -> Result:
         """A cancel was recorded while the operation was running: it ends cancelled and commits nothing."""
-        self.d.sites.release_lease(lease)
+        self.deps.sites.release_lease(lease)
         try:
-            self.d.operations.end(
+            self.deps.operations.end(
                 op,
                 Status.CANCELLED,
-                self.d.clock.now(),
+                self.deps.clock.now(),
                 from_statuses=(Status.RUNNING, Status.QUEUED, Status.ACCEPTED),
                 reason=op.cancel_requested or "cancelled",
             )
@@ -389,7 +391,7 @@ class OperationsWorker:
         exc: BaseException,
         driver: SiteDriver | None = None,
     ) -> Result:
-        d = self.d
+        d = self.deps
         if op.attempt >= op.attempt_budget:
             return self._dead(
                 op,
@@ -428,10 +430,10 @@ class OperationsWorker:
         codes are the destination's is the site's driver's to say."""
         if not (error.retryable or (driver is not None and error.code in driver.destination_failures)):
             return
-        site = self.d.sites.record_failure(
+        site = self.deps.sites.record_failure(
             op.site_id,
-            self.d.settings.auto_pause_failures,
-            f"{self.d.settings.auto_pause_failures} consecutive failures; last: "
+            self.deps.settings.auto_pause_failures,
+            f"{self.deps.settings.auto_pause_failures} consecutive failures; last: "
             f"{op.kind.value} {op.operation_id} {error.code}",
         )
         if site.paused:
@@ -448,7 +450,7 @@ class OperationsWorker:
     ) -> Result:
         """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
         transition carrying its compact copy, then the DLQ message carrying its key."""
-        d = self.d
+        d = self.deps
         self._count_failure(op, error, driver)
         site = d.sites.get(op.site_id)
         lane = lane_for(op.kind)
@@ -484,7 +486,7 @@ class OperationsWorker:
     def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
         """start_attempt refused: terminal meanwhile, a concurrent delivery started a newer attempt, or the budget is
         spent (crash loop)."""
-        d = self.d
+        d = self.deps
         op = d.operations.get(operation_id)
         d.sites.release_lease(lease)
         if op is None or op.status.terminal:
@@ -503,7 +505,7 @@ class OperationsWorker:
         return self._dead(op, None, error, message)
 
     def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
-        jittered = seconds * (0.8 + 0.4 * self.d.rng.random())
+        jittered = seconds * (0.8 + 0.4 * self.deps.rng.random())
         visibility.change(jittered)
         obs.count("OperationDeferred")
         return Result(Outcome.DEFERRED, reason, delay_s=jittered)

@@ -150,7 +150,7 @@ class ControlDeps:
 
 class Controls:
     def __init__(self, deps: ControlDeps) -> None:
-        self.d = deps
+        self.deps = deps
 
     # -- reads -------------------------------------------------------------------------------------------------
 
@@ -162,12 +162,12 @@ class Controls:
     ) -> list[Operation]:
         if site_id is not None:
             self.site(caller, site_id)
-        found = self.d.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
+        found = self.deps.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
         return [op for op in found if caller.may_act_for(op.principal)][:limit]
 
     def site(self, caller: Caller, site_id: str, action: str | None = None, reason: str | None = None) -> Site:
         """The site, if `caller` may see it (or perform `action` on it: a refusal is then audited as denied)."""
-        site = self.d.sites.get(site_id)
+        site = self.deps.sites.get(site_id)
         if site is None:
             raise NotFound(f"site {site_id} not found")
         self._authorize(caller, site.principal, f"site {site_id}", action=action, reason=reason, site_id=site_id)
@@ -176,14 +176,16 @@ class Controls:
     def history(self, caller: Caller, site_id: str, limit: int = 50) -> SiteHistory:
         """The site's commits and publications, newest first."""
         self.site(caller, site_id)
-        return SiteHistory(self.d.commits.history(site_id, limit=limit), self.d.publications.list(site_id, limit=limit))
+        return SiteHistory(
+            self.deps.commits.history(site_id, limit=limit), self.deps.publications.list(site_id, limit=limit)
+        )
 
     def live_route(self, caller: Caller, site_id: str, route: str) -> LiveRoute:
         """The live content of one route of the site."""
         from sitedispatch.publication.live import read_live_route
 
         self.site(caller, site_id)
-        body, site = read_live_route(self.d.sites, self.d.blobs, site_id, route)
+        body, site = read_live_route(self.deps.sites, self.deps.blobs, site_id, route)
         return LiveRoute(site_id, route, site.live_revision, site.live_seq, len(body), body.decode("utf-8", "replace"))
 
     def audit_entries(
@@ -202,8 +204,8 @@ class Controls:
             if actor not in (None, caller.identity):
                 raise Forbidden(f"{caller.identity} may only read its own audit entries")
             actor = caller.identity
-        now = self.d.clock.now()
-        return self.d.audit.list(since, now, actor=actor, action=action, target=target, site_id=site_id, limit=limit)
+        now = self.deps.clock.now()
+        return self.deps.audit.list(since, now, actor=actor, action=action, target=target, site_id=site_id, limit=limit)
 
     @staticmethod
     def visible_principal(caller: Caller) -> str | None:
@@ -214,8 +216,8 @@ class Controls:
         self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
     ) -> list[Operation]:
         """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
-        now = self.d.clock.now()
-        dead = self.d.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
+        now = self.deps.clock.now()
+        dead = self.deps.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
         return [op for op in dead if caller.may_act_for(op.principal) and where.matches(op, now)][:limit]
 
     def evidence(self, caller: Caller, operation_id: str) -> dict[str, Any]:
@@ -223,7 +225,7 @@ class Controls:
         if not op.evidence:
             state = f"{op.status.value}" + (f" (epoch {op.epoch})" if op.epoch else "")
             raise NotFound(f"operation {operation_id} has no dead-letter evidence: it is {state}")
-        return dict(json.loads(self.d.blobs.get(op.evidence["key"])))
+        return dict(json.loads(self.deps.blobs.get(op.evidence["key"])))
 
     # -- actions -------------------------------------------------------------------------------------------------
 
@@ -242,7 +244,7 @@ class Controls:
     def set_paused(self, caller: Caller, site_id: str, paused: bool, reason: str | None) -> Site:
         action = "pause" if paused else "resume"
         site = self.site(caller, site_id, action, reason)
-        updated = self.d.sites.set_paused(site_id, paused, reason if paused else None)
+        updated = self.deps.sites.set_paused(site_id, paused, reason if paused else None)
         self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
         return updated
 
@@ -290,8 +292,8 @@ class Controls:
             try:
                 self._requeue(op, new_input)
             except LimitReached as full:
-                limit = limit_of(limits_for(self.d.settings, op), full.counter)
-                why = str(backpressure(limit, full, self.d.settings.default_operation_s))
+                limit = limit_of(limits_for(self.deps.settings, op), full.counter)
+                why = str(backpressure(limit, full, self.deps.settings.default_operation_s))
                 report.refused[op.operation_id] = why
                 self._audit(caller, action, op, reason, "refused", why=why)
                 continue
@@ -354,17 +356,17 @@ class Controls:
         if max_outstanding is None and max_running is None:
             raise InvalidInput("give --max-outstanding, --max-running or both", field="max_outstanding")
         for name, value in (("max_outstanding", max_outstanding), ("max_running", max_running)):
-            if value is not None and not 1 <= value <= self.d.settings.max_outstanding_global:
+            if value is not None and not 1 <= value <= self.deps.settings.max_outstanding_global:
                 raise InvalidInput(
                     f"{name} must be between 1 and the global limit "
-                    f"{self.d.settings.max_outstanding_global}, got {value}",
+                    f"{self.deps.settings.max_outstanding_global}, got {value}",
                     field=name,
                 )
-        before = self.d.quotas.get(principal, tenant)
-        quota = Quota(principal, max_outstanding, max_running, caller.identity, self.d.clock.now(), reason, tenant)
+        before = self.deps.quotas.get(principal, tenant)
+        quota = Quota(principal, max_outstanding, max_running, caller.identity, self.deps.clock.now(), reason, tenant)
         bounded = list(quota_bounds(principal, tenant, quota))
-        held = {counter: reading.value for counter, reading in self.d.operations.read_counters(bounded).items()}
-        self.d.quotas.put(quota, quota_bounds(principal, tenant, quota, held))
+        held = {counter: reading.value for counter, reading in self.deps.operations.read_counters(bounded).items()}
+        self.deps.quotas.put(quota, quota_bounds(principal, tenant, quota, held))
         detail: dict[str, Any] = {
             "max_outstanding": max_outstanding,
             "max_running": max_running,
@@ -381,17 +383,17 @@ class Controls:
         """Back to the deployment's limits (operators only)."""
         tenant = _own(principal, tenant)
         self._operator_only(caller, "quota", principal, reason)
-        existed = self.d.quotas.clear(principal, tenant, list(quota_bounds(principal, tenant, None)))
+        existed = self.deps.quotas.clear(principal, tenant, list(quota_bounds(principal, tenant, None)))
         detail: dict[str, Any] = {"cleared": existed} | ({"tenant": tenant} if tenant is not None else {})
         self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped", detail)
         return self._limits(principal, tenant)
 
     def _limits(self, principal: str, tenant: str | None) -> PrincipalLimits:
-        settings, quota = self.d.settings, self.d.quotas.get(principal, tenant)
+        settings, quota = self.deps.settings, self.deps.quotas.get(principal, tenant)
         key = tenant or principal
         outstanding = (principal_group(principal, 0) if tenant is None else tenant_group(principal, key, 0)).shard_ids()
         running = {lane: running_group(lane, principal, key, 0).shard_ids() for lane in operation_lanes()}
-        readings = self.d.operations.read_counters([*outstanding, *(c for ids in running.values() for c in ids)])
+        readings = self.deps.operations.read_counters([*outstanding, *(c for ids in running.values() for c in ids)])
 
         def total(ids: list[str]) -> int:
             return sum(readings[c].value for c in ids if c in readings)
@@ -418,7 +420,7 @@ class Controls:
     # -- internals -----------------------------------------------------------------------------------------------
 
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
-        d = self.d
+        d = self.deps
         revived = place(
             d.operations,
             op,
@@ -436,12 +438,12 @@ class Controls:
     def _remove_dead_letters(self, lanes: Iterable[str], remove: Callable[[DeadLetter], bool]) -> int:
         removed = 0
         for lane in sorted(lanes):
-            gone, _ = self.d.queue.sweep_dead_letters(lane, remove)
+            gone, _ = self.deps.queue.sweep_dead_letters(lane, remove)
             removed += len(gone)
         return removed
 
     def _cancel(self, op: Operation, reason: str) -> Operation:
-        d = self.d
+        d = self.deps
         if op.status in {Status.ACCEPTED, Status.QUEUED}:
             try:
                 d.operations.end(
@@ -470,7 +472,7 @@ class Controls:
         return self._act(caller, action, operation_id, reason)
 
     def _act(self, caller: Caller, action: str | None, operation_id: str, reason: str | None) -> Operation:
-        op = self.d.operations.get(operation_id)
+        op = self.deps.operations.get(operation_id)
         if op is None:
             raise NotFound(f"operation {operation_id} not found")
         self._authorize(
@@ -540,9 +542,9 @@ class Controls:
         outcome: str,
         detail: dict[str, Any],
     ) -> None:
-        self.d.audit.record(
+        self.deps.audit.record(
             AuditEntry(
-                at=self.d.clock.now(),
+                at=self.deps.clock.now(),
                 actor=caller.identity,
                 action=action,
                 target=target,
@@ -554,7 +556,7 @@ class Controls:
         )
 
     def _reload(self, operation_id: str) -> Operation:
-        op = self.d.operations.get(operation_id)
+        op = self.deps.operations.get(operation_id)
         assert op is not None
         return op
 

@@ -24,7 +24,7 @@ from sitedispatch.domain.model import Publication, PublicationMessage, Publicati
 from sitedispatch.domain.ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore, Visibility
 from sitedispatch.domain.settings import Settings
 from sitedispatch.kinds.contract import SiteDriver
-from sitedispatch.kinds.drivers import driver_for
+from sitedispatch.kinds.registry import driver_for
 from sitedispatch.publication.live import (
     canonical,
     chunk_receipt_key,
@@ -61,7 +61,7 @@ class Plan:
 
 class PublicationWorker:
     def __init__(self, deps: PublicationDeps) -> None:
-        self.d = deps
+        self.deps = deps
         self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
         self._rng = random.Random()
 
@@ -69,8 +69,8 @@ class PublicationWorker:
         key = (site.site_id, revision_id)
         plan = self._plans.get(key)
         if plan is None:
-            source = driver_for(self.d.drivers, site).route_source(self.d.blobs, site, revision_id)
-            plan = Plan(source, source.plan(self.d.settings.publication_chunk_routes))
+            source = driver_for(self.deps.drivers, site).route_source(self.deps.blobs, site, revision_id)
+            plan = Plan(source, source.plan(self.deps.settings.publication_chunk_routes))
             self._plans[key] = plan
             while len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
@@ -86,7 +86,7 @@ class PublicationWorker:
             return self._process(message)
         except TransientError as exc:
             if visibility is not None:
-                s = self.d.settings
+                s = self.deps.settings
                 delay = full_jitter(receive_count, s.backoff_base_s, s.backoff_cap_s, self._rng)
                 visibility.change(delay)
                 obs.count("PublicationStepRetried")
@@ -97,7 +97,7 @@ class PublicationWorker:
             raise
 
     def _process(self, message: PublicationMessage) -> Result:
-        d = self.d
+        d = self.deps
         obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
         publication, site = d.publications.get_with_site(message.site_id, message.seq)
         if publication is None or publication.revision_id != message.revision_id:
@@ -137,7 +137,7 @@ class PublicationWorker:
         return self._finish(done, site, self._fan_in(done, plan.chunks))
 
     def _plan(self, publication: Publication, total: int) -> Result:
-        d = self.d
+        d = self.deps
         d.publications.plan(publication.site_id, publication.seq, total, d.clock.now())
         for chunk in range(total):
             d.queue.send(PublicationMessage(publication.site_id, publication.revision_id, publication.seq, chunk))
@@ -147,14 +147,14 @@ class PublicationWorker:
     def _render_chunk(self, source: RouteSource, publication: Publication, chunk: int, part: list[Route]) -> None:
         entries = self._render(source, publication, part)
         total = publication.total_chunks or 0
-        self.d.blobs.put_if_absent(
+        self.deps.blobs.put_if_absent(
             chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
             canonical({"chunk": chunk, "routes": entries}),
         )
 
     def _render(self, source: RouteSource, publication: Publication, part: list[Route]) -> list[dict[str, object]]:
         """Store each route's object (immutable) and describe it for the receipt."""
-        d = self.d
+        d = self.deps
         prefix = revision_prefix(publication.site_id, publication.revision_id)
 
         def put(route: Route) -> dict[str, object]:
@@ -200,7 +200,7 @@ class PublicationWorker:
         for chunk in range(total):
             key = chunk_receipt_key(site_id, revision_id, total, chunk)
             try:
-                data = self.d.blobs.get(key)
+                data = self.deps.blobs.get(key)
             except NotFound:
                 raise RuntimeError(f"chunk {chunk} marked done but its receipt is missing") from None
             routes = json.loads(data)["routes"]
@@ -237,13 +237,13 @@ class PublicationWorker:
         promotion and live.json): if it is live, make sure of the document (conditional on its ETag, a no-op when
         it is current)."""
         if site is not None and _is_live(site, publication):
-            write_live_document(self.d.blobs, site)
+            write_live_document(self.deps.blobs, site)
         return Result(Outcome.ACKED, f"already_{publication.status.value}")
 
     def _finish(self, publication: Publication, before: Site, receipt: dict[str, object]) -> Result:
         """Every route is stored: receipt (only now, naming every route), then promotion, then live.json.
         `before` is the site as read when this step began."""
-        d = self.d
+        d = self.deps
         site_id, revision_id = publication.site_id, publication.revision_id
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), canonical(receipt))
         now = d.clock.now()

@@ -344,7 +344,7 @@ def test_strict_a_single_write_refused_by_a_transaction_in_progress_is_sent_agai
     cloud: Cloud, strict: Strictness
 ) -> None:
     """DynamoDB refuses a single write on an item a transaction is in progress on (TransactionConflictException) and
-    botocore does not retry it: the stores' writes (aws/writes.py `patient`, `conditionally`) send it again, so it
+    botocore does not retry it: the stores' writes (aws/writes.py `single_write`, `conditionally`) send it again, so it
     lands after the transaction instead of failing the delivery or the request."""
     from sitedispatch.aws.flow import DynamoMinuteBuckets
     from sitedispatch.aws.writes import conditionally

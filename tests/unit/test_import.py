@@ -195,7 +195,7 @@ def test_a_large_site_is_stored_in_pages_and_reads_back_as_the_same_manifest(sma
     flat_bytes = whole.canonical_bytes()
 
     revision = store.put_manifest(whole)
-    frame = store.frame(revision)
+    frame = store.stored_manifest(revision)
 
     assert frame.paged and frame.posts == () and frame.index is not None
     assert [p.number for p in frame.pages] == sorted({p.id // 16 for p in whole.posts})
@@ -213,7 +213,7 @@ def test_a_small_site_stays_one_document_with_the_bytes_it_had_before_pages() ->
 
     revision = store.put_manifest(whole)
 
-    assert revision == whole.revision_id and not store.frame(revision).paged
+    assert revision == whole.revision_id and not store.stored_manifest(revision).paged
     document = json.loads(store.blobs.get(f"sites/acme-blog/snapshots/{revision}.json"))
     assert "pages" not in document and "index" not in document
 
@@ -230,7 +230,7 @@ def test_an_import_into_a_paged_site_reads_and_writes_only_the_pages_its_items_t
     blobs = CountingBlobs()
     store = ContentStore(blobs, "acme-blog")
     site = store.put_manifest(merged_theme(store))
-    before = store.frame(site)
+    before = store.stored_manifest(site)
     wxr = tmp_path / "ten.xml"
     write_wxr(wxr, posts=10, seed=5, first_id=5001)
     blobs.reads.clear()
@@ -271,7 +271,7 @@ def test_identities_sharing_a_key_hash_are_told_apart_by_the_post_itself(
     whole = merged_theme(store)
     revision = store.put_manifest(whole)
 
-    again = merge.ManifestMerger(store, store.frame(revision), store.put_body)
+    again = merge.ManifestMerger(store, store.stored_manifest(revision), store.put_body)
     with THEME_TEST_DATA.open("rb") as fh:
         from sitedispatch.wxr import parse_wxr
 

@@ -90,7 +90,7 @@ def test_an_import_in_steps_commits_once_with_the_revision_a_single_step_makes(
     revision, summary = imported(stepped, source)
 
     assert revision == whole  # the same content, so the same revision
-    paged = ContentStore(stepped.world.blobs, "acme-blog").frame(revision).paged
+    paged = ContentStore(stepped.world.blobs, "acme-blog").stored_manifest(revision).paged
     assert paged == (layout == "pages")
     assert len(stepped.world.commits.history("acme-blog")) == 2  # the provision's and the import's: one commit
     assert len(saved) == (events_in(source) - 1) // 50 and summary["steps"] == len(saved) + 1

@@ -14,7 +14,7 @@ from defusedxml import ElementTree
 
 from sitedispatch.drivers.reference import content, plan
 from sitedispatch.drivers.reference.content import Manifest, PostBody, PostRef, SiteSettings
-from sitedispatch.drivers.reference.routes import SiteIndex
+from sitedispatch.drivers.reference.permalinks import SiteIndex
 from sitedispatch.drivers.reference.source import PagedRoutes, route_source
 from sitedispatch.drivers.reference.store import ContentStore
 from sitedispatch.publication import worker
@@ -53,7 +53,7 @@ def locs(document: bytes) -> list[str]:
 def both_layouts(manifest: Manifest, store: ContentStore) -> tuple[RouteSource, RouteSource]:
     paged_revision = store.put_manifest(manifest)
     flat_revision = store.put_frame(manifest)  # the same content as one document
-    assert store.frame(paged_revision).paged and not store.frame(flat_revision).paged
+    assert store.stored_manifest(paged_revision).paged and not store.stored_manifest(flat_revision).paged
     return route_source(store, paged_revision), route_source(store, flat_revision)
 
 
@@ -146,7 +146,7 @@ def test_each_chunk_reads_only_the_pages_its_routes_show(small_pages: None) -> N
     store = ContentStore(blobs, "acme-blog")
     whole = merged_theme(store)
     revision = store.put_manifest(whole)
-    frame = store.frame(revision)
+    frame = store.stored_manifest(revision)
     index = SiteIndex(whole)
     with_listed = {post_id // content.PAGE_IDS for post_id in index.permalinks}
     blobs.reads.clear()
@@ -196,7 +196,7 @@ def test_a_paged_site_goes_live_through_the_worker_with_a_receipt_naming_its_chu
     assert result.outcome.value == "succeeded" and result.commit is not None
     revision = result.commit.revision_id
     store = ContentStore(harness.world.blobs, "acme-blog")
-    assert store.frame(revision).paged
+    assert store.stored_manifest(revision).paged
 
     harness.drain_publications()
 

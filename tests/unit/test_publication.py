@@ -195,7 +195,7 @@ def test_wp_cron_publishes_future_posts_once_their_date_passes(
     harness.import_file(FIXTURES / "fixture-1.2.xml")
     harness.drain_publications()
     store = ContentStore(harness.world.blobs, "acme-blog")
-    frame = store.frame(present(harness.world.sites.get("acme-blog")).head_revision or "")
+    frame = store.stored_manifest(present(harness.world.sites.get("acme-blog")).head_revision or "")
     assert frame.paged == (layout == "pages") and (not frame.paged or len(frame.pages) > 2)
     page_reads: list[str] = []
     real_get = harness.world.blobs.get

@@ -246,7 +246,7 @@ def test_a_route_the_origin_cannot_serve_is_transient() -> None:
 def test_drivers_are_built_on_first_use_only() -> None:
     from sitedispatch.domain.model import Site
     from sitedispatch.drivers.reference.driver import ReferenceDriver
-    from sitedispatch.kinds.drivers import DriverRegistry, driver_for
+    from sitedispatch.kinds.registry import DriverRegistry, driver_for
 
     built: list[str] = []
 

@@ -31,7 +31,7 @@ def _content(ctx: HandlerContext) -> ContentStore:
 def _head(ctx: HandlerContext) -> Manifest:
     """The head revision as stored (a paged one without its posts)."""
     assert ctx.site.head_revision is not None  # the handler checked the site is provisioned
-    return _content(ctx).frame(ctx.site.head_revision)
+    return _content(ctx).stored_manifest(ctx.site.head_revision)
 
 
 def _unchanged(ctx: HandlerContext, head: Manifest, summary: dict[str, Any], **after: Any) -> Mutation:
@@ -144,7 +144,7 @@ class ReferenceDriver:
         content = _content(ctx)
         steps = Steps(ctx, payload.source_key, at, HEARTBEAT_EVERY_ITEMS)
         with BodyWriter(content) as writer:
-            merger = ManifestMerger(content, content.frame(base), writer.write)
+            merger = ManifestMerger(content, content.stored_manifest(base), writer.write)
             if at is not None:
                 merger.restore(json.loads(ctx.blobs.get(at.state_key)))
             for event in steps.events(partial(_checkpoint, ctx, payload, steps, writer, merger)):
@@ -207,7 +207,7 @@ class ReferenceDriver:
         """Roll the live site back to an earlier revision, or restore the head's content from one."""
         head = _head(ctx)
         try:
-            target = _content(ctx).frame(payload.revision_id)
+            target = _content(ctx).stored_manifest(payload.revision_id)
         except NotFound:
             raise PermanentError(
                 f"site {ctx.site.site_id} has no revision {payload.revision_id}", code="unknown_revision"

@@ -36,7 +36,7 @@ from typing import Any
 from sitedispatch.domain.errors import NotFound
 from sitedispatch.drivers.reference import content
 from sitedispatch.drivers.reference.content import Manifest, PostRef, Term
-from sitedispatch.drivers.reference.routes import (
+from sitedispatch.drivers.reference.permalinks import (
     FEED_ITEMS,
     HOME_LISTING,
     LISTING_PREFIXES,

@@ -10,7 +10,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sitedispatch.drivers.reference.content import Manifest, PostBody, PostRef
-from sitedispatch.drivers.reference.routes import FEED_ITEMS, SiteView, home_path, term_path
+from sitedispatch.drivers.reference.permalinks import FEED_ITEMS, SiteView, home_path, term_path
 from sitedispatch.publication.routes import CATEGORY, FEED, HOME, SINGLE, SITEMAP, TAG, Route
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from sitedispatch.drivers.reference.content import Manifest
+from sitedispatch.drivers.reference.permalinks import SiteIndex
 from sitedispatch.drivers.reference.plan import PagedView, stored_plan
 from sitedispatch.drivers.reference.render import Renderer
-from sitedispatch.drivers.reference.routes import SiteIndex
 from sitedispatch.drivers.reference.store import ContentStore
 from sitedispatch.publication.routes import Route
 from sitedispatch.publication.sources import ListedRoutes, RouteSource
@@ -68,7 +68,7 @@ class PagedRoutes:
 
 
 def route_source(store: ContentStore, revision_id: str) -> RouteSource:
-    frame = store.frame(revision_id)
+    frame = store.stored_manifest(revision_id)
     if frame.paged:
         return PagedRoutes(store, frame, revision_id)
     return ManifestRoutes(store, frame)

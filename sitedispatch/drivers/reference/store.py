@@ -149,13 +149,13 @@ class ContentStore:
         self.blobs = blobs
         self.site_id = site_id
 
-    def frame(self, revision_id: str) -> Manifest:
+    def stored_manifest(self, revision_id: str) -> Manifest:
         """A revision as stored: for a paged one, without its posts (they are in its pages)."""
         return Manifest.from_bytes(self.blobs.get(snapshot_key(self.site_id, revision_id)))
 
     def manifest(self, revision_id: str) -> Manifest:
         """A revision with all its posts (a paged one's read from its pages)."""
-        return self.with_posts(self.frame(revision_id))
+        return self.with_posts(self.stored_manifest(revision_id))
 
     def with_posts(self, frame: Manifest) -> Manifest:
         """A stored revision's document with its posts (a paged one's read from its pages)."""
