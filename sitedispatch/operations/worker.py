@@ -34,7 +34,6 @@ from sitedispatch.domain.model import (
     QueueMessage,
     Site,
     Status,
-    lane_for,
 )
 from sitedispatch.domain.ports import (
     BlobStore,
@@ -59,7 +58,7 @@ from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDrive
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.kinds.registry import driver_for
 from sitedispatch.operations.assembly import prepare_commit
-from sitedispatch.operations.evidence import Evidence, build_evidence
+from sitedispatch.operations.failures import count_towards_pause, dead_letter
 
 SUPERSESSION_SCAN = 50
 
@@ -406,7 +405,7 @@ class OperationsWorker:
                 exc,
                 driver,
             )
-        self._count_failure(op, error, driver)
+        count_towards_pause(d, op, error, driver)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         if d.retry_budget.exhausted(d.clock.now()):
             # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
@@ -422,23 +421,6 @@ class OperationsWorker:
         obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
         return Result(Outcome.RETRYING, error.code, delay_s=delay)
 
-    def _count_failure(self, op: Operation, error: ErrorInfo, driver: SiteDriver | None) -> None:
-        """Site health: N failures of the destination in a row pause the site, so one broken site stops consuming
-        attempts. What counts: an error that may pass (unreachable, unavailable, a timeout: retried) or one of the
-        destination refusing us (credentials, the mu-plugin); never an operation's own permanent error (its input,
-        a site not yet provisioned), which says nothing about the site and would pause it for everyone's work. Which
-        codes are the destination's is the site's driver's to say."""
-        if not (error.retryable or (driver is not None and error.code in driver.destination_failures)):
-            return
-        site = self.deps.sites.record_failure(
-            op.site_id,
-            self.deps.settings.auto_pause_failures,
-            f"{self.deps.settings.auto_pause_failures} consecutive failures; last: "
-            f"{op.kind.value} {op.operation_id} {error.code}",
-        )
-        if site.paused:
-            obs.count("SiteAutoPaused")
-
     def _dead(
         self,
         op: Operation,
@@ -448,39 +430,9 @@ class OperationsWorker:
         exc: BaseException | None = None,
         driver: SiteDriver | None = None,
     ) -> Result:
-        """Dead with evidence: the S3 document first (so the row never names a missing one), then the dead
-        transition carrying its compact copy, then the DLQ message carrying its key."""
-        d = self.deps
-        self._count_failure(op, error, driver)
-        site = d.sites.get(op.site_id)
-        lane = lane_for(op.kind)
-        evidence = build_evidence(
-            op,
-            error,
-            fence=fence,
-            revision=site.head_revision if site else None,
-            now=d.clock.now(),
-            request_id=self.request_id,
-            lane=lane,
-            exc=exc,
-        )
-        d.blobs.put_if_absent(evidence.key, evidence.document())
-        try:
-            d.operations.mark_dead(op, fence, error, d.clock.now(), evidence=evidence.row())
-        except (NotRunnable, StaleFence):
+        count_towards_pause(self.deps, op, error, driver)
+        if not dead_letter(self.deps, op, fence, error, message, self.request_id, exc):
             return self._ack("dead_race_lost", message)
-        d.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
-        obs.count("OperationDead")
-        obs.logger.error(
-            "operation dead",
-            extra={
-                "error_class": error.error_class,
-                "error_code": error.code,
-                "error": error.message,
-                "evidence": evidence.key,
-                "recovery": evidence.recovery_command,
-            },
-        )
         return Result(Outcome.DEAD, error.code)
 
     def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
@@ -526,21 +478,6 @@ def _as_checkpointed(op: Operation, ctx: HandlerContext | None) -> Operation:
 def op_input(blobs: BlobStore, op: Operation) -> bytes:
     """The operation's input: kept in its row when small, else in S3 at its input key."""
     return op.inline_input.encode() if op.inline_input is not None else blobs.get(op.input_key)
-
-
-def dead_letter_attributes(op: Operation, evidence: Evidence) -> dict[str, str]:
-    """What a DLQ message carries besides the operation id: enough to filter and to find the evidence."""
-    return {
-        "operation_id": op.operation_id,
-        "site_id": op.site_id,
-        "kind": op.kind.value,
-        "principal": op.principal,
-        "epoch": str(op.epoch),
-        "attempt": str(op.attempt),
-        "input_digest": op.input_digest,
-        "error_code": evidence.error_code,
-        "evidence_key": evidence.key,
-    }
 
 
 def _shares_of(message: QueueMessage) -> list[str]:
