@@ -213,7 +213,9 @@ def ten_into_large_site(workdir: Path, posts: int, timeout_s: float, whole: bool
         _invocations(env, provision.operation.operation_id, site, 900, deps)
         store = ContentStore(deps.blobs, site)
         started = time.perf_counter()
-        revision = _large_revision(store, store.stored_manifest(present(present(deps.sites.get(site)).head_revision)), posts)
+        revision = _large_revision(
+            store, store.stored_manifest(present(present(deps.sites.get(site)).head_revision)), posts
+        )
         built_s = round(time.perf_counter() - started, 1)
         restore = submitter.submit(
             kind="recover", site_id=site, principal="bench", params={"revision_id": revision, "mode": "restore"}

@@ -33,7 +33,8 @@ from sitedispatch.local.faults import RATE_ENV, SEED_ENV
 from sitedispatch.local.strict import STRICT_DELETE_LOST, strict_counts_path
 from sitedispatch.local.supervisor import Child, LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
-from sitedispatch.operator.controls import Caller, DeadLetterFilter
+from sitedispatch.operator.access import Caller
+from sitedispatch.operator.reads import DeadLetterFilter
 
 from .invariants import DriverLedger, Sampler, Violations, check_after
 

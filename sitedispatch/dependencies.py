@@ -263,7 +263,8 @@ class Dependencies:
         return S3UploadSigner(client, self.settings.bucket)
 
     def controls(self) -> Controls:
-        from sitedispatch.operator.controls import ControlDeps, Controls
+        from sitedispatch.operator.access import ControlDeps
+        from sitedispatch.operator.controls import Controls
 
         return Controls(
             ControlDeps(

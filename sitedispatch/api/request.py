@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from sitedispatch.domain.errors import Forbidden
 from sitedispatch.domain.model import stable_identity
-from sitedispatch.operator.controls import Caller
+from sitedispatch.operator.access import Caller
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.middlewares import NextMiddleware

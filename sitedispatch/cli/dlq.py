@@ -16,7 +16,7 @@ from sitedispatch.domain.model import Kind
 
 if TYPE_CHECKING:  # the CLI imports only what a command needs (the core's controls pull in Powertools)
     from sitedispatch.client import ApiClient
-    from sitedispatch.operator.controls import RedriveReport
+    from sitedispatch.operator.redrive import RedriveReport
 
 app = typer.Typer(help="Dead operations: list, evidence, redrive.", no_args_is_help=True)
 
@@ -156,7 +156,7 @@ def redrive_command(
                 "input": new_input,
             }
             report = api.call("POST", "/dead-letters/redrive", body=body)
-        from sitedispatch.operator.controls import RedriveReport
+        from sitedispatch.operator.redrive import RedriveReport
 
         render_report(typed(RedriveReport, report), json)
 

@@ -17,7 +17,7 @@ app = typer.Typer(
 
 
 def render(body: Any) -> None:
-    from sitedispatch.operator.controls import PrincipalLimits
+    from sitedispatch.operator.quotas import PrincipalLimits
 
     limits = typed(PrincipalLimits, body)
     quota = limits.quota

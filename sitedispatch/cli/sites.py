@@ -83,7 +83,7 @@ def history(
     site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None, json: JsonOpt = False
 ) -> None:
     """The site's commits and publications, newest first."""
-    from sitedispatch.operator.controls import SiteHistory
+    from sitedispatch.operator.reads import SiteHistory
 
     with reported(json):
         body = client(as_).call("GET", f"/sites/{site_id}/history", query={"limit": limit})

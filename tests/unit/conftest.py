@@ -19,7 +19,8 @@ from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
 from sitedispatch.kinds.handlers import HandlerFn, handler_map
 from sitedispatch.operations.submission import SubmitDeps, Submitter
 from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
-from sitedispatch.operator.controls import Caller, ControlDeps, Controls
+from sitedispatch.operator.access import Caller, ControlDeps
+from sitedispatch.operator.controls import Controls
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
 from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
 from tests.factories import PROVISION, settings

@@ -75,7 +75,7 @@ def test_outstanding_limits_and_quotas_apply_per_tenant_and_confinement_stays_by
     submit_for(harness, "customer-a", "a-3")
     assert controls.limits(OPERATOR, CONTROL_PLANE).outstanding == 4  # the principal's own: every tenant's work
     # the principal sees and acts on its operations whatever their tenant
-    from sitedispatch.operator.controls import Caller
+    from sitedispatch.operator.access import Caller
 
     caller = Caller(CONTROL_PLANE, operator=False)
     assert {op.tenant for op in controls.operations(caller)} == {"customer-a", "customer-b"}

@@ -18,7 +18,7 @@ from sitedispatch.flow.estimates import DelayEstimate, estimated_delay_for
 from sitedispatch.flow.placement import roomiest
 from sitedispatch.kinds.contract import HandlerContext, Mutation
 from sitedispatch.kinds.handlers import HandlerFn
-from sitedispatch.operator.controls import Caller
+from sitedispatch.operator.access import Caller
 from tests.factories import PROVISION, present
 from tests.unit.conftest import OPERATOR, THEME_TEST_DATA, Harness
 

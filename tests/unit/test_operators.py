@@ -9,7 +9,8 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Conflict, Forbidden, NotFound, TransientError
 from sitedispatch.domain.model import Kind, Status
-from sitedispatch.operator.controls import Caller, DeadLetterFilter
+from sitedispatch.operator.access import Caller
+from sitedispatch.operator.reads import DeadLetterFilter
 from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
 
 TENANT_A = Caller("tenant-a", operator=False)

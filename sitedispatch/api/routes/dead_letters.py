@@ -13,7 +13,9 @@ from sitedispatch.api.models import NUMBER, SITE_ID, DeadLetterView, RedriveRequ
 from sitedispatch.api.request import caller, dependencies
 from sitedispatch.domain.errors import Conflict, InvalidInput
 from sitedispatch.domain.model import Kind
-from sitedispatch.operator.controls import Caller, DeadLetterFilter, RedriveReport
+from sitedispatch.operator.access import Caller
+from sitedispatch.operator.reads import DeadLetterFilter
+from sitedispatch.operator.redrive import RedriveReport
 
 router = Router()
 

@@ -29,7 +29,7 @@ from sitedispatch.domain.errors import error_document, http_status
 from sitedispatch.domain.model import Operation, Status
 from sitedispatch.operations.standing import standing_of
 from sitedispatch.operations.submission import Submitted
-from sitedispatch.operator.controls import RedriveReport
+from sitedispatch.operator.redrive import RedriveReport
 
 router = Router()
 MAX_WAIT_S = 20.0  # a long poll well inside API Gateway's 30 s integration timeout

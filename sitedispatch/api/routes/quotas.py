@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from sitedispatch.api.errors import ERRORS
 from sitedispatch.api.models import NOT_BLANK, PRINCIPAL, REASON_CHARS, TENANT, QuotaRequest
 from sitedispatch.api.request import caller, dependencies
-from sitedispatch.operator.controls import PrincipalLimits
+from sitedispatch.operator.quotas import PrincipalLimits
 
 router = Router()
 

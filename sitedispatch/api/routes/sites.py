@@ -12,7 +12,7 @@ from sitedispatch.api.errors import ERRORS
 from sitedispatch.api.models import NUMBER, ReasonRequest, RegisterSiteRequest
 from sitedispatch.api.request import caller, dependencies
 from sitedispatch.domain.model import Site, SiteConnection
-from sitedispatch.operator.controls import LiveRoute, SiteHistory
+from sitedispatch.operator.reads import LiveRoute, SiteHistory
 
 router = Router()
 

@@ -1,0 +1,58 @@
+"""Actions on accepted work: cancel an operation, pause or resume a site."""
+
+from __future__ import annotations
+
+from sitedispatch.domain.errors import Conflict, NotRunnable
+from sitedispatch.domain.model import (
+    Operation,
+    Site,
+    Status,
+)
+from sitedispatch.flow.shares import freed_by, release
+from sitedispatch.operator.access import Access, Caller
+
+
+class Actions(Access):
+    def cancel(self, caller: Caller, operation_id: str, reason: str) -> Operation:
+        """A queued operation is cancelled at once; a running one is asked to stop and ends `cancelled` without
+        committing (its commit transaction is refused from now on). A terminal one is a Conflict."""
+        op = self._act(caller, "cancel", operation_id, reason)
+        try:
+            result = self._cancel(op, reason)
+        except Conflict as refused:
+            self._audit(caller, "cancel", op, reason, "refused", why=str(refused))
+            raise
+        self._audit(caller, "cancel", op, reason, "ok", status=result.status.value)
+        return result
+
+    def _cancel(self, op: Operation, reason: str) -> Operation:
+        d = self.deps
+        if op.status in {Status.ACCEPTED, Status.QUEUED}:
+            try:
+                d.operations.end(
+                    op,
+                    Status.CANCELLED,
+                    d.clock.now(),
+                    from_statuses=(Status.ACCEPTED, Status.QUEUED),
+                    reason=reason or "cancelled",
+                )
+            except NotRunnable:
+                pass  # it started (or was released) meanwhile: fall through to the cooperative cancel
+            else:
+                freed = freed_by(d.settings, op)
+                if freed is not None:  # it held a place of its key's share: the oldest one waiting takes it
+                    release(d.operations, d.queue, d.clock, *freed)
+                return self._reload(op.operation_id)
+        try:
+            d.operations.request_cancel(op.operation_id, reason or "cancelled", d.clock.now())
+        except NotRunnable:
+            current = self._reload(op.operation_id)
+            raise Conflict(f"operation {op.operation_id} is already {current.status.value}") from None
+        return self._reload(op.operation_id)
+
+    def set_paused(self, caller: Caller, site_id: str, paused: bool, reason: str | None) -> Site:
+        action = "pause" if paused else "resume"
+        site = self.site(caller, site_id, action, reason)
+        updated = self.deps.sites.set_paused(site_id, paused, reason if paused else None)
+        self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
+        return updated

@@ -1,0 +1,119 @@
+"""What a caller reads: its operations, sites, their history and live routes, dead letters with their evidence, and
+the audit log."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sitedispatch.domain.errors import Forbidden, NotFound
+from sitedispatch.domain.model import (
+    AuditEntry,
+    Commit,
+    Operation,
+    Publication,
+    Status,
+)
+from sitedispatch.operator.access import Access, Caller
+
+DLQ_SCAN = 10_000
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    site_id: str | None = None
+    kind: str | None = None
+    error_code: str | None = None
+    older_than_s: float | None = None
+    newer_than_s: float | None = None
+
+    def matches(self, op: Operation, now: float) -> bool:
+        evidence = op.evidence or {}
+        age = now - (op.finished_at or op.updated_at)
+        code = evidence.get("error_code") or (op.error.code if op.error else None)
+        return (
+            (self.site_id is None or op.site_id == self.site_id)
+            and (self.kind is None or op.kind.value == self.kind)
+            and (self.error_code is None or code == self.error_code)
+            and (self.older_than_s is None or age >= self.older_than_s)
+            and (self.newer_than_s is None or age <= self.newer_than_s)
+        )
+
+
+@dataclass(frozen=True)
+class SiteHistory:
+    commits: list[Commit]
+    publications: list[Publication]
+
+
+@dataclass(frozen=True)
+class LiveRoute:
+    site_id: str
+    route: str
+    revision_id: str | None
+    seq: int
+    bytes: int
+    content: str
+
+
+class Reads(Access):
+    def operation(self, caller: Caller, operation_id: str) -> Operation:
+        return self._act(caller, None, operation_id, None)
+
+    def operations(
+        self, caller: Caller, *, site_id: str | None = None, status: Status | None = None, limit: int = 100
+    ) -> list[Operation]:
+        if site_id is not None:
+            self.site(caller, site_id)
+        found = self.deps.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
+        return [op for op in found if caller.may_act_for(op.principal)][:limit]
+
+    def history(self, caller: Caller, site_id: str, limit: int = 50) -> SiteHistory:
+        """The site's commits and publications, newest first."""
+        self.site(caller, site_id)
+        return SiteHistory(
+            self.deps.commits.history(site_id, limit=limit), self.deps.publications.list(site_id, limit=limit)
+        )
+
+    def live_route(self, caller: Caller, site_id: str, route: str) -> LiveRoute:
+        """The live content of one route of the site."""
+        from sitedispatch.publication.live import read_live_route
+
+        self.site(caller, site_id)
+        body, site = read_live_route(self.deps.sites, self.deps.blobs, site_id, route)
+        return LiveRoute(site_id, route, site.live_revision, site.live_seq, len(body), body.decode("utf-8", "replace"))
+
+    def audit_entries(
+        self,
+        caller: Caller,
+        since: float,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        site_id: str | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries, newest first: a principal reads the entries of its own actions, an operator every one."""
+        if not caller.operator:
+            if actor not in (None, caller.identity):
+                raise Forbidden(f"{caller.identity} may only read its own audit entries")
+            actor = caller.identity
+        now = self.deps.clock.now()
+        return self.deps.audit.list(since, now, actor=actor, action=action, target=target, site_id=site_id, limit=limit)
+
+    def dead_letters(
+        self, caller: Caller, where: DeadLetterFilter = DeadLetterFilter(), limit: int = 100
+    ) -> list[Operation]:
+        """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
+        now = self.deps.clock.now()
+        dead = self.deps.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
+        return [op for op in dead if caller.may_act_for(op.principal) and where.matches(op, now)][:limit]
+
+    def evidence(self, caller: Caller, operation_id: str) -> dict[str, Any]:
+        op = self.operation(caller, operation_id)
+        if not op.evidence:
+            state = f"{op.status.value}" + (f" (epoch {op.epoch})" if op.epoch else "")
+            raise NotFound(f"operation {operation_id} has no dead-letter evidence: it is {state}")
+        return dict(json.loads(self.deps.blobs.get(op.evidence["key"])))
