@@ -23,36 +23,8 @@ from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status,
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import recount
 from sitedispatch.flow.counters import is_flow_counter
+from sitedispatch.operations.evidence import EVIDENCE_FIELDS
 from sitedispatch.publication.live import object_key, receipt_key
-
-EVIDENCE_FIELDS = {
-    "operation_id",
-    "site_id",
-    "kind",
-    "principal",
-    "epoch",
-    "attempt",
-    "attempt_budget",
-    "fence",
-    "input_key",
-    "input_digest",
-    "revision",
-    "error_class",
-    "error_code",
-    "error_message",
-    "retryable",
-    "traceback_digest",
-    "traceback",
-    "created_at",
-    "started_at",
-    "dead_at",
-    "request_id",
-    "lane",
-    "recovery_command",
-    "recovery",
-    "key",
-    "checkpoint",  # a long import's last checkpoint (null for an operation that recorded none)
-}
 
 
 @dataclass

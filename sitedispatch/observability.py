@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -23,7 +25,45 @@ TRACED_MODULES = ("botocore", "httplib")
 tracer = Tracer(service=SERVICE, patch_modules=TRACED_MODULES)
 
 
+class Metric(StrEnum):
+    """Every metric the service emits, by the name CloudWatch shows (the dashboard and alarms name these)."""
+
+    AttemptContinued = "AttemptContinued"
+    AttemptStarted = "AttemptStarted"
+    AuthorizationRefused = "AuthorizationRefused"
+    Backpressured = "Backpressured"
+    DuplicateAcknowledged = "DuplicateAcknowledged"
+    DuplicateCommitAvoided = "DuplicateCommitAvoided"
+    LeaseLost = "LeaseLost"
+    MalformedMessage = "MalformedMessage"
+    OperationAccepted = "OperationAccepted"
+    OperationCancelled = "OperationCancelled"
+    OperationContinued = "OperationContinued"
+    OperationDead = "OperationDead"
+    OperationDeferred = "OperationDeferred"
+    OperationDuration = "OperationDuration"
+    OperationReleased = "OperationReleased"
+    OperationRetried = "OperationRetried"
+    OperationSucceeded = "OperationSucceeded"
+    OperationSuperseded = "OperationSuperseded"
+    OperationWaiting = "OperationWaiting"
+    OperationsRedriven = "OperationsRedriven"
+    PrincipalRunningCapDeferred = "PrincipalRunningCapDeferred"
+    PublicationFinishRecovered = "PublicationFinishRecovered"
+    PublicationLatency = "PublicationLatency"
+    PublicationPlanned = "PublicationPlanned"
+    PublicationPromoted = "PublicationPromoted"
+    PublicationStepRetried = "PublicationStepRetried"
+    PublicationSuperseded = "PublicationSuperseded"
+    PublicationUnknown = "PublicationUnknown"
+    QueueDelay = "QueueDelay"
+    RetryBudgetExhausted = "RetryBudgetExhausted"
+    RoutesRendered = "RoutesRendered"
+    SiteAutoPaused = "SiteAutoPaused"
+
+
 def count(name: str, value: float = 1) -> None:
+    """`name`: a Metric, or a name of a family built per lane or per repair (the reconciler's)."""
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 

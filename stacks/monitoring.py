@@ -16,24 +16,24 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sitedispatch.observability import NAMESPACE, SERVICE
+from sitedispatch.observability import NAMESPACE, SERVICE, Metric
 
 PERIOD = Duration.minutes(1)
 OLDEST_AGE_ALARM_S = 900  # a message waiting 15 minutes means a lane is stuck or far behind
 ERROR_RATE_ALARM = 0.05
 SERVICE_COUNTS = (
-    "OperationSucceeded",
-    "OperationRetried",
-    "OperationDead",
-    "OperationSuperseded",
-    "Backpressured",
-    "OperationDeferred",
-    "PrincipalRunningCapDeferred",
-    "LeaseLost",
+    Metric.OperationSucceeded,
+    Metric.OperationRetried,
+    Metric.OperationDead,
+    Metric.OperationSuperseded,
+    Metric.Backpressured,
+    Metric.OperationDeferred,
+    Metric.PrincipalRunningCapDeferred,
+    Metric.LeaseLost,
 )
 
 
-def service_metric(name: str, statistic: str = "Sum") -> cw.Metric:
+def service_metric(name: Metric, statistic: str = "Sum") -> cw.Metric:
     return cw.Metric(
         namespace=NAMESPACE, metric_name=name, dimensions_map={"service": SERVICE}, statistic=statistic, period=PERIOD
     )
@@ -156,7 +156,7 @@ class DispatchMonitoring(Construct):
             cw.GraphWidget(
                 title="queue delay p50 / p99 (s)",
                 width=12,
-                left=[service_metric("QueueDelay", "p50"), service_metric("QueueDelay", "p99")],
+                left=[service_metric(Metric.QueueDelay, "p50"), service_metric(Metric.QueueDelay, "p99")],
             ),
         )
         self.dashboard.add_widgets(cw.AlarmStatusWidget(title="alarms", width=24, alarms=self.alarms))

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pytest
@@ -42,6 +43,16 @@ _prefixes = itertools.count(1)
 # deletes), seeded with this. Replay one: pytest 'tests/...::test_x[strict]'.
 STRICT_TEST_SEED = 11
 EMULATIONS = ("moto", "strict")
+
+
+TIERS = ("unit", "integration", "acceptance", "infrastructure")  # a folder of tests/ each, and the marker of its tests
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every test carries its folder's marker (`-m integration` selects tests/integration, whole)."""
+    tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+    if tier in TIERS:
+        item.add_marker(tier)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

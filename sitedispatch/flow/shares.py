@@ -50,7 +50,7 @@ def release(
         queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
         operations.mark_queued(op.operation_id, clock.now())
     if released:
-        obs.count("OperationReleased", len(released))
+        obs.count(obs.Metric.OperationReleased, len(released))
     return len(released)
 
 

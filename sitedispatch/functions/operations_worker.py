@@ -35,14 +35,21 @@ def worker() -> OperationsWorker:
 
 
 def parse_message(body: str) -> QueueMessage | None:
+    """The message a body is, or None: a JSON object naming an operation and a site (non-empty strings), with its
+    routing fields as strings if present."""
     try:
         data = json.loads(body)
-        if not isinstance(data, dict):
-            return None
-        principal, lane, tenant = (str(data.get(name, "")) for name in ("principal", "lane", "tenant"))
-        return QueueMessage(str(data["operation_id"]), str(data["site_id"]), principal, lane, tenant)
-    except (ValueError, TypeError, KeyError):
+    except ValueError:
         return None
+    if not isinstance(data, dict):
+        return None
+    operation_id, site_id = data.get("operation_id"), data.get("site_id")
+    routing = [data.get(name, "") for name in ("principal", "lane", "tenant")]
+    if not (isinstance(operation_id, str) and operation_id and isinstance(site_id, str) and site_id):
+        return None
+    if not all(isinstance(value, str) for value in routing):
+        return None
+    return QueueMessage(operation_id, site_id, *routing)
 
 
 def deadline_of(context: LambdaContext | None) -> float | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.resources import LAMBDA_FUNCTION_NAME_ENV
 from sitedispatch.domain.settings import Settings
-from sitedispatch.observability import count, logger
+from sitedispatch.observability import Metric, count, logger
 
 if TYPE_CHECKING:  # the queue consumers import the batch utility; the API and the reconciler never need it
     from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
@@ -52,7 +52,7 @@ def fifo_processor() -> SqsFifoPartialProcessor:
 def drop_malformed(record: SQSRecord, queue: str) -> dict[str, Any]:
     """A body that names no durable state cannot be linked to anything: acknowledge it loudly rather than let it
     poison its group."""
-    count("MalformedMessage")
+    count(Metric.MalformedMessage)
     logger.error(
         f"malformed {queue} message dropped", extra={"message_id": record.message_id, "body_prefix": record.body[:200]}
     )

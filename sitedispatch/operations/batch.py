@@ -124,7 +124,7 @@ class BatchSubmitter:
                 created.extend(group)
                 for p in group:
                     answers[p.index] = ItemAnswer(Submitted(p.op, True))
-                obs.count("OperationAccepted", len(group))
+                obs.count(obs.Metric.OperationAccepted, len(group))
             group.clear()
 
         for p in pending:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from sitedispatch.domain.model import ErrorInfo, Kind, Operation
@@ -84,6 +84,10 @@ class Evidence:
         data.pop("traceback")
         data["error_message"] = self.error_message[:ROW_MESSAGE_CHARS]
         return data
+
+
+# What an evidence document holds, each a field of Evidence (the chaos campaign and the tests check documents by it).
+EVIDENCE_FIELDS = frozenset(f.name for f in fields(Evidence))
 
 
 def build_evidence(

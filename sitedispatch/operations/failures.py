@@ -40,7 +40,7 @@ def count_towards_pause(deps: FailureDeps, op: Operation, error: ErrorInfo, driv
         f"{failures} consecutive failures; last: {op.kind.value} {op.operation_id} {error.code}",
     )
     if site.paused:
-        obs.count("SiteAutoPaused")
+        obs.count(obs.Metric.SiteAutoPaused)
 
 
 def dead_letter(
@@ -72,7 +72,7 @@ def dead_letter(
     except (NotRunnable, StaleFence):
         return False
     deps.queue.dead_letter(message, op.dedup_id, lane=lane, attributes=dead_letter_attributes(op, evidence))
-    obs.count("OperationDead")
+    obs.count(obs.Metric.OperationDead)
     obs.logger.error(
         "operation dead",
         extra={

@@ -195,10 +195,10 @@ class Submitter:
     def create(self, op: Operation) -> Operation:
         """The row and its admission, counted (OperationAccepted, OperationWaiting); see _create."""
         created = self._create(op)
-        obs.count("OperationAccepted")
+        obs.count(obs.Metric.OperationAccepted)
         if created.waiting_for:
             # Its key already fills its share of the lane's queue: it is sent as earlier work finishes.
-            obs.count("OperationWaiting")
+            obs.count(obs.Metric.OperationWaiting)
         return created
 
     def _create(self, op: Operation) -> Operation:
@@ -234,7 +234,7 @@ class Submitter:
                     d.sites.register(op.site_id, op.principal, op.created_at)  # Conflict: another principal's
                     return create(SiteOwner(owner, claim=True))
         except LimitReached as full:
-            obs.count("Backpressured")
+            obs.count(obs.Metric.Backpressured)
             raise self._backpressure(op, limit_of(limits, full.counter), full) from None
 
     def _backpressure(self, op: Operation, limit: Limit, full: LimitReached) -> Exception:

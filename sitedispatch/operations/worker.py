@@ -165,12 +165,12 @@ class OperationsWorker:
         if op.cancel_requested:
             return self._cancelled(op, lease, message)
         if continued:
-            obs.count("AttemptContinued")  # the same attempt's next step: no attempt, no retry budget
+            obs.count(obs.Metric.AttemptContinued)  # the same attempt's next step: no attempt, no retry budget
         else:
             d.retry_budget.record_attempt(op.attempt, now)
-            obs.count("AttemptStarted")
+            obs.count(obs.Metric.AttemptStarted)
             if op.queued_at:
-                obs.seconds("QueueDelay", max(0.0, now - op.queued_at))
+                obs.seconds(obs.Metric.QueueDelay, max(0.0, now - op.queued_at))
         return self._run(op, site, lease, message, visibility)
 
     def _claim(
@@ -253,7 +253,7 @@ class OperationsWorker:
     def _principal_busy(self, site: Site, visibility: Visibility) -> Result:
         """The principal already runs its share of this lane: give the environment to someone else."""
         d = self.deps
-        obs.count("PrincipalRunningCapDeferred")
+        obs.count(obs.Metric.PrincipalRunningCapDeferred)
         return self._defer(
             visibility,
             min(site.avg_operation_s or d.settings.defer_max_s, d.settings.defer_max_s),
@@ -296,10 +296,10 @@ class OperationsWorker:
             # The step's checkpoint is recorded as a continuation: the lease stays ours until it lapses, and the
             # message is back at once for the next invocation, which continues this attempt (no attempt spent).
             visibility.change(0)
-            obs.count("OperationContinued")
+            obs.count(obs.Metric.OperationContinued)
             return Result(Outcome.CONTINUING, "continuing")
         except AlreadyCommitted:
-            obs.count("DuplicateCommitAvoided")
+            obs.count(obs.Metric.DuplicateCommitAvoided)
             earlier = d.commits.get(op.operation_id)
             if earlier is not None:
                 self._send_pending_publication(earlier.site_id, earlier.version)
@@ -310,7 +310,7 @@ class OperationsWorker:
                 return self._cancelled(current, lease, message)
             # Someone else holds the site now (our lease expired, or a duplicate delivery took it): our work is void.
             # Come back later; the next delivery sees the winner's outcome.
-            obs.count("LeaseLost")
+            obs.count(obs.Metric.LeaseLost)
             obs.logger.warning("lease lost before commit", extra={"reason": lost.code})
             return self._defer(visibility, d.settings.defer_max_s, f"lease_lost:{lost.code}")
         except PermanentError as exc:
@@ -327,9 +327,9 @@ class OperationsWorker:
             # The outbox row was written with the commit; this send is the fast path (a lost one is re-sent by the
             # next delivery of this operation or by the reconciler).
             d.publication_queue.send(PublicationMessage(op.site_id, publication.revision_id, publication.seq))
-        obs.count("OperationSucceeded")
+        obs.count(obs.Metric.OperationSucceeded)
         took = d.clock.now() - (op.started_at or commit.committed_at)
-        obs.seconds("OperationDuration", took)
+        obs.seconds(obs.Metric.OperationDuration, took)
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
 
@@ -360,7 +360,7 @@ class OperationsWorker:
             )
         except NotRunnable:
             return self._ack("supersede_race", message)
-        obs.count("OperationSuperseded")
+        obs.count(obs.Metric.OperationSuperseded)
         obs.logger.info("superseded", extra={"superseded_by": newer.operation_id})
         return Result(Outcome.ACKED, "superseded")
 
@@ -377,7 +377,7 @@ class OperationsWorker:
             )
         except NotRunnable:
             return self._ack("cancel_race", message)
-        obs.count("OperationCancelled")
+        obs.count(obs.Metric.OperationCancelled)
         return Result(Outcome.ACKED, "cancelled")
 
     def _retry(
@@ -410,14 +410,14 @@ class OperationsWorker:
         if d.retry_budget.exhausted(d.clock.now()):
             # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
             delay = max(delay, d.settings.retry_budget_defer_s * (1 + d.rng.random()))
-            obs.count("RetryBudgetExhausted")
+            obs.count(obs.Metric.RetryBudgetExhausted)
         now = d.clock.now()
         try:
             d.operations.schedule_retry(op, fence, error, now + delay, now)
         except (StaleFence, NotRunnable):
             return self._defer(visibility, d.settings.defer_max_s, "retry_lost_race")
         visibility.change(delay)
-        obs.count("OperationRetried")
+        obs.count(obs.Metric.OperationRetried)
         obs.logger.warning("attempt failed, retrying", extra={"error": error.message, "delay_s": round(delay, 3)})
         return Result(Outcome.RETRYING, error.code, delay_s=delay)
 
@@ -459,11 +459,11 @@ class OperationsWorker:
     def _defer(self, visibility: Visibility, seconds: float, reason: str) -> Result:
         jittered = seconds * (0.8 + 0.4 * self.deps.rng.random())
         visibility.change(jittered)
-        obs.count("OperationDeferred")
+        obs.count(obs.Metric.OperationDeferred)
         return Result(Outcome.DEFERRED, reason, delay_s=jittered)
 
     def _ack(self, reason: str, message: QueueMessage) -> Result:
-        obs.count("DuplicateAcknowledged")
+        obs.count(obs.Metric.DuplicateAcknowledged)
         obs.logger.info("acknowledged without work", extra={"reason": reason, "operation_id": message.operation_id})
         return Result(Outcome.ACKED, reason)
 

@@ -129,7 +129,7 @@ class Access:
         as `denied` with the real reason."""
         if action is not None:
             self._record(caller, action, target, site_id, reason, "denied", {"why": message})
-        obs.count("AuthorizationRefused")
+        obs.count(obs.Metric.AuthorizationRefused)
         raise hidden or Forbidden(message)
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:

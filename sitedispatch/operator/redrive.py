@@ -107,7 +107,7 @@ class Redrives(Reads):
                 {lane_for(op.kind) for op in targets if op.operation_id in revived},
                 lambda letter: revived.get(letter.attributes.get("operation_id", "")) == _epoch(letter),
             )
-        obs.count("OperationsRedriven", len(report.redriven))
+        obs.count(obs.Metric.OperationsRedriven, len(report.redriven))
         return report
 
     def replay(

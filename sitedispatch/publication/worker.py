@@ -89,7 +89,7 @@ class PublicationWorker:
                 s = self.deps.settings
                 delay = full_jitter(receive_count, s.backoff_base_s, s.backoff_cap_s, self._rng)
                 visibility.change(delay)
-                obs.count("PublicationStepRetried")
+                obs.count(obs.Metric.PublicationStepRetried)
                 obs.logger.warning(
                     "publication step failed, retried",
                     extra={"error": str(exc), "code": exc.code, "retry_in_s": round(delay, 1)},
@@ -101,7 +101,7 @@ class PublicationWorker:
         obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
         publication, site = d.publications.get_with_site(message.site_id, message.seq)
         if publication is None or publication.revision_id != message.revision_id:
-            obs.count("PublicationUnknown")
+            obs.count(obs.Metric.PublicationUnknown)
             return Result(Outcome.ACKED, "unknown_publication")
         if publication.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}:
             return self._finished_already(publication, site)
@@ -109,12 +109,12 @@ class PublicationWorker:
             # This very publication was promoted and its finisher stopped before recording it: record it now.
             d.publications.finish(message.site_id, message.seq, PublicationStatus.PUBLISHED, d.clock.now())
             write_live_document(d.blobs, site)
-            obs.count("PublicationFinishRecovered")
+            obs.count(obs.Metric.PublicationFinishRecovered)
             return Result(Outcome.ACKED, "already_live")
         if site is not None and site.live_seq >= message.seq:
             # A newer publication went live first: rendering this one would never be shown.
             d.publications.finish(message.site_id, message.seq, PublicationStatus.SUPERSEDED, d.clock.now())
-            obs.count("PublicationSuperseded")
+            obs.count(obs.Metric.PublicationSuperseded)
             return Result(Outcome.ACKED, "superseded")
         if site is None:
             obs.logger.error("publication of a site that does not exist")
@@ -141,7 +141,7 @@ class PublicationWorker:
         d.publications.plan(publication.site_id, publication.seq, total, d.clock.now())
         for chunk in range(total):
             d.queue.send(PublicationMessage(publication.site_id, publication.revision_id, publication.seq, chunk))
-        obs.count("PublicationPlanned")
+        obs.count(obs.Metric.PublicationPlanned)
         return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
 
     def _render_chunk(self, source: RouteSource, publication: Publication, chunk: int, part: list[Route]) -> None:
@@ -176,7 +176,7 @@ class PublicationWorker:
 
         with ThreadPoolExecutor(max_workers=PUT_CONCURRENCY) as pool:
             entries = list(pool.map(put, part))
-        obs.count("RoutesRendered", len(entries))
+        obs.count(obs.Metric.RoutesRendered, len(entries))
         return entries
 
     def _receipt(self, publication: Publication, entries: list[dict[str, object]]) -> dict[str, object]:
@@ -260,9 +260,9 @@ class PublicationWorker:
             d.publications.finish(site_id, publication.seq, status, now)
         if site is not None:
             write_live_document(d.blobs, site, previous=before)
-        obs.count("PublicationPromoted" if promoted else "PublicationSuperseded")
+        obs.count(obs.Metric.PublicationPromoted if promoted else obs.Metric.PublicationSuperseded)
         if promoted:
-            obs.seconds("PublicationLatency", now - publication.created_at)
+            obs.seconds(obs.Metric.PublicationLatency, now - publication.created_at)
         obs.logger.info("publication finished", extra={"promoted": promoted, "routes": receipt["route_count"]})
         return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")
 

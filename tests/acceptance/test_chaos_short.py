@@ -11,8 +11,6 @@ import pytest
 
 from chaos.campaign import Campaign
 
-pytestmark = pytest.mark.acceptance
-
 SEED = 7
 
 

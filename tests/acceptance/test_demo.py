@@ -8,9 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.acceptance
 DEMO = [sys.executable, "-m", "sitedispatch", "demo"]
 
 

@@ -14,7 +14,6 @@ import pytest
 from sitedispatch.local.supervisor import LocalRuntime
 from tests.acceptance.conftest import wait_for
 
-pytestmark = pytest.mark.acceptance
 PROBES = "tests.acceptance.probe_handlers"
 
 

@@ -20,7 +20,6 @@ from sitedispatch.local.synthetic import write_wxr
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION
 
-pytestmark = pytest.mark.acceptance
 A_SITES = [f"tenant-a-{n}" for n in range(6)]
 
 

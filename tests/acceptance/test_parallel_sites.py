@@ -20,7 +20,6 @@ from sitedispatch.local.supervisor import LocalRuntime
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION, present
 
-pytestmark = pytest.mark.acceptance
 ROOT = Path(__file__).resolve().parents[2]
 LATENCY_S = 2.0  # simulated provisioning work per site
 SITES = [f"fleet-site-{i:02d}" for i in range(10)]

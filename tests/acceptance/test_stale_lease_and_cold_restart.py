@@ -17,8 +17,6 @@ from sitedispatch.local.supervisor import LocalRuntime
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION, present
 
-pytestmark = pytest.mark.acceptance
-
 LEASE_S = 3
 FUNCTION_TIMEOUT_S = 20
 

@@ -31,8 +31,6 @@ from sitedispatch.wxr import WxrItem, parse_wxr
 from tests.acceptance.conftest import wait_for
 from tests.factories import PROVISION, present
 
-pytestmark = pytest.mark.acceptance
-
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "wxr" / "themeunittestdata.wordpress.xml"  # = shared's
 PRINCIPAL = "tenant-wp"
 FUNCTION_TIMEOUT_S = 120

@@ -22,6 +22,7 @@ from sitedispatch.domain.resources import (
     SCHEDULES,
     SECRET_NAME_PREFIX,
 )
+from sitedispatch.observability import Metric
 from stacks.bundling import LAMBDA_PYTHON, import_closure, runtime_interpreter
 from stacks.functions import DEFAULT_MAX_CONCURRENCY
 from tests.infrastructure.conftest import Synthesized, resources, synthesize
@@ -205,12 +206,12 @@ def test_dashboard_and_alarms_cover_the_failure_signals(synthesized_stack: Synth
         "Throttles",
         "Duration",
         "ConcurrentExecutions",
-        "OperationSucceeded",
-        "OperationRetried",
-        "OperationDead",
-        "OperationSuperseded",
-        "Backpressured",
-        "QueueDelay",
+        Metric.OperationSucceeded,
+        Metric.OperationRetried,
+        Metric.OperationDead,
+        Metric.OperationSuperseded,
+        Metric.Backpressured,
+        Metric.QueueDelay,
         "p99",
     ):
         assert metric in body, metric

@@ -8,8 +8,6 @@ import pytest
 from bench.sweeps import register_quiet_sites, sweep_cost
 from tests.conftest import Cloud
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.guarantee
 def test_a_sweep_of_a_quiet_fleet_reads_the_same_at_twenty_sites_as_at_two_hundred(cloud: Cloud) -> None:

@@ -9,40 +9,13 @@ import pytest
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import Conflict, Forbidden, NotFound, TransientError
 from sitedispatch.domain.model import Kind, Status
+from sitedispatch.operations.evidence import EVIDENCE_FIELDS
 from sitedispatch.operator.access import Caller
 from sitedispatch.operator.reads import DeadLetterFilter
 from tests.unit.conftest import FIXTURES, OPERATOR, THEME_TEST_DATA, Harness
 
 TENANT_A = Caller("tenant-a", operator=False)
 TENANT_B = Caller("tenant-b", operator=False)
-EVIDENCE_FIELDS = {
-    "operation_id",
-    "site_id",
-    "kind",
-    "principal",
-    "epoch",
-    "attempt",
-    "attempt_budget",
-    "fence",
-    "input_key",
-    "input_digest",
-    "revision",
-    "error_class",
-    "error_code",
-    "error_message",
-    "retryable",
-    "traceback_digest",
-    "traceback",
-    "created_at",
-    "started_at",
-    "dead_at",
-    "request_id",
-    "lane",
-    "recovery_command",
-    "recovery",
-    "key",
-    "checkpoint",  # a long import's last checkpoint (null for an operation that recorded none)
-}
 
 
 def poisoned_import(harness: Harness, site: str = "acme-blog") -> str:
