@@ -20,7 +20,7 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # Patched: what the functions call out through. botocore (every AWS request) and httplib (urllib3 to WordPress sites
 # goes through http.client); patching everything X-Ray knows imports requests, sqlite3 and more on every cold start
-# (~25 ms) for calls this code never makes.
+# for calls this code never makes.
 TRACED_MODULES = ("botocore", "httplib")
 tracer = Tracer(service=SERVICE, patch_modules=TRACED_MODULES)
 

@@ -9,10 +9,9 @@ directory instead of running pip.
 
 Bytecode, because Lambda's /var/task is read-only: without `__pycache__` in the asset, Python compiles every module
 of Powertools, pydantic, pynamodb and this code from source at every cold start and cannot keep the result
-(measured here: importing the operations worker takes 0.29 s with bytecode, 1.41 s without). Bytecode is per Python
-minor version, so it is compiled by an interpreter of the runtime's version; the runtime is 3.13 rather than 3.14
-because 3.13 is the newest interpreter this kind of machine has. `unchecked-hash` pycs: the asset is immutable, and
-a zip does not keep the source mtimes a timestamp pyc is checked against.
+(bench/coldstart.py measures it). Bytecode is per Python minor version, so it is compiled by an interpreter of the
+runtime's version (LAMBDA_PYTHON, the newest the build machines have). `unchecked-hash` pycs: the asset is
+immutable, and a zip does not keep the source mtimes a timestamp pyc is checked against.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def sha256_b64(hex_digest: str) -> str:
 
 class S3BlobStore:
     """`client` builds the S3 client on the first object read or written: an attempt claims its operation before
-    it touches S3, and building a client is ~50 ms of a cold environment's CPU."""
+    it touches S3, and building a client is a noticeable part of a cold environment's CPU."""
 
     def __init__(self, client: Callable[[], Any], bucket: str) -> None:
         self._build_client = client

@@ -297,10 +297,10 @@ def build_models(names: TableNames, region: str, host: str | None = None, sessio
 
 def _share_one_connection(models: Models, session: Any) -> None:
     """pynamodb gives each model class its own Connection, hence its own botocore session and DynamoDB client
-    (about 10 MB and 0.1 s each). A Connection serves any number of tables, so all models share the first one.
+    (memory and time for each). A Connection serves any number of tables, so all models share the first one.
     Given the process's botocore `session`, that Connection builds its client from it instead of a session of its
-    own: the endpoint and partition data the other clients loaded serve it too (measured: a DynamoDB client in a
-    fresh session 83 ms, in the session that built the SQS client 7 ms). pynamodb keeps its session per thread;
+    own: the endpoint and partition data the other clients loaded serve it too (bench/coldstart.py measures the
+    difference). pynamodb keeps its session per thread;
     this is the building thread's (a client first built from another thread takes a session of its own: slower,
     not wrong). The client itself is one per Connection, whatever thread builds it."""
     table_connections = [model._get_connection() for model in models.all()]

@@ -177,9 +177,9 @@ class NamedTransaction:
     progress on one of its items: two submits of one principal at once meet on its counters) wrote nothing, and is
     sent again after a short jittered backoff, as AWS advises (aws/conflicts.py; past its patience a TransientError,
     code `transaction_conflict`: the API answers 503, a worker retries); anything else (throttling) raises
-    pynamodb's TransactWriteError unchanged, so the caller's retry policy sees it as it is. Found by the strict
-    local cloud (`local cloud --strict`): ten submits of one principal at once failed there, as they would on AWS;
-    300 at once from 32 threads outlasted a count of 16 retries.
+    pynamodb's TransactWriteError unchanged, so the caller's retry policy sees it as it is. Retries are bounded by
+    time, not by a count: many writers at once on one item (a principal's submits at once, on AWS and on the strict
+    local cloud) take their turns within the patience.
     """
 
     def __init__(self, connection: Connection) -> None:

@@ -92,9 +92,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         batch_size=1,
     ),
     # The bulk lane's consumer: the same code as the operations worker, given Lambda's longest timeout and a whole
-    # vCPU (1,769 MB), because an import is the one operation that grows with its input. Measured here: a 100 MB
-    # WXR export takes 149 s and a REST import into WordPress ~30 items/s — past the interactive lane's 120 s,
-    # within 900 s up to ~27,000 WordPress items. Its queue's visibility is 6 x 900 s; the lease, not the visibility,
+    # vCPU (1,769 MB), because an import is the one operation that grows with its input (bench/import.py measures
+    # how far one invocation goes). Its queue's visibility is 6 x 900 s; the lease, not the visibility,
     # decides when a stalled import is taken over (heartbeats every 100 items).
     "bulk": FunctionSpec(
         "bulk",

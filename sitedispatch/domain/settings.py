@@ -93,8 +93,8 @@ class Settings(BaseModel):
     )
 
     def __init__(self, **values: Any) -> None:
-        # Reading the environment is eight lines, not a dependency: pydantic-settings cost every cold start ~44 ms
-        # of imports (its CLI, dotenv and cloud secret sources) for this loop.
+        # Reading the environment is eight lines, not a dependency: pydantic-settings would add to every cold start
+        # the imports of its CLI, dotenv and cloud secret sources for this loop.
         fields = type(self).model_fields
         found = {name: os.environ[self.env_name(name)] for name in fields if self.env_name(name) in os.environ}
         super().__init__(**{**found, **values})

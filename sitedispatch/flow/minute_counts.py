@@ -2,9 +2,7 @@
 
 Each minute's count is its own item (`NAME@MINUTE`, spread over shards), written by one unconditional UpdateItem
 (ADD), stamped with its minute and an expiry a while after it (DynamoDB's TTL deletes it later; readers never look
-that far back). An earlier design kept a ring of ten buckets per name, each reset when its minute came round: that
-bounded the items for a reconciler that scanned the counters table, which it no longer does, and cost every first
-add of a minute on its shard a second conditional write. They are statistics, not state: a count lost to a crash
+that far back): one write per count, never a reset. They are statistics, not state: a count lost to a crash
 between a commit and its count only makes an estimate less informed. Two readers share them: the retry budget
 (`retry_budget.py`) and each principal's pace (`pace.py`).
 """

@@ -10,8 +10,8 @@ from sitedispatch.kinds.contract import SiteDriver
 
 
 class DriverRegistry(Mapping[str, SiteDriver]):
-    """Drivers by name, each built on first use: a fleet of reference sites never loads the WordPress client (35 ms
-    of a cold start)."""
+    """Drivers by name, each built on first use: a fleet of reference sites never loads the WordPress client (part of
+    a cold start it does not need)."""
 
     def __init__(self, factories: dict[str, Callable[[], SiteDriver]]) -> None:
         self._factories = factories

@@ -112,7 +112,7 @@ def patch_moto_fifo_flag() -> None:
 
 def patch_moto_module_scan() -> None:
     """moto's server lists its package directory (one listdir and ~150 isdir calls) on every request to resolve the
-    backend; measured at 12% of its CPU under an S3 PUT load. The list never changes while it runs: compute it once."""
+    backend, a large part of its CPU under load. The list never changes while it runs: compute it once."""
     from moto import backends
 
     modules = tuple(backends.list_of_moto_modules())
@@ -136,8 +136,8 @@ DYNAMODB_OPERATIONS = (
 def patch_moto_dynamodb_isolation() -> None:
     """moto applies TransactWriteItems item by item and, when one fails, restores a deep copy of every table the
     transaction touched: a write that another request made meanwhile is lost, and readers can see half a
-    transaction. DynamoDB isolates transactions (serializable with other writes). Found by a concurrent submit
-    flood (operation rows lost, counters off by two); moto's DynamoDB calls are serialized here to match."""
+    transaction (operation rows lost, counters off under a flood of concurrent submits). DynamoDB isolates
+    transactions (serializable with other writes); moto's DynamoDB calls are serialized here to match."""
     from moto.dynamodb.models import DynamoDBBackend
 
     lock = threading.RLock()
@@ -183,11 +183,10 @@ def _items_before(
 
 
 def patch_moto_transaction_snapshot() -> None:
-    """moto backs up a TransactWriteItems by deep-copying every table it touches, once per item: a start or commit
-    transaction cost ~37 ms of the emulator's time here, and it grows with the tables. Every DynamoDB call is
+    """moto backs up a TransactWriteItems by deep-copying every table it touches, once per item: its cost grows with
+    the tables, and ten starts at once (a transaction each) queue behind each other's copies. Every DynamoDB call is
     serialized (above), so the backup only has to hold the items the transaction names: those are copied before it
-    and put back if it is cancelled. Found measuring G1: ten starts at once queued behind each other's table copies
-    (each start writes one transaction), which spread the starts over up to a second."""
+    and put back if it is cancelled."""
     from moto.dynamodb import models as dynamodb_models
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table
