@@ -121,7 +121,7 @@ def _validator_checking_expressions_once(validators: Any) -> type:
             self.expression_attribute_values = expression_attribute_values
             self.item = item
             self.table = table
-            # the tree's identity: update expressions are parsed once per text (local/cloud.py keeps the parse)
+            # the tree's identity: update expressions are parsed once per text (moto_patches.py keeps the parse)
             self.checks = (
                 id(expression),
                 tuple(sorted((expression_attribute_names or {}).items())),
