@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def serialized(handler: Handler, timeout_s: float) -> Invoke:
     return invoke
 
 
+@lru_cache(maxsize=1)
 def api_handler() -> Handler:
     """The API function's handler, found as Lambda finds it: by the handler named in the table of functions."""
     from sitedispatch.local.esm import load_handler

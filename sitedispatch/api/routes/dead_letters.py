@@ -80,10 +80,9 @@ def redrive_one(who: Caller, operation_id: str, body: ReplayRequest, action: str
     the body carries one (stored as the caller's own upload, once the action is allowed)."""
     d = dependencies()
     controls = d.controls()
-    controls.authorize_action(who, action, operation_id, body.reason)  # before storing a replacement input
+    op = controls.authorize_action(who, action, operation_id, body.reason)  # before storing a replacement input
     new_input = None
     if body.input is not None:
-        op = controls.operation(who, operation_id)
         new_input = d.submitter().store_input(op.kind, op.site_id, who.identity, body.input)
     report = controls.redrive(who, operation_id=operation_id, new_input=new_input, reason=body.reason, action=action)
     if report.refused:
