@@ -78,7 +78,11 @@ def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
         what="the resumed worker to notice it lost the lease",
     )
 
-    commits = deps.commits.history("stall-site")
+    commits = wait_for(  # the history is an index: a read may lag the takeover's commit
+        lambda: (h := deps.commits.history("stall-site")) and [c.operation_id for c in h] == [op_id] and h,
+        timeout_s=5,
+        what="stall-site's history: the takeover's one commit",
+    )
     assert done.status == Status.SUCCEEDED and done.attempt == 2
     assert [c.operation_id for c in commits] == [op_id] and commits[0].fence > (first.fence or 0)
     assert deps.sites.get("stall-site").head_version == 1  # type: ignore[union-attr]
@@ -104,17 +108,17 @@ def test_a_cold_restart_with_a_backlog_in_flight_ends_every_operation_once(
         submitter.submit(kind="provision", site_id=site, principal="p", params=PROVISION).operation.operation_id
         for site in sites
     ]
-    wait_for(
-        lambda: len(deps.operations.list(status=Status.RUNNING)) >= 2,
-        timeout_s=30,
-        interval_s=0.05,
-        what="a backlog in flight",
-    )
+
+    # (read row by row: a query of the status index may lag, and two queries may see it at different moments)
+    def running() -> list[str]:
+        return [o for o in accepted if present(deps.operations.get(o)).status == Status.RUNNING]
+
+    wait_for(lambda: len(running()) >= 2, timeout_s=30, interval_s=0.05, what="a backlog in flight")
 
     # When every worker dies at once (the cloud, which holds the durable state, stays up)
     for worker in workers:
         runtime.kill(worker)
-    in_flight = [op.operation_id for op in deps.operations.list(status=Status.RUNNING)]
+    in_flight = running()
     runtime.start_worker("operations", 3)
     runtime.start_worker("publications", 2)
 
