@@ -93,8 +93,9 @@ acceptance: $(STAMP) $(SCHEMATHESIS)
 infrastructure: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV)
 	$(PY) -m pytest -q tests/infrastructure
 
-openapi: $(STAMP)  ## regenerate openapi.json from the API's routes and models (make test compares it)
+openapi: $(STAMP)  ## regenerate openapi.json and events.schema.json from the API's models (make test compares them)
 	$(PY) -m sitedispatch.api.openapi > openapi.json
+	$(PY) -m sitedispatch.api.openapi events > events.schema.json
 
 synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, no network, no Docker
 	$(PY) app.py

@@ -79,7 +79,12 @@ class ApiClient:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         """One call; the reply of any status (errors are not raised)."""
-        pairs = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        pairs = [
+            (k, _query_value(one))
+            for k, v in (query or {}).items()
+            if v is not None
+            for one in (v if isinstance(v, list | tuple) else [v])
+        ]
         url = f"{self.base_url}{path}" + (f"?{urlencode(pairs)}" if pairs else "")
         data = b"" if body is None else json.dumps(body).encode()
         sent = {"Accept": "application/json", **(headers or {})}

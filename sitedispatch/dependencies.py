@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any
 from sitedispatch.domain.settings import Settings
 
 if TYPE_CHECKING:  # the adapters and cores are imported where they are built, so a cold start pays only for its own
+    from sitedispatch.aws.events import EventOutbox
     from sitedispatch.aws.tables import Models
     from sitedispatch.domain.ports import (
         AuditLog,
         BlobStore,
         CommitStore,
+        EventBus,
+        EventLog,
+        EventQueue,
         OperationQueue,
         OperationStore,
         PublicationQueue,
@@ -26,6 +30,7 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
         SiteStore,
         UploadSigner,
     )
+    from sitedispatch.events.worker import EventsWorker
     from sitedispatch.flow.minute_counts import MinuteCounts
     from sitedispatch.flow.pace import Pace
     from sitedispatch.flow.retry_budget import RetryBudget
@@ -87,34 +92,61 @@ class Dependencies:
                 s.publications_table,
                 s.counters_table,
                 s.audit_table,
+                s.events_table,
+                s.feed_table,
             ),
             s.region,
             session=self.botocore_session,
         )
 
     @cached_property
+    def outbox(self) -> EventOutbox:
+        """Writes each transition's event with it, then sends its message (on the events queue)."""
+        from sitedispatch.aws.events import EventOutbox
+
+        return EventOutbox(self.models, self.event_queue.send)
+
+    @cached_property
+    def event_queue(self) -> EventQueue:
+        from sitedispatch.aws.events import SqsEventQueue
+
+        return SqsEventQueue(self.sqs, self.settings.events_queue_url)
+
+    @cached_property
+    def events(self) -> EventLog:
+        from sitedispatch.aws.events import DynamoEventLog
+
+        return DynamoEventLog(self.models)
+
+    @cached_property
+    def event_bus(self) -> EventBus:
+        from sitedispatch.aws.events import EventBridgeBus
+
+        return EventBridgeBus(self.session.client("events"), self.settings.event_bus)
+
+    @cached_property
     def operations(self) -> OperationStore:
         from sitedispatch.aws.operations import DynamoOperationStore
 
-        return DynamoOperationStore(self.models)
+        return DynamoOperationStore(self.models, self.outbox)
 
     @cached_property
     def sites(self) -> SiteStore:
         from sitedispatch.aws.sites import DynamoSiteStore
 
-        return DynamoSiteStore(self.models)
+        return DynamoSiteStore(self.models, self.outbox)
 
     @cached_property
     def commits(self) -> CommitStore:
         from sitedispatch.aws.commits import DynamoCommitStore
 
-        return DynamoCommitStore(self.models)
+        return DynamoCommitStore(self.models, self.outbox)
 
     @cached_property
     def publications(self) -> PublicationStore:
         from sitedispatch.aws.publications import DynamoPublicationStore
 
-        return DynamoPublicationStore(self.models)
+        return DynamoPublicationStore(self.models, self.outbox)
 
     @cached_property
     def minute_counts(self) -> MinuteCounts:
@@ -295,6 +327,8 @@ class Dependencies:
                 self.blobs,
                 self.clock,
                 wp_cron_submitter(self.submitter()),
+                self.events,
+                self.event_queue,
             )
         )
 
@@ -320,6 +354,11 @@ class Dependencies:
                 self.drivers,
             )
         )
+
+    def events_worker(self) -> EventsWorker:
+        from sitedispatch.events.worker import EventsDeps, EventsWorker
+
+        return EventsWorker(EventsDeps(self.events, self.event_bus))
 
     def publication_worker(self) -> PublicationWorker:
         from sitedispatch.publication.worker import PublicationDeps, PublicationWorker

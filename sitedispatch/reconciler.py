@@ -38,6 +38,8 @@ from sitedispatch.domain.ports import (
     BlobStore,
     Clock,
     DeadLetter,
+    EventLog,
+    EventQueue,
     OperationQueue,
     OperationStore,
     PublicationQueue,
@@ -87,6 +89,8 @@ class ReconcilerDeps:
     blobs: BlobStore
     clock: Clock
     submit_wp_cron: Callable[[Site, int], str]  # (site, due minute) -> "submitted" | "exists" | "refused"
+    events: EventLog
+    event_queue: EventQueue
 
 
 class Reconciler:
@@ -131,9 +135,22 @@ class Reconciler:
         sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep, flight[Status.RUNNING])
         sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
         sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
+        sweep.repaired["events_resent"] = self.resend_events(sweep)
         outstanding = [op for ops in flight.values() for op in ops]
         sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters(outstanding)
         return sweep
+
+    def resend_events(self, sweep: Sweep) -> int:
+        """Events written with their transition, not yet delivered a grace after: the process that committed died
+        before its send (or the events worker is behind: a second message is deduplicated, or delivered harmlessly)."""
+        d = self.deps
+        resent = 0
+        for message in d.events.undelivered(before=d.clock.now() - self.policy.orphan_grace_s):
+            if self._out_of_time(sweep):
+                break
+            d.event_queue.send(message)
+            resent += 1
+        return resent
 
     def resend_orphans(self, sweep: Sweep, flight: dict[Status, list[Operation]]) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""

@@ -1,9 +1,9 @@
 """SiteDispatchStack: one construct per capability, composed (STYLE.md).
 
-Queues (FIFO + FIFO DLQs), tables, the bucket; the three functions with their event source mappings and roles; the
-reconciler's schedules; the dashboard and alarms; the producer and operator policies; cdk-nag's AwsSolutions checks,
-with every suppression and its reason in `stacks/nag.py`; the HTTP API in front of it all. Outputs: the API's URL
-(where the CLI finds it, `--stack NAME`), the policy ARNs and the dashboard.
+Queues (FIFO + FIFO DLQs), tables, the bucket, the event bus; the functions with their event source mappings and
+roles; the reconciler's schedules; the dashboard and alarms; the producer and operator policies; cdk-nag's
+AwsSolutions checks, with every suppression and its reason in `stacks/nag.py`; the HTTP API in front of it all.
+Outputs: the API's URL (where the CLI finds it, `--stack NAME`), the policy ARNs, the dashboard and the event bus.
 """
 
 from __future__ import annotations
@@ -11,9 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_events as events
 from constructs import Construct
 
-from sitedispatch.domain.resources import API_URL_VARIABLE, BUCKET_FIELD, QUEUES, TABLE_FIELDS
+from sitedispatch.domain.resources import (
+    API_URL_VARIABLE,
+    BUCKET_FIELD,
+    EVENT_BUS_FIELD,
+    EVENT_BUS_LOGICAL_ID,
+    QUEUES,
+    TABLE_FIELDS,
+)
 from sitedispatch.domain.settings import Settings
 
 from .access import AccessPolicies
@@ -37,9 +45,17 @@ class SiteDispatchStack(Stack):
         self.queues = SiteQueues(self, "Queues")
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")
+        # Every event (source sitedispatch, detail-type its type): consumers subscribe with rules of their own.
+        self.bus = events.EventBus(self, EVENT_BUS_LOGICAL_ID, description="sitedispatch events: events.schema.json")
         environment = self.function_environment()
         self.functions = DispatchFunctions(
-            self, "Functions", environment=environment, queues=self.queues, tables=self.tables, storage=self.storage
+            self,
+            "Functions",
+            environment=environment,
+            queues=self.queues,
+            tables=self.tables,
+            storage=self.storage,
+            bus=self.bus,
         )
         self.schedules = ReconcilerSchedules(self, "Schedules", functions=dict(self.functions.functions))
         self.monitoring = DispatchMonitoring(
@@ -66,6 +82,7 @@ class SiteDispatchStack(Stack):
             description="attach to operators: every route of the API",
         )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, "EventBusName", value=self.bus.event_bus_name, description="rules on it receive every event")
         apply_nag(self)
         acknowledge_checkov(self, self.storage.access_logs)
 
@@ -78,6 +95,7 @@ class SiteDispatchStack(Stack):
         for role, field in TABLE_FIELDS.items():
             values[field] = self.tables.tables[role].table_name
         values[BUCKET_FIELD] = self.storage.bucket.bucket_name
+        values[EVENT_BUS_FIELD] = self.bus.event_bus_name
         values["operators"] = self.node.try_get_context("operators") or (
             f"arn:{self.partition}:sts::{self.account}:assumed-role/sitedispatch-operator*"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -34,7 +35,9 @@ from .storage import PublicationBucket
 from .tables import DispatchTables
 
 LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
-DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20}  # per queue; CDK context overrides
+# Per queue; CDK context overrides. Events: one principal's batches go one at a time whatever the cap (its message
+# group); the cap bounds how many principals' events are placed at once.
+DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20, "events": 5}
 
 # DynamoDB actions by need. TransactWriteItems is authorized per item by the item's own action.
 READ = ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
@@ -62,9 +65,10 @@ class DispatchFunctions(Construct):
         queues: SiteQueues,
         tables: DispatchTables,
         storage: PublicationBucket,
+        bus: events.IEventBus,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.queues, self.tables, self.storage = queues, tables, storage
+        self.queues, self.tables, self.storage, self.bus = queues, tables, storage, bus
         code = function_code()
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -82,8 +86,11 @@ class DispatchFunctions(Construct):
         for role in operation_workers():
             self._grant_operations_worker(role)
         self._grant_publication_worker()
+        self._grant_events_worker()
         self._grant_reconciler(operation_lanes())
         self._grant_api(operation_lanes())
+        for role in (*operation_workers(), "publications", "reconciler", "api"):
+            self._grant_event_writer(role)
 
     def _function(
         self, role: str, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]
@@ -173,8 +180,20 @@ class DispatchFunctions(Construct):
         self._allow("publications", CONSUME, [q.queues["publications"].queue_arn])
         self._allow("publications", ["sqs:SendMessage"], [q.queues["publications"].queue_arn])
 
+    def _grant_event_writer(self, role: str) -> None:
+        """A function whose transitions write events (in their own transactions) and send their messages."""
+        self._allow(role, WRITE, self.table_arns("events"))
+        self._allow(role, ["sqs:SendMessage"], [self.queues.queues["events"].queue_arn])
+
+    def _grant_events_worker(self) -> None:
+        """Places events in their feeds and puts them on the bus: nothing else."""
+        self._allow("events", [*READ, *WRITE], self.table_arns("events", "feed"))
+        self._allow("events", CONSUME, [self.queues.queues["events"].queue_arn])
+        self._allow("events", ["events:PutEvents"], [self.bus.event_bus_arn])
+
     def _grant_reconciler(self, lanes: list[str]) -> None:
         q = self.queues
+        self._allow("reconciler", READ, self.table_arns("events"))  # the undelivered events it sends again
         self._allow(
             "reconciler", [*READ, *WRITE, *SCAN], self.table_arns("operations", "sites", "publications", "counters")
         )

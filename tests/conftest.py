@@ -165,21 +165,23 @@ def assert_committed_once(deps: Dependencies, site: str, operation_ids: list[str
 
 
 def pump(cloud: Cloud, max_rounds: int = 200) -> int:
-    """Drive both queues through the real Lambda entrypoints in this process until they are empty (an in-process
+    """Drive every queue through the real Lambda entrypoints in this process until they are empty (an in-process
     event source mapping for integration tests; the real-process one is `sitedispatch local worker`)."""
+    import sitedispatch.functions.events_worker as events
     import sitedispatch.functions.operations_worker as operations
     import sitedispatch.functions.publication_worker as publications
     from sitedispatch.aws.sqs import queue_arn_from_url
     from sitedispatch.functions.runtime import dependencies
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
-    for cache in (dependencies, operations.worker, publications.worker):
+    for cache in (dependencies, operations.worker, publications.worker, events.worker):
         cache.cache_clear()
     handled = 0
     queues = [
         (cloud.settings.operations_queue_url, operations.handler),
         (cloud.settings.bulk_queue_url, operations.handler),
         (cloud.settings.publications_queue_url, publications.handler),
+        (cloud.settings.events_queue_url, events.handler),
     ]
     for _ in range(max_rounds):
         idle = True

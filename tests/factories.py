@@ -27,12 +27,17 @@ def settings(**overrides: Any) -> Settings:
         "bulk_dlq_url": "http://127.0.0.1:1/123456789012/bulk-dlq.fifo",
         "publications_queue_url": "http://127.0.0.1:1/123456789012/pub.fifo",
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
+        "events_queue_url": "http://127.0.0.1:1/123456789012/events.fifo",
+        "events_dlq_url": "http://127.0.0.1:1/123456789012/events-dlq.fifo",
         "operations_table": "ops",
         "sites_table": "sites",
         "commits_table": "commits",
         "publications_table": "publications",
         "counters_table": "counters",
         "audit_table": "audit",
+        "events_table": "events",
+        "feed_table": "feed",
+        "event_bus": "bus",
         "bucket": "bucket",
     }
     return Settings(**{**base, **overrides})

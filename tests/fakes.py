@@ -29,6 +29,15 @@ from sitedispatch.domain.errors import (
     StaleFence,
     UnclaimedSite,
 )
+from sitedispatch.domain.events import (
+    AUTOMATIC,
+    Event,
+    EventMessage,
+    FeedEntry,
+    StoredEvent,
+    operation_ended,
+    site_paused,
+)
 from sitedispatch.domain.model import (
     RUNNABLE,
     AuditEntry,
@@ -53,6 +62,9 @@ from sitedispatch.domain.ports import (
     CounterReading,
     DeadLetter,
     Delivery,
+    EventBus,
+    EventLog,
+    EventQueue,
     Move,
     OperationQueue,
     OperationStore,
@@ -110,6 +122,18 @@ class MemoryDb:
     held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
     waiting: dict[str, int] = field(default_factory=dict)  # share counter -> operations waiting for it
     unsent: dict[str, UnsentGroup] = field(default_factory=dict)  # batch groups not yet known sent
+    events: dict[str, StoredEvent] = field(default_factory=dict)  # every event its transition wrote
+    undelivered: set[str] = field(default_factory=set)  # events not yet on the bus
+    feed: dict[str, list[FeedEntry]] = field(default_factory=dict)  # principal -> its feed, in place order
+    announced: list[EventMessage] = field(default_factory=list)  # the events queue's messages, in send order
+
+    def write_event(self, event: Event) -> None:
+        """An event written with its transition (the caller holds the lock and writes the transition), then sent."""
+        if event.event_id in self.events:
+            raise AssertionError(f"event {event.event_id} written twice")
+        self.events[event.event_id] = StoredEvent(event)
+        self.undelivered.add(event.event_id)
+        self.announced.append(EventMessage.of(event))
 
     def total(self, group: str) -> int:
         """A counter group's sum: the counter itself, or its shards (`group#k`)."""
@@ -491,7 +515,11 @@ class MemoryOperationStore:
                 and (fence is None or row.fence == fence)
                 and self._holds_as_read(row, op)
             )
-            self._end(op, ok, now, status=Status.DEAD, error=error, evidence=evidence)
+            key = (evidence or {}).get("key")
+            event = operation_ended(
+                op, Status.DEAD, now, error=error, evidence_key=key if isinstance(key, str) else None
+            )
+            self._end(op, ok, now, event, status=Status.DEAD, error=error, evidence=evidence)
 
     def end(
         self,
@@ -510,12 +538,13 @@ class MemoryOperationStore:
                 op,
                 ok,
                 now,
+                operation_ended(op, status, now, superseded_by=superseded_by),
                 status=status,
                 error=ErrorInfo(status.value, status.value, reason, False),
                 superseded_by=superseded_by,
             )
 
-    def _end(self, op: Operation, ok: bool, now: float, **changes: Any) -> None:
+    def _end(self, op: Operation, ok: bool, now: float, event: Event, **changes: Any) -> None:
         self._update(
             op.operation_id,
             ok,
@@ -530,6 +559,7 @@ class MemoryOperationStore:
             **changes,
         )
         self.db.release(held_by(op), now, op.waiting_at)
+        self.db.write_event(event)
 
     def revive(
         self,
@@ -654,7 +684,7 @@ class MemorySiteStore:
     def promoted_since(self, since: float, limit: int = 1000) -> list[Site]:
         return [s for s in self.db.sites.values() if s.live_at is not None and s.live_at >= since][:limit]
 
-    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+    def set_paused(self, site_id: str, paused: bool, reason: str | None, by: str, now: float) -> Site:
         with self.db.lock:
             site = self.db.sites.get(site_id)
             if site is None:
@@ -666,9 +696,11 @@ class MemorySiteStore:
                 consecutive_failures=site.consecutive_failures if paused else 0,
             )
             self.db.sites[site_id] = updated
+            if site.paused != paused:
+                self.db.write_event(site_paused(site, paused, reason, by, now))
             return updated
 
-    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
+    def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
         with self.db.lock:
             site = self.db.sites.get(site_id)
             if site is None:
@@ -682,6 +714,8 @@ class MemorySiteStore:
                 pause_reason=reason if pause else site.pause_reason,
             )
             self.db.sites[site_id] = updated
+            if pause:
+                self.db.write_event(site_paused(updated, True, reason, AUTOMATIC, now))
             return updated
 
     def list(self, limit: int = 100) -> list[Site]:
@@ -740,6 +774,8 @@ class MemoryCommitStore:
                 holds=(),
                 share=None,
             )
+            if prepared.event is not None:
+                self.db.write_event(prepared.event)
 
     def get(self, operation_id: str) -> Commit | None:
         return self.db.commits.get(operation_id)
@@ -775,7 +811,7 @@ class MemoryPublicationStore:
             site_id, seq, lambda p: p.total_chunks is not None, done_chunks=lambda p: p.done_chunks | {chunk}
         )
 
-    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         with self.db.lock:
             site = self.db.sites.get(site_id)
             publication = self.db.publications.get((site_id, seq))
@@ -786,6 +822,7 @@ class MemoryPublicationStore:
             self.db.publications[(site_id, seq)] = replace(
                 publication, status=PublicationStatus.PUBLISHED, finished_at=now
             )
+            self.db.write_event(event)
             return True
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
@@ -878,6 +915,64 @@ class MemoryAuditLog:
             if since <= e.at <= until and all(v is None or getattr(e, k) == v for k, v in wanted.items())
         ]
         return sorted(found, key=lambda e: e.at, reverse=True)[:limit]
+
+
+class MemoryEventLog:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def get_many(self, event_ids: Sequence[str]) -> list[StoredEvent]:
+        with self.db.lock:
+            return [self.db.events[i] for i in dict.fromkeys(event_ids) if i in self.db.events]
+
+    def last_seq(self, principal: str) -> int:
+        with self.db.lock:
+            feed = self.db.feed.get(principal, [])
+            return feed[-1].seq if feed else 0
+
+    def append(self, principal: str, events: Sequence[Event], after: int) -> bool:
+        with self.db.lock:
+            feed = self.db.feed.setdefault(principal, [])
+            if (feed[-1].seq if feed else 0) != after:
+                return False
+            if any(self.db.events[e.event_id].seq is not None for e in events):
+                return False
+            for n, event in enumerate(events, start=after + 1):
+                feed.append(FeedEntry(n, event))
+                self.db.events[event.event_id] = replace(self.db.events[event.event_id], seq=n)
+            return True
+
+    def delivered(self, event_ids: Sequence[str]) -> None:
+        with self.db.lock:
+            for event_id in event_ids:
+                self.db.events[event_id] = replace(self.db.events[event_id], on_bus=True)
+                self.db.undelivered.discard(event_id)
+
+    def undelivered(self, before: float, limit: int = 1000) -> list[EventMessage]:
+        with self.db.lock:
+            found = [self.db.events[i].event for i in self.db.undelivered if self.db.events[i].event.time < before]
+            return [EventMessage.of(e) for e in sorted(found, key=lambda e: e.time)[:limit]]
+
+    def read(self, principal: str, after: int, limit: int) -> list[FeedEntry]:
+        with self.db.lock:
+            return [entry for entry in self.db.feed.get(principal, []) if entry.seq > after][:limit]
+
+
+class MemoryEventQueue:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def send(self, message: EventMessage) -> None:
+        with self.db.lock:
+            self.db.announced.append(message)
+
+
+class MemoryEventBus:
+    def __init__(self) -> None:
+        self.put_events: list[Event] = []
+
+    def put(self, events: Sequence[Event]) -> None:
+        self.put_events.extend(events)
 
 
 class MemoryPublicationQueue:
@@ -1002,6 +1097,9 @@ class MemoryWorld:
         self.publications = MemoryPublicationStore(self.db)
         self.audit = MemoryAuditLog()
         self.quotas = MemoryQuotaStore(self.db)
+        self.events = MemoryEventLog(self.db)
+        self.event_queue = MemoryEventQueue(self.db)
+        self.event_bus = MemoryEventBus()
 
 
 def conforming_ports(
@@ -1019,6 +1117,9 @@ def conforming_ports(
     Clock,
     MinuteBuckets,
     Visibility,
+    EventLog,
+    EventQueue,
+    EventBus,
 ]:
     """Every fake as the port it stands in for: mypy checks each one's methods against the port's protocol here, as
     it checks the AWS adapters in `Dependencies` (the contract suite checks that they behave alike)."""
@@ -1035,4 +1136,7 @@ def conforming_ports(
         world.clock,
         MemoryMinuteBuckets(world.db),
         RecordingVisibility(),
+        world.events,
+        world.event_queue,
+        world.event_bus,
     )

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import (
     DRIVERS,
     ENDPOINT_PATTERN,
@@ -20,6 +21,7 @@ from sitedispatch.domain.model import (
     WORDPRESS_DRIVER,
     Kind,
     Operation,
+    Status,
 )
 from sitedispatch.domain.schemas import INTEGRAL, SCHEMAS
 from sitedispatch.domain.settings import Settings
@@ -292,3 +294,45 @@ def error_responses() -> dict[int, Any]:
         for status, text in described.items()
     }
     return {200: {"description": "OK"}, **errors}  # no content given: the route's return model describes it
+
+
+class EventBody(BaseModel):
+    """One event as every consumer receives it (events.schema.json): the common fields, then its type's own. Ids
+    and outcomes only: never an input, content, a credential, or an error's message."""
+
+    model_config = ConfigDict(extra="forbid", title="Event")
+
+    id: str = Field(description="stable: every delivery of the event carries it; deduplicate by it")
+    type: EventType
+    schema_version: Literal[1]
+    time: float = Field(description="when the transition happened (epoch seconds)")
+    principal: str
+    tenant: str | None = None
+    site_id: str
+    seq: int | None = Field(default=None, description="its place in the principal's feed (feed entries only)")
+    # operation.*
+    operation_id: str | None = None
+    kind: Kind | None = None
+    status: Status | None = None
+    epoch: int | None = Field(default=None, description="the operation's attempt epoch (a replay starts a new one)")
+    attempt: int | None = None
+    accepted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error_class: str | None = None
+    error_code: str | None = None
+    revision_id: str | None = None
+    version: int | None = Field(default=None, description="operation.succeeded: the site's head version it made")
+    evidence_key: str | None = None
+    superseded_by: str | None = None
+    # publication.live
+    publication_seq: int | None = None
+    receipt_key: str | None = None
+    # site.paused / site.resumed
+    by: str | None = Field(default=None, description="the principal itself, `operator`, or `sitedispatch`")
+    reason: str | None = None
+
+
+class EventPage(BaseModel):
+    events: list[EventBody]
+    after: int = Field(description="the cursor: pass it as `after` to continue (it passes places a filter skipped)")

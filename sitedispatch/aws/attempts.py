@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from pynamodb.expressions.update import Action
 
+from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.flow import FlowCounters
 from sitedispatch.aws.operation_rows import (
     LEASE,
@@ -30,6 +31,7 @@ from sitedispatch.aws.writes import (
     under_limit,
 )
 from sitedispatch.domain.errors import NotRunnable, StaleFence
+from sitedispatch.domain.events import Event, operation_ended
 from sitedispatch.domain.model import ErrorInfo, Lease, Operation, Site, Status
 from sitedispatch.domain.ports import Placement, Slot
 from sitedispatch.flow.admission import held_by
@@ -40,6 +42,7 @@ class AttemptTransitions:
     S: type[SiteItem]
     C: type[CounterItem]
     flow: FlowCounters
+    outbox: EventOutbox
 
     def _attempt(self, fence: int, now: float) -> tuple[list[Action], Any]:
         """Spending an attempt under `fence`: its updates and the row's condition."""
@@ -187,7 +190,9 @@ class AttemptTransitions:
         actions = [M.status.set(Status.DEAD.value), M.error.set(error_dict(error))]
         if evidence is not None:
             actions.append(M.evidence.set(evidence))
-        self._end(op, actions, condition, now)
+        key = (evidence or {}).get("key")
+        event = operation_ended(op, Status.DEAD, now, error=error, evidence_key=key if isinstance(key, str) else None)
+        self._end(op, actions, condition, now, event)
 
     def end(
         self,
@@ -208,11 +213,12 @@ class AttemptTransitions:
         if superseded_by:
             actions.append(M.superseded_by.set(superseded_by))
         condition = M.status.is_in(*(s.value for s in from_statuses))
-        self._end(op, actions, condition, now)
+        self._end(op, actions, condition, now, operation_ended(op, status, now, superseded_by=superseded_by))
 
-    def _end(self, op: Operation, actions: list[Any], condition: Any, now: float) -> None:
-        """The terminal transition and the release of everything the row holds, in one transaction, while the row
-        holds exactly what `op` read: its epoch (what `holds` was written for), share place, wait and slot."""
+    def _end(self, op: Operation, actions: list[Any], condition: Any, now: float, event: Event) -> None:
+        """The terminal transition, the release of everything the row holds and its event, in one transaction, while
+        the row holds exactly what `op` read: its epoch (what `holds` was written for), share place, wait and
+        slot."""
         M = self.M
         actions = [
             *actions,
@@ -230,15 +236,11 @@ class AttemptTransitions:
             & same_or_absent(M.running_slot, op.running_slot)
             & same_or_absent(M.waiting_at, op.waiting_at)
         )
-        released = held_by(op)
-        if not released and op.waiting_at is None:
-            if not conditionally(lambda: M(op.operation_id).update(actions=actions, condition=condition)):
-                raise NotRunnable(op.operation_id)
-            return
         try:
             with transaction(M) as tx:
                 tx.update(ROW, M(op.operation_id), actions, condition=condition)
-                self.flow.release(tx, released, op.waiting_at, now)
+                self.flow.release(tx, held_by(op), op.waiting_at, now)
+                self.outbox.add(tx, event)
         except TransactionFailed as failed:
             raise failed.mapped([(ROW, lambda: NotRunnable(op.operation_id))]) from failed.cause
 

@@ -4,6 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
+from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.flow import bucket_actions
 from sitedispatch.aws.tables import DUE_PARTITION, OPEN, CommitItem, Models, index_shard
 from sitedispatch.aws.writes import TransactionFailed, get_item, transaction
@@ -29,8 +30,9 @@ def to_commit(item: CommitItem) -> Commit:
 
 
 class DynamoCommitStore:
-    def __init__(self, models: Models) -> None:
+    def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.models = models
+        self.outbox = outbox
 
     def commit(self, prepared: PreparedCommit, now: float) -> None:
         Commits, Sites, Operations = self.models.Commit, self.models.Site, self.models.Operation
@@ -108,6 +110,8 @@ class DynamoCommitStore:
                 for tally in prepared.tallies:
                     actions = bucket_actions(Counters, tally.minute, tally.count, tally.amount)
                     tx.update(f"tally:{tally.bucket_id}", Counters(tally.bucket_id), actions)
+                if prepared.event is not None:
+                    self.outbox.add(tx, prepared.event)
         except TransactionFailed as failed:
             raise failed.mapped(
                 [

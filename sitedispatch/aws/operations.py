@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from sitedispatch.aws.attempts import AttemptTransitions
+from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.flow import SHARE, FlowCounters
 from sitedispatch.aws.operation_rows import (
     ROW,
@@ -39,11 +40,12 @@ from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement,
 
 
 class DynamoOperationStore(AttemptTransitions):
-    def __init__(self, models: Models) -> None:
+    def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.M = models.Operation
         self.S = models.Site
         self.C = models.Counter
         self.flow = FlowCounters(models)
+        self.outbox = outbox
 
     def create(
         self,

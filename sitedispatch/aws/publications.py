@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.sites import promotion, to_site
 from sitedispatch.aws.tables import OPEN, Models, PublicationItem, SiteItem, index_shards
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, get_items, transaction
 from sitedispatch.domain.errors import Conflict, NotFound
+from sitedispatch.domain.events import Event
 from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
 
@@ -27,9 +29,10 @@ def to_publication(item: PublicationItem) -> Publication:
 
 
 class DynamoPublicationStore:
-    def __init__(self, models: Models) -> None:
+    def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.M = models.Publication
         self.S = models.Site
+        self.outbox = outbox
 
     def get_with_site(self, site_id: str, seq: int) -> tuple[Publication | None, Site | None]:
         publication, site = get_items((self.M, site_id, seq), (self.S, site_id))
@@ -64,7 +67,7 @@ class DynamoPublicationStore:
         M = self.M
         return self._update(site_id, seq, [M.done_chunks.add({chunk})], M.total_chunks.exists())
 
-    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         M, S = self.M, self.S
         actions, behind = promotion(S, site_id, seq, revision_id, now)
         try:
@@ -76,6 +79,7 @@ class DynamoPublicationStore:
                     self._finished(PublicationStatus.PUBLISHED, now),
                     condition=M.seq.exists() & self._unfinished(),
                 )
+                self.outbox.add(tx, event)
         except TransactionFailed:
             return False
         return True

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pynamodb.expressions.update import Action
 
+from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
-from sitedispatch.aws.writes import conditionally, get_item, read_all
-from sitedispatch.domain.errors import LeaseHeld, NotFound, StaleFence
+from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, read_all, transaction
+from sitedispatch.domain.errors import Conflict, LeaseHeld, NotFound, StaleFence
+from sitedispatch.domain.events import AUTOMATIC, site_paused
 from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
 from sitedispatch.domain.ports import checked_registration
+
+PAUSE_RACES = 5  # a pause or resume looks again this often when the site's state changed under it
 
 
 def to_site(item: SiteItem) -> Site:
@@ -68,8 +75,9 @@ def new_site(S: Any, site_id: str, principal: str, now: float, connection: SiteC
 
 
 class DynamoSiteStore:
-    def __init__(self, models: Models) -> None:
+    def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.M = models.Site
+        self.outbox = outbox
 
     def get(self, site_id: str) -> Site | None:
         item = get_item(self.M, site_id)
@@ -145,31 +153,59 @@ class DynamoSiteStore:
         sites = [to_site(item) for item in self.M.scan(limit=limit)]
         return sorted(sites, key=lambda s: s.site_id)
 
-    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
+    def set_paused(self, site_id: str, paused: bool, reason: str | None, by: str, now: float) -> Site:
         M = self.M
         reason_action = M.pause_reason.set(reason) if paused and reason is not None else M.pause_reason.remove()
         actions: list[Action] = [M.paused.set(paused), reason_action]
         if not paused:
             actions.append(M.consecutive_failures.set(0))
-        item = M(site_id)
-        if not conditionally(lambda: item.update(actions=actions, condition=M.site_id.exists())):
-            raise NotFound(f"site {site_id} not found")
-        return to_site(item)
+        for _ in range(PAUSE_RACES):
+            current = get_item(M, site_id)
+            if current is None:
+                raise NotFound(f"site {site_id} not found")
+            item = M(site_id)
+            if bool(current.paused) == paused:  # no change of state: no event (a new reason is recorded)
+                if conditionally(partial(item.update, actions=actions, condition=_paused_is(M, paused))):
+                    return to_site(item)
+                continue
+            event = site_paused(to_site(current), paused, reason, by, now)
+            try:
+                with transaction(M) as tx:
+                    tx.update("site", item, actions, condition=_paused_is(M, not paused))
+                    self.outbox.add(tx, event)
+            except TransactionFailed:
+                continue  # paused or resumed meanwhile: look again
+            site = to_site(current)
+            failures = site.consecutive_failures if paused else 0
+            return replace(site, paused=paused, pause_reason=reason if paused else None, consecutive_failures=failures)
+        raise Conflict(f"site {site_id} was paused and resumed {PAUSE_RACES} times while this request looked")
 
-    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
-        """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once)."""
+    def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
+        """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once),
+        with its event."""
         M = self.M
         item = M(site_id)
         if not conditionally(
             lambda: item.update(actions=[M.consecutive_failures.add(1)], condition=M.site_id.exists())
         ):
             raise NotFound(f"site {site_id} not found")
-        if int(item.consecutive_failures) >= pause_at and not item.paused:
-            not_paused = M.paused == False  # noqa: E712 - a DynamoDB condition, not a comparison
-            conditionally(
-                lambda: item.update(actions=[M.paused.set(True), M.pause_reason.set(reason)], condition=not_paused)
-            )
-        return to_site(item)
+        site = to_site(item)
+        if site.consecutive_failures >= pause_at and not site.paused:
+            with contextlib.suppress(TransactionFailed):  # paused meanwhile (by an operator, or a failure at once)
+                with transaction(M) as tx:
+                    paused = [M.paused.set(True), M.pause_reason.set(reason)]
+                    tx.update("site", M(site_id), paused, condition=_paused_is(M, False))
+                    self.outbox.add(tx, site_paused(site, True, reason, AUTOMATIC, now))
+                return replace(site, paused=True, pause_reason=reason)
+            return self.get(site_id) or site
+        return site
+
+
+def _paused_is(M: Any, paused: bool) -> Any:
+    """The site exists and is (not) paused (an item written before `paused` existed counts as not paused)."""
+    if paused:
+        return M.site_id.exists() & (M.paused == True)  # noqa: E712 - a DynamoDB condition
+    return M.site_id.exists() & (M.paused.does_not_exist() | (M.paused == False))  # noqa: E712
 
 
 def promotion(S: Any, site_id: str, seq: int, revision_id: str, now: float) -> tuple[list[Action], Any]:

@@ -29,6 +29,7 @@ DUE_PARTITION = "due"  # sites with something due share one partition of the spa
 INDEX_SHARDS = 8
 LIVE, OPEN, HELD = "live", "open", "held"  # recently promoted sites; unfinished publications; moved counters
 UNSENT = "unsent"  # batch groups written queued whose messages are not yet known sent (by-held's other partitions)
+UNDELIVERED = "undelivered"  # events not yet in their feed and on the bus (the events table's by-undelivered index)
 
 
 def index_shard(index: str, key: str) -> str:
@@ -48,6 +49,8 @@ class TableNames:
     publications: str
     counters: str
     audit: str
+    events: str
+    feed: str
 
 
 def _index_meta(name: str, keys_only: bool = False) -> Any:
@@ -248,6 +251,44 @@ class AuditItem(Model):
     detail = JSONAttribute(null=True)
 
 
+class EventsByUndelivered(GlobalSecondaryIndex):
+    """Events written with their transition but not yet delivered (in the feed and on the bus), oldest first: what
+    the reconciler sends again when the message that should have delivered one was lost. Keys only, sparse."""
+
+    Meta = _index_meta("by-undelivered", keys_only=True)
+    undelivered = UnicodeAttribute(hash_key=True)
+    time = NumberAttribute(range_key=True)
+
+
+class EventItem(Model):
+    """An event, written in the transaction of the transition it reports (the outbox): the record every delivery
+    of it is made from."""
+
+    event_id = UnicodeAttribute(hash_key=True)
+    principal = UnicodeAttribute()
+    type = UnicodeAttribute()
+    time = NumberAttribute()
+    body = JSONAttribute()  # Event.wire() without its feed place
+    seq = NumberAttribute(null=True)  # its place in the principal's feed, once given
+    on_bus = BooleanAttribute(null=True)  # put on the event bus (at least once)
+    undelivered = UnicodeAttribute(null=True)  # index_shard(UNDELIVERED, event_id) until in the feed and on the bus
+    expires_at = NumberAttribute(null=True)  # DynamoDB's TTL: the feed's retention past its time
+    by_undelivered = EventsByUndelivered()
+
+
+class FeedItem(Model):
+    """A principal's feed: its events in the order the events worker gave them places (one writer per principal at
+    a time, the events queue's message group), read consistently after a cursor."""
+
+    principal = UnicodeAttribute(hash_key=True)
+    seq = NumberAttribute(range_key=True)
+    event_id = UnicodeAttribute()
+    type = UnicodeAttribute()
+    tenant = UnicodeAttribute(null=True)
+    body = JSONAttribute()
+    expires_at = NumberAttribute(null=True)
+
+
 @dataclass(frozen=True)
 class Models:
     """The item classes bound to one deployment's tables."""
@@ -258,9 +299,20 @@ class Models:
     Publication: type[PublicationItem]
     Counter: type[CounterItem]
     Audit: type[AuditItem]
+    Event: type[EventItem]
+    Feed: type[FeedItem]
 
     def all(self) -> tuple[type[Model], ...]:
-        return (self.Operation, self.Site, self.Commit, self.Publication, self.Counter, self.Audit)
+        return (
+            self.Operation,
+            self.Site,
+            self.Commit,
+            self.Publication,
+            self.Counter,
+            self.Audit,
+            self.Event,
+            self.Feed,
+        )
 
 
 M = TypeVar("M", bound=Model)
@@ -290,6 +342,8 @@ def build_models(names: TableNames, region: str, host: str | None = None, sessio
         Publication=bound(PublicationItem, names.publications),
         Counter=bound(CounterItem, names.counters),
         Audit=bound(AuditItem, names.audit),
+        Event=bound(EventItem, names.events),
+        Feed=bound(FeedItem, names.feed),
     )
     _share_one_connection(models, session)
     return models
@@ -337,7 +391,8 @@ class TableSpec:
     ttl_attribute: str | None = None
 
 
-TTL_ATTRIBUTES = {"counters": "expires_at"}  # the per-minute buckets expire; nothing else does
+# The per-minute buckets expire, and events past the feed's retention; nothing else does.
+TTL_ATTRIBUTES = {"counters": "expires_at", "events": "expires_at", "feed": "expires_at"}
 
 TABLE_LOGICAL_IDS = {
     "operations": "OperationsTable",
@@ -346,6 +401,8 @@ TABLE_LOGICAL_IDS = {
     "publications": "PublicationsTable",
     "counters": "CountersTable",
     "audit": "AuditTable",
+    "events": "EventsTable",
+    "feed": "FeedTable",
 }
 
 

@@ -185,6 +185,7 @@ class NamedTransaction:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._items: list[tuple[str, dict[str, Any]]] = []
+        self._after: list[Callable[[], None]] = []
 
     def __enter__(self) -> NamedTransaction:
         return self
@@ -217,6 +218,10 @@ class NamedTransaction:
                 [counter_model.value.add(-1), counter_model.changed_at.set(now)],
             )
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once the transaction has committed (not if it was cancelled)."""
+        self._after.append(action)
+
     def _add(self, name: str, kind: str, kwargs: dict[str, Any]) -> None:
         if any(existing == name for existing, _ in self._items):
             raise ValueError(f"two items named {name!r} in one transaction")
@@ -225,6 +230,8 @@ class NamedTransaction:
     def commit(self) -> None:
         if self._items:
             retried_on_conflict(self._send, "a transaction", "transaction_conflict")
+        for action in self._after:
+            action()
 
     def _send(self) -> None:
         try:

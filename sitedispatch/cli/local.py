@@ -127,10 +127,12 @@ def up(
             runtime.start_worker("operations", concurrency)
             runtime.start_worker("bulk", concurrency)
             runtime.start_worker("publications", concurrency)
+        runtime.start_worker("events", 1)  # one principal's events go one batch at a time: one environment
         runtime.start_scheduler()
         console.print(
             f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
-            f"{workers} bulk and {workers} publications workers x {concurrency} environments; scheduler; "
+            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; "
+            "scheduler; "
             f"logs in {workdir}/"
         )
         console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")

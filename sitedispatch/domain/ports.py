@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from sitedispatch.domain.errors import Conflict
+from sitedispatch.domain.events import Event, EventMessage, FeedEntry, StoredEvent
 from sitedispatch.domain.model import (
     AuditEntry,
     Commit,
@@ -237,7 +238,8 @@ class OperationStore(Protocol):
         evidence: dict[str, Any] | None = None,
     ) -> None:
         """-> dead with the error and its `evidence`, only from a runnable status (and, given a fence, only while
-        it is ours); releases what the row holds (as `op` read it) in the same transaction (else NotRunnable)."""
+        it is ours); releases what the row holds (as `op` read it) and writes the operation's terminal event, in the
+        same transaction (else NotRunnable)."""
 
     def end(
         self,
@@ -250,7 +252,8 @@ class OperationStore(Protocol):
         superseded_by: str | None = None,
     ) -> None:
         """-> cancelled or superseded from one of `from_statuses` (else NotRunnable), releasing what the row holds
-        (as `op` read it: a row that moved meanwhile, released from its wait say, is NotRunnable: look again)."""
+        (as `op` read it: a row that moved meanwhile, released from its wait say, is NotRunnable: look again), and
+        writes the operation's terminal event, in the same transaction."""
 
     def revive(
         self,
@@ -307,11 +310,13 @@ class SiteStore(Protocol):
     def list(self, limit: int = 100) -> list[Site]:
         """Up to `limit` sites, ordered by id."""
 
-    def set_paused(self, site_id: str, paused: bool, reason: str | None) -> Site:
-        """Pause (deliveries are deferred) or resume (also clears the failure count). NotFound if unknown."""
+    def set_paused(self, site_id: str, paused: bool, reason: str | None, by: str, now: float) -> Site:
+        """Pause (deliveries are deferred) or resume (also clears the failure count). NotFound if unknown. A change
+        of state writes its event (site.paused or site.resumed, `by` whom) with it; the same state again, none."""
 
-    def record_failure(self, site_id: str, pause_at: int, reason: str) -> Site:
-        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`. NotFound if unknown."""
+    def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
+        """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`, writing its event with
+        the pause. NotFound if unknown."""
 
 
 @dataclass(frozen=True)
@@ -342,6 +347,7 @@ class PreparedCommit:
     tallies: tuple[
         Tally, ...
     ] = ()  # statistics counted with the commit (the principal's pace): no request of their own
+    event: Event | None = None  # operation.succeeded, written with the commit
 
 
 class PublicationStore(Protocol):
@@ -356,10 +362,11 @@ class PublicationStore(Protocol):
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
         """Add `chunk` to the done set (idempotent) and return the publication as it is now."""
 
-    def publish(self, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+    def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         """In one transaction: the site's live pointer moves to this publication, only forward (its live_seq <
         `seq`), and the publication is recorded published (from pending or planned). False, writing nothing, when
-        either is refused: a newer publication is live, or this one is finished (the caller tells them apart)."""
+        either is refused: a newer publication is live, or this one is finished (the caller tells them apart).
+        `event` (publication.live) is written with the promotion."""
 
     def finish(self, site_id: str, seq: int, status: PublicationStatus, now: float) -> None:
         """-> published or superseded (from pending or planned only)."""
@@ -384,6 +391,38 @@ class CommitStore(Protocol):
     def get(self, operation_id: str) -> Commit | None: ...
 
     def history(self, site_id: str, limit: int = 100) -> list[Commit]: ...
+
+
+class EventQueue(Protocol):
+    def send(self, message: EventMessage) -> None:
+        """The message that delivers a committed event (grouped by principal, deduplicated by event id)."""
+
+
+class EventLog(Protocol):
+    """Events as their transitions wrote them, and each principal's feed."""
+
+    def get_many(self, event_ids: Sequence[str]) -> list[StoredEvent]:
+        """Those of these events that exist (consistently read)."""
+
+    def last_seq(self, principal: str) -> int:
+        """The principal's last feed place (0: none yet), consistently read."""
+
+    def append(self, principal: str, events: Sequence[Event], after: int) -> bool:
+        """Give `events` the places after `after`, atomically: False if a place was taken or an event has one."""
+
+    def delivered(self, event_ids: Sequence[str]) -> None:
+        """These events are on the bus (they leave the undelivered index)."""
+
+    def undelivered(self, before: float, limit: int = 1000) -> list[EventMessage]:
+        """Events written before `before` not yet delivered, oldest first (may lag: a delivered one may show)."""
+
+    def read(self, principal: str, after: int, limit: int) -> list[FeedEntry]:
+        """The principal's feed after place `after`, in order; consistent: no place before the last is missing."""
+
+
+class EventBus(Protocol):
+    def put(self, events: Sequence[Event]) -> None:
+        """Put events on the bus (at least once: a redelivery puts one again, with the same id)."""
 
 
 class BlobStore(Protocol):

@@ -22,7 +22,8 @@ VISIBILITY_PER_TIMEOUT = 6  # AWS's guidance for SQS event sources: visibility >
 RETENTION_S = 14 * 24 * 3600
 SECRET_NAME_PREFIX = "sitedispatch/"  # site credentials in Secrets Manager: the operations workers read only these
 LAMBDA_MAX_TIMEOUT_S = 900
-OPERATIONS_WORK, PUBLICATION_WORK = "operations", "publications"
+OPERATIONS_WORK, PUBLICATION_WORK, EVENT_WORK = "operations", "publications", "events"
+EVENT_BUS_LOGICAL_ID, EVENT_BUS_FIELD = "EventBus", "event_bus"
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,15 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         memory_mb=512,
         batch_size=0,
     ),
+    # Events: each batch gives its events their places in their principals' feeds and puts them on the bus.
+    "events": FunctionSpec(
+        "events",
+        "EventsWorker",
+        "sitedispatch.functions.events_worker.handler",
+        timeout_s=30,
+        memory_mb=512,
+        batch_size=10,
+    ),
     # The HTTP API's one function. 29 s: the longest integration timeout of an HTTP API (a long poll waits 20 s).
     "api": FunctionSpec("api", "Api", "sitedispatch.functions.api.handler", timeout_s=29, memory_mb=1024, batch_size=0),
 }
@@ -144,6 +154,16 @@ QUEUES: dict[str, QueueSpec] = {
         function="publications",
         carries=PUBLICATION_WORK,
     ),
+    # One message per event, grouped by principal: a principal's events take their feed places one batch at a time.
+    "events": QueueSpec(
+        "events",
+        "EventsQueue",
+        "events_queue_url",
+        "EventsDeadLetterQueue",
+        "events_dlq_url",
+        function="events",
+        carries=EVENT_WORK,
+    ),
 }
 
 
@@ -172,6 +192,8 @@ TABLE_FIELDS = {
     "publications": "publications_table",
     "counters": "counters_table",
     "audit": "audit_table",
+    "events": "events_table",
+    "feed": "feed_table",
 }
 
 

@@ -29,13 +29,18 @@ class Settings(BaseModel):
     bulk_dlq_url: str
     publications_queue_url: str
     publications_dlq_url: str
+    events_queue_url: str
+    events_dlq_url: str
     operations_table: str
     sites_table: str
     commits_table: str
     publications_table: str
     counters_table: str
     audit_table: str
+    events_table: str
+    feed_table: str
     bucket: str
+    event_bus: str = Field(description="the EventBridge bus every event is put on")
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
     lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")

@@ -17,6 +17,7 @@ from sitedispatch.aws.tables import TableSpec, table_specs
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import (
     DEFAULT_FUNCTION_TIMEOUT_S,
+    EVENT_BUS_FIELD,
     QUEUES,
     REDRIVE_BACKSTOP_RECEIVES,
     RETENTION_S,
@@ -148,6 +149,8 @@ def create_resources(
                 TableName=fields[TABLE_FIELDS[role]],
                 TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
             )
+    fields[EVENT_BUS_FIELD] = f"{prefix}-events"
+    session.client("events", endpoint_url=endpoint).create_event_bus(Name=fields[EVENT_BUS_FIELD])
     fields["bucket"] = f"{prefix}-local"
     s3 = session.client("s3", endpoint_url=sqs_s3_endpoint or endpoint)
     s3.create_bucket(Bucket=fields["bucket"])

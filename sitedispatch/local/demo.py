@@ -78,6 +78,7 @@ def run_demo(
             runtime.start_worker("operations", per_worker)
         runtime.start_worker("bulk", IMPORT_SITES)
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
+        runtime.start_worker("events", 1)
         api = DemoApi(runtime.start_api())
         os.environ.update(runtime.env)
         deps = Dependencies(Settings()).warm()  # the report's reads (what an operator sees)

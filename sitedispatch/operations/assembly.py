@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sitedispatch.domain.model import Commit, Lease, Operation, Publication, PublicationStatus, Site, lane_for
+from sitedispatch.domain.events import operation_ended
+from sitedispatch.domain.model import Commit, Lease, Operation, Publication, PublicationStatus, Site, Status, lane_for
 from sitedispatch.domain.ports import PreparedCommit
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.pace import Pace
@@ -63,4 +64,5 @@ def prepare_commit(
         slot=op.running_slot,
         next_due_at=mutation.next_due_at,
         tallies=(pace.tally(lane_for(op.kind), op.principal, op.tenant_key, took, now),) if pace is not None else (),
+        event=operation_ended(op, Status.SUCCEEDED, now, revision_id=mutation.revision_id, version=commit.version),
     )

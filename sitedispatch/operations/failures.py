@@ -38,6 +38,7 @@ def count_towards_pause(deps: FailureDeps, op: Operation, error: ErrorInfo, driv
         op.site_id,
         failures,
         f"{failures} consecutive failures; last: {op.kind.value} {op.operation_id} {error.code}",
+        deps.clock.now(),
     )
     if site.paused:
         obs.count(obs.Metric.SiteAutoPaused)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sitedispatch.domain.errors import Conflict, NotRunnable
+from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import (
     Operation,
     Site,
@@ -53,6 +54,7 @@ class Actions(Access):
     def set_paused(self, caller: Caller, site_id: str, paused: bool, reason: str | None) -> Site:
         action = "pause" if paused else "resume"
         site = self.site(caller, site_id, action, reason)
-        updated = self.deps.sites.set_paused(site_id, paused, reason if paused else None)
+        by = OPERATOR if caller.operator else caller.identity  # an event names no operator's identity
+        updated = self.deps.sites.set_paused(site_id, paused, reason if paused else None, by, self.deps.clock.now())
         self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
         return updated

@@ -20,6 +20,7 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.errors import NotFound, TransientError
+from sitedispatch.domain.events import publication_live
 from sitedispatch.domain.model import Publication, PublicationMessage, PublicationStatus, Site
 from sitedispatch.domain.ports import BlobStore, Clock, PublicationQueue, PublicationStore, SiteStore, Visibility
 from sitedispatch.domain.settings import Settings
@@ -247,7 +248,8 @@ class PublicationWorker:
         site_id, revision_id = publication.site_id, publication.revision_id
         d.blobs.put_if_absent(receipt_key(site_id, revision_id), canonical(receipt))
         now = d.clock.now()
-        promoted = d.publications.publish(site_id, publication.seq, revision_id, now)  # pointer and status at once
+        live = publication_live(before, publication.seq, revision_id, receipt_key(site_id, revision_id), now)
+        promoted = d.publications.publish(site_id, publication.seq, revision_id, now, live)  # pointer, status, event
         if promoted:  # the pointer is ours: no need to read it back
             site: Site | None = replace(before, live_seq=publication.seq, live_revision=revision_id, live_at=now)
         else:

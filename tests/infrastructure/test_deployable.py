@@ -16,6 +16,7 @@ from sitedispatch.api.app import routes as api_routes
 from sitedispatch.aws.tables import table_specs
 from sitedispatch.domain.resources import (
     API_URL_VARIABLE,
+    EVENT_WORK,
     FUNCTIONS,
     LAMBDA_MAX_TIMEOUT_S,
     QUEUES,
@@ -83,7 +84,8 @@ def test_event_source_mappings_report_batch_item_failures_with_a_concurrency_cap
             m["Properties"] for m in mappings if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
         ]
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-        assert mapping["BatchSize"] == FUNCTIONS[spec.function].batch_size == 1  # a batch never makes a site wait
+        # a batch never makes a site wait; events are placed ten at a time (one feed append per principal in it)
+        assert mapping["BatchSize"] == FUNCTIONS[spec.function].batch_size == (10 if spec.carries == EVENT_WORK else 1)
         assert mapping["ScalingConfig"] == {"MaximumConcurrency": DEFAULT_MAX_CONCURRENCY[lane]}
         function = mapping["FunctionName"]["Ref"]
         assert function.startswith(f"Functions{FUNCTIONS[spec.function].logical_id}")
@@ -126,7 +128,8 @@ def test_maximum_concurrency_comes_from_cdk_context(tmp_path: Path) -> None:
         m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
         for m in resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values()
     )
-    assert caps == sorted([7, DEFAULT_MAX_CONCURRENCY["operations"], DEFAULT_MAX_CONCURRENCY["publications"]])
+    others = [DEFAULT_MAX_CONCURRENCY[queue] for queue in ("operations", "publications", "events")]
+    assert caps == sorted([7, *others])
     alarms = resources(synthesized.template, "AWS::CloudWatch::Alarm").values()
     assert all(a["Properties"]["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:ops"] for a in alarms)
     with pytest.raises(ValueError, match="between 2 and 1000"):
@@ -157,19 +160,9 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
     secret_reads = [s for s in worker_statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
     assert secret_reads and all(f":secret:{SECRET_NAME_PREFIX}*" in json.dumps(s["Resource"]) for s in secret_reads)
     assert not any(a.startswith("secretsmanager:") for a in publisher | reconciler)  # only the operations workers
-    # the publication worker touches only the sites and publications tables and the sites/ prefix
-    tables = resources(template, "AWS::DynamoDB::Table")
-    touched = {
-        ref
-        for s in publisher_statements
-        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
-        for ref in [json.dumps(r)]
-        if "dynamodb" in json.dumps(s["Action"])
-    }
-    names = {k for k in tables if any(k in ref for ref in touched)}
-    assert {
-        role for role, spec in table_specs().items() for n in names if n.startswith(f"Tables{spec.logical_id}")
-    } == {"sites", "publications"}
+    # the publication worker touches only the sites and publications tables (and writes a promotion's event), and
+    # the sites/ prefix
+    assert tables_touched(template, publisher_statements) == {"sites", "publications", "events"}
     assert any("/sites/*" in json.dumps(s["Resource"]) for s in publisher_statements if "s3:PutObject" in s["Action"])
     # GSIs are granted by name, never table/index/*
     assert "/index/*" not in json.dumps(worker_statements)
@@ -178,6 +171,37 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
         for name in ("operations", "commits")
         for index in table_specs()[name].indexes
     )
+
+
+def tables_touched(template: dict[str, Any], statements: list[dict[str, Any]]) -> set[str]:
+    """The table roles a role's DynamoDB statements name."""
+    tables = resources(template, "AWS::DynamoDB::Table")
+    touched = {
+        json.dumps(r)
+        for s in statements
+        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        if "dynamodb" in json.dumps(s["Action"])
+    }
+    names = {k for k in tables if any(k in ref for ref in touched)}
+    return {role for role, spec in table_specs().items() for n in names if n.startswith(f"Tables{spec.logical_id}")}
+
+
+def test_the_events_worker_places_events_and_puts_them_on_the_stacks_bus_only(synthesized_stack: Synthesized) -> None:
+    template = synthesized_stack.template
+    actions, statements = role_actions(template, "EventsWorker")
+    assert tables_touched(template, statements) == {"events", "feed"}
+    assert not any(a.startswith(("s3:", "secretsmanager:")) for a in actions) and "sqs:SendMessage" not in actions
+    [put] = [s for s in statements if "events:PutEvents" in json.dumps(s["Action"])]
+    [bus] = resources(template, "AWS::Events::EventBus")
+    assert json.dumps(put["Resource"]) == json.dumps({"Fn::GetAtt": [bus, "Arn"]})
+    # every function that ends operations, promotes or pauses writes events and announces them
+    for function in ("OperationsWorker", "BulkOperationsWorker", "PublicationWorker", "Reconciler", "Api"):
+        role_statements = role_actions(template, function)[1]
+        assert "events" in tables_touched(template, role_statements), function
+        assert any(
+            "sqs:SendMessage" in json.dumps(s["Action"]) and "EventsQueue" in json.dumps(s["Resource"])
+            for s in role_statements
+        ), function
 
 
 def test_schedules_invoke_the_reconciler_by_name_with_retries_and_a_dlq(synthesized_stack: Synthesized) -> None:

@@ -23,6 +23,15 @@ from sitedispatch.domain.errors import (
     StaleFence,
     UnclaimedSite,
 )
+from sitedispatch.domain.events import (
+    AUTOMATIC,
+    OPERATOR,
+    Event,
+    EventMessage,
+    EventType,
+    operation_ended,
+    publication_live,
+)
 from sitedispatch.domain.model import (
     Commit,
     ErrorInfo,
@@ -40,6 +49,8 @@ from sitedispatch.domain.ports import (
     BlobStore,
     CommitStore,
     CounterReading,
+    EventLog,
+    EventQueue,
     Move,
     OperationQueue,
     OperationStore,
@@ -75,6 +86,8 @@ PORTS: dict[str, type] = {
     "blobs": BlobStore,
     "queue": OperationQueue,
     "publication_queue": PublicationQueue,
+    "events": EventLog,
+    "event_queue": EventQueue,
 }
 CALLED: dict[str, set[tuple[str, str]]] = {"memory": set(), "dynamodb": set()}  # impl -> (port, method)
 
@@ -105,6 +118,8 @@ class Stores:
     blobs: BlobStore
     queue: OperationQueue
     publication_queue: PublicationQueue
+    events: EventLog
+    event_queue: EventQueue
     sent: Callable[[str], list[str]]  # the bodies on a queue ("operations", "bulk", "publications"), taken off it
 
 
@@ -121,6 +136,10 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             if queue == "publications":
                 bodies = [m.to_body() for m in world.publication_queue.sent]
                 world.publication_queue.sent.clear()
+                return bodies
+            if queue == "events":
+                bodies = [m.to_body() for m in world.db.announced]
+                world.db.announced.clear()
                 return bodies
             bodies = [m.message.to_body() for m in world.queue.sent if m.lane == queue]
             world.queue.sent = [m for m in world.queue.sent if m.lane != queue]
@@ -141,6 +160,8 @@ def stores(request: pytest.FixtureRequest) -> Stores:
                 blobs=world.blobs,
                 queue=world.queue,
                 publication_queue=world.publication_queue,
+                events=world.events,
+                event_queue=world.event_queue,
             ),
         )
     cloud: Cloud = request.getfixturevalue("cloud")
@@ -172,6 +193,8 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             blobs=d.blobs,
             queue=d.queue,
             publication_queue=d.publication_queue,
+            events=d.events,
+            event_queue=d.event_queue,
         ),
     )
 
@@ -190,6 +213,17 @@ def new_op(op_id: str = "op_1", site: str = "acme-blog", budget: int = 3) -> Ope
         updated_at=NOW,
         attempt_budget=budget,
     )
+
+
+def live(site_id: str, seq: int, revision_id: str, now: float) -> Event:
+    """The event a promotion of `site_id`'s publication `seq` writes."""
+    return publication_live(
+        Site(site_id, "p", NOW), seq, revision_id, f"sites/{site_id}/receipts/{revision_id}.json", now
+    )
+
+
+def promote(stores: Stores, site_id: str, seq: int, revision_id: str, now: float) -> bool:
+    return stores.publications.publish(site_id, seq, revision_id, now, live(site_id, seq, revision_id, now))
 
 
 def prepared(lease: Any, op_id: str = "op_1", version: int = 1) -> PreparedCommit:
@@ -696,17 +730,17 @@ def committed(stores: Stores, versions: int) -> None:
 
 def test_publishing_moves_the_pointer_only_forward_and_records_the_publication_with_it(stores: Stores) -> None:
     committed(stores, 3)
-    assert stores.publications.publish("acme-blog", 2, "2" * 64, NOW + 5) is True
+    assert promote(stores, "acme-blog", 2, "2" * 64, NOW + 5) is True
     assert present(stores.publications.get("acme-blog", 2)).status == PublicationStatus.PUBLISHED
-    assert stores.publications.publish("acme-blog", 1, "1" * 64, NOW + 6) is False  # behind: nothing written
+    assert promote(stores, "acme-blog", 1, "1" * 64, NOW + 6) is False  # behind: nothing written
     assert present(stores.publications.get("acme-blog", 1)).status == PublicationStatus.PENDING
-    assert stores.publications.publish("acme-blog", 2, "2" * 64, NOW + 7) is False  # again: finished already
+    assert promote(stores, "acme-blog", 2, "2" * 64, NOW + 7) is False  # again: finished already
     site = present(stores.sites.get("acme-blog"))
     assert (site.live_seq, site.live_revision, site.live_at) == (2, "2" * 64, NOW + 5)
     stores.publications.finish("acme-blog", 3, PublicationStatus.SUPERSEDED, NOW + 8)
-    assert stores.publications.publish("acme-blog", 3, "3" * 64, NOW + 9) is False  # finished: the pointer stays
+    assert promote(stores, "acme-blog", 3, "3" * 64, NOW + 9) is False  # finished: the pointer stays
     assert present(stores.sites.get("acme-blog")).live_seq == 2
-    assert stores.publications.publish("ghost-site", 1, "a" * 64, NOW) is False
+    assert promote(stores, "ghost-site", 1, "a" * 64, NOW) is False
 
 
 def test_blob_compare_and_swap(stores: Stores) -> None:
@@ -907,7 +941,7 @@ def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes
     assert [p.seq for p in stores.publications.open_before(NOW + 2)] == [1]
     stores.publications.plan("acme-blog", 1, 2, NOW + 2)
     assert [p.total_chunks for p in stores.publications.open_before(NOW + 2)] == [2]  # planned: still open
-    assert stores.publications.publish("acme-blog", 1, "r" * 64, NOW + 5)
+    assert promote(stores, "acme-blog", 1, "r" * 64, NOW + 5)
     assert stores.publications.open_before(NOW + 3600) == []
     [promoted] = stores.sites.promoted_since(NOW + 5)
     assert promoted == stores.sites.get("acme-blog") and promoted.live_seq == 1
@@ -1058,20 +1092,30 @@ def test_a_cancel_request_refuses_the_running_attempts_commit(stores: Stores) ->
 def test_pause_resume_and_consecutive_failures(stores: Stores) -> None:
     sites = stores.sites
     sites.register("acme-blog", "p", NOW)
-    assert sites.record_failure("acme-blog", 3, "first").consecutive_failures == 1
-    assert not sites.record_failure("acme-blog", 3, "second").paused
-    third = sites.record_failure("acme-blog", 3, "three in a row")
+    assert sites.record_failure("acme-blog", 3, "first", NOW).consecutive_failures == 1
+    assert not sites.record_failure("acme-blog", 3, "second", NOW + 1).paused
+    third = sites.record_failure("acme-blog", 3, "three in a row", NOW + 2)
     assert (third.paused, third.pause_reason, third.consecutive_failures) == (True, "three in a row", 3)
-    assert sites.record_failure("acme-blog", 3, "fourth").pause_reason == "three in a row"  # paused once
-    resumed = sites.set_paused("acme-blog", False, None)
+    assert sites.record_failure("acme-blog", 3, "fourth", NOW + 3).pause_reason == "three in a row"  # paused once
+    resumed = sites.set_paused("acme-blog", False, None, "p", NOW + 4)
     assert (resumed.paused, resumed.pause_reason, resumed.consecutive_failures) == (False, None, 0)
-    paused = sites.set_paused("acme-blog", True, "maintenance")
+    assert not sites.set_paused("acme-blog", False, None, "p", NOW + 5).paused  # no change: no event
+    paused = sites.set_paused("acme-blog", True, "maintenance", OPERATOR, NOW + 6)
     assert (paused.paused, paused.pause_reason) == (True, "maintenance")
     assert present(sites.get("acme-blog")).pause_reason == "maintenance"
     with pytest.raises(NotFound):
-        sites.set_paused("ghost-site", True, "x")
+        sites.set_paused("ghost-site", True, "x", "p", NOW)
     with pytest.raises(NotFound):
-        sites.record_failure("ghost-site", 3, "x")
+        sites.record_failure("ghost-site", 3, "x", NOW)
+    # each change of state wrote its event, and announced it
+    events = [json.loads(body) for body in stores.sent("events")]
+    written = [e.event for e in stores.events.get_many([body["event_id"] for body in events])]
+    assert [(e.type, e.detail.get("by"), e.detail.get("reason")) for e in written] == [
+        (EventType.SITE_PAUSED, AUTOMATIC, "three in a row"),
+        (EventType.SITE_RESUMED, "p", None),
+        (EventType.SITE_PAUSED, OPERATOR, "maintenance"),
+    ]
+    assert {e.principal for e in written} == {"p"} and {e.site_id for e in written} == {"acme-blog"}
 
 
 def test_due_sites_come_from_their_committed_heads_earliest_first(stores: Stores) -> None:
@@ -1174,6 +1218,87 @@ def test_queues_carry_only_identities_and_the_dead_letter_sweep_removes_what_it_
     removed, kept = stores.queue.sweep_dead_letters("operations", lambda letter: True)
     assert [letter.attributes["operation_id"] for letter in removed] == ["op_1"] and kept == []
     assert stores.queue.sweep_dead_letters("bulk", lambda letter: True) == ([], [])
+
+
+def test_every_terminal_transition_writes_its_one_event_and_announces_it(stores: Stores) -> None:
+    # Given four operations that end four ways, and a commit
+    lease = running(stores, "op_ok", "site-ok")
+    stores.commits.commit(replace(prepared(lease, "op_ok"), event=succeeded(as_read(stores, "op_ok"))), NOW + 1)
+    lease = running(stores, "op_dead", "site-dead")
+    stores.operations.mark_dead(as_read(stores, "op_dead"), lease.fence, ERR, NOW + 2, {"key": "evidence/x.json"})
+    stores.sites.register("site-c", "p", NOW)
+    stores.operations.create(new_op("op_cancel", "site-c"))
+    stores.operations.end(as_read(stores, "op_cancel"), Status.CANCELLED, NOW + 3, from_statuses=(Status.QUEUED,))
+    stores.operations.create(new_op("op_old", "site-c"))
+    stores.operations.end(
+        as_read(stores, "op_old"),
+        Status.SUPERSEDED,
+        NOW + 4,
+        from_statuses=(Status.QUEUED,),
+        superseded_by="op_new",
+    )
+    # a transition refused writes no event
+    with pytest.raises(NotRunnable):
+        stores.operations.end(as_read(stores, "op_old"), Status.CANCELLED, NOW + 5, from_statuses=(Status.QUEUED,))
+
+    # Then each wrote one event, announced on the events queue (grouped by principal), and none more
+    messages = [EventMessage.from_body(body) for body in stores.sent("events")]
+    assert len(messages) == 4 and {m.principal for m in messages} == {"p"}
+    stored = {s.event.detail["operation_id"]: s for s in stores.events.get_many([m.event_id for m in messages])}
+    assert {op: (s.event.type, s.seq, s.on_bus) for op, s in stored.items()} == {
+        "op_ok": (EventType.OPERATION_SUCCEEDED, None, False),
+        "op_dead": (EventType.OPERATION_DEAD, None, False),
+        "op_cancel": (EventType.OPERATION_CANCELLED, None, False),
+        "op_old": (EventType.OPERATION_SUPERSEDED, None, False),
+    }
+    dead = stored["op_dead"].event.wire()
+    assert (dead["error_class"], dead["error_code"], dead["evidence_key"]) == (
+        "TransientError",
+        "transient",
+        "evidence/x.json",
+    )
+    assert "boom" not in json.dumps(dead)  # an error's message may quote an input: never in an event
+    assert stored["op_old"].event.detail["superseded_by"] == "op_new"
+    assert stored["op_ok"].event.detail["version"] == 1
+    # and the same id again, for the same epoch, is refused with its transition (never two events of one)
+    assert stored["op_ok"].event.event_id == succeeded(as_read(stores, "op_ok")).event_id
+
+
+def succeeded(op: Operation) -> Event:
+    return operation_ended(op, Status.SUCCEEDED, NOW + 1, revision_id="r" * 64, version=1)
+
+
+def test_the_feed_gives_places_in_order_once_and_never_twice(stores: Stores) -> None:
+    # Given three events written with their transitions, none delivered yet
+    for n in range(3):
+        stores.sites.register(f"site-{n}", "p", NOW)
+        stores.operations.create(new_op(f"op_{n}", f"site-{n}"))
+        stores.operations.end(as_read(stores, f"op_{n}"), Status.CANCELLED, NOW + n, from_statuses=(Status.QUEUED,))
+    messages = [EventMessage.from_body(body) for body in stores.sent("events")]
+    events = [s.event for s in stores.events.get_many([m.event_id for m in messages])]
+    events.sort(key=lambda e: e.time)
+    wait_for(lambda: len(stores.events.undelivered(before=NOW + 100)) == 3, what="three undelivered (an index)")
+    assert [m.event_id for m in stores.events.undelivered(before=NOW + 1)] == [events[0].event_id]
+
+    # When the first two take places 1 and 2
+    assert stores.events.last_seq("p") == 0
+    assert stores.events.append("p", events[:2], 0) is True
+    # Then a place taken is refused, and an event placed is never placed again
+    assert stores.events.append("p", events[2:], 0) is False
+    assert stores.events.append("p", events[1:], 2) is False
+    assert stores.events.append("p", events[2:], 2) is True
+    assert stores.events.last_seq("p") == 3 and stores.events.last_seq("someone-else") == 0
+    assert [(entry.seq, entry.event) for entry in stores.events.read("p", 0, 10)] == list(enumerate(events, start=1))
+    assert [entry.seq for entry in stores.events.read("p", 1, 1)] == [2]
+    assert stores.events.read("p", 3, 10) == [] and stores.events.read("someone-else", 0, 10) == []
+    assert [s.seq for s in stores.events.get_many([e.event_id for e in events])] == [1, 2, 3]
+
+    # And delivered to the bus, they leave the undelivered ones
+    stores.events.delivered([events[0].event_id])
+    assert all(s.on_bus for s in stores.events.get_many([events[0].event_id]))
+    wait_for(lambda: len(stores.events.undelivered(before=NOW + 100)) == 2, what="two undelivered (an index)")
+    stores.event_queue.send(EventMessage.of(events[1]))  # the reconciler's resend
+    assert stores.sent("events") == [EventMessage.of(events[1]).to_body()]
 
 
 def test_every_port_method_ran_against_both_implementations(request: pytest.FixtureRequest) -> None:

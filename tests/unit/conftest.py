@@ -193,6 +193,8 @@ def reconciler(harness: Harness) -> Reconciler:
             w.blobs,
             w.clock,
             wp_cron_submitter(harness.submitter),
+            w.events,
+            w.event_queue,
         )
     )
 

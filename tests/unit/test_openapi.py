@@ -8,13 +8,15 @@ from pathlib import Path
 from openapi_spec_validator import validate
 
 from sitedispatch.api.app import OPERATOR_ROUTES, routes
-from sitedispatch.api.openapi import render
+from sitedispatch.api.openapi import render, render_event_schema
 
 COMMITTED = Path(__file__).resolve().parents[2] / "openapi.json"
+EVENT_SCHEMA = COMMITTED.with_name("events.schema.json")
 
 
 def test_the_committed_document_is_the_generated_one() -> None:
     assert COMMITTED.read_text() == render(), "openapi.json is stale: run `make openapi` and commit it"
+    assert EVENT_SCHEMA.read_text() == render_event_schema(), "events.schema.json is stale: run `make openapi`"
 
 
 def test_the_document_is_valid_openapi() -> None:
@@ -25,7 +27,7 @@ def test_the_document_is_valid_openapi() -> None:
 
 def test_every_route_is_described_with_its_models() -> None:
     document = json.loads(COMMITTED.read_text())
-    assert len(routes(document)) == 23 and set(routes(document)) >= OPERATOR_ROUTES
+    assert len(routes(document)) == 24 and set(routes(document)) >= OPERATOR_ROUTES
     submit = document["paths"]["/operations"]["post"]
     assert {(p["name"].lower(), p["in"]) for p in submit["parameters"]} == {("idempotency-key", "header")}
     assert "SubmitRequest" in json.dumps(submit["requestBody"]) and "202" in submit["responses"]

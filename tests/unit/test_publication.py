@@ -10,6 +10,7 @@ import pytest
 
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.errors import NotFound
+from sitedispatch.domain.events import Event
 from sitedispatch.domain.model import PublicationMessage, PublicationStatus
 from sitedispatch.drivers.reference.content import gmt
 from sitedispatch.publication.live import live_key, object_key, read_live_route, receipt_key
@@ -261,13 +262,13 @@ def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_publishe
     real_publish = publications.publish
     failures = {"left": 1}
 
-    def publish_then_fail(site_id: str, seq: int, revision_id: str, now: float) -> bool:
+    def publish_then_fail(site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         if where == "promoted_not_recorded":  # the pointer moves, the record does not, and the process dies
             site = present(sites.get(site_id))
             harness.world.db.sites[site_id] = replace(site, live_seq=seq, live_revision=revision_id, live_at=now)
             failures["left"] -= 1
             raise RuntimeError("the process died here")
-        published = real_publish(site_id, seq, revision_id, now)
+        published = real_publish(site_id, seq, revision_id, now, event)
         if failures["left"]:
             failures["left"] -= 1
             raise TimeoutError("the reply was lost; the transaction was applied")

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import PublicationMessage, PublicationStatus, QueueMessage
 from sitedispatch.publication.live import object_key, receipt_key
 from tests.conftest import examples
@@ -228,7 +229,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         for site in SITES:
             record = self.h.world.sites.get(site)
             if record is not None and record.paused:
-                self.h.world.sites.set_paused(site, False, None)
+                self.h.world.sites.set_paused(site, False, None, OPERATOR, self.h.world.clock.now())
 
     def teardown(self) -> None:
         """Faults stop: expire leases, resume any site that paused itself after consecutive failures (an operator's

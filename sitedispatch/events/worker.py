@@ -1,0 +1,60 @@
+"""The events worker: each event its transition wrote gets its place in its principal's feed, then goes on the bus.
+
+Messages arrive grouped by principal (the events queue's message group), so one delivery at a time appends to a
+principal's feed: the places it gives are the ones after the feed's last, written with a condition that each is
+still free, and each event's row records its place in the same transaction. A second delivery of the same events
+finds them placed and gives none twice; two deliveries at once (a visibility expired) meet on the condition, and
+the loser looks again. The bus comes after the feed: at least once, with the event's id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sitedispatch import observability as obs
+from sitedispatch.domain.errors import TransientError
+from sitedispatch.domain.events import EventMessage, StoredEvent
+from sitedispatch.domain.ports import EventBus, EventLog
+
+APPEND_RACES = 5  # how often one delivery looks again when another took the places it wanted
+
+
+@dataclass(frozen=True)
+class EventsDeps:
+    events: EventLog
+    bus: EventBus
+
+
+class EventsWorker:
+    def __init__(self, deps: EventsDeps) -> None:
+        self.deps = deps
+
+    def process(self, messages: Sequence[EventMessage]) -> int:
+        """Deliver a batch: returns how many events took a feed place now. Raises (the batch is delivered again)
+        when a step failed; every step is safe to repeat."""
+        ids = list(dict.fromkeys(m.event_id for m in messages))
+        stored = self.deps.events.get_many(ids)
+        if len(stored) < len(ids):  # sent only after its row committed: only a retention past its time explains it
+            found = {s.event.event_id for s in stored}
+            obs.logger.warning("event messages name no event", extra={"events": [i for i in ids if i not in found]})
+        by_principal: dict[str, list[StoredEvent]] = {}
+        for event in stored:
+            by_principal.setdefault(event.event.principal, []).append(event)
+        placed = sum(self._place(principal, events) for principal, events in by_principal.items())
+        to_bus = [s.event for s in stored if not s.on_bus]
+        if to_bus:
+            self.deps.bus.put(to_bus)
+            self.deps.events.delivered([event.event_id for event in to_bus])
+        return placed
+
+    def _place(self, principal: str, stored: list[StoredEvent]) -> int:
+        events = self.deps.events
+        for _ in range(APPEND_RACES):
+            unplaced = sorted((s.event for s in stored if s.seq is None), key=lambda e: (e.time, e.event_id))
+            if not unplaced:
+                return 0
+            if events.append(principal, unplaced, events.last_seq(principal)):
+                return len(unplaced)
+            stored = events.get_many([s.event.event_id for s in stored])  # which of them another delivery placed
+        raise TransientError(f"{principal}'s feed places were taken {APPEND_RACES} times in a row")
