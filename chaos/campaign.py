@@ -78,7 +78,7 @@ class RunReport:
         return data
 
 
-WORKERS = (("operations", 2), ("operations", 2), ("bulk", 2), ("publications", 3))
+WORKERS = (("operations", 2), ("operations", 2), ("bulk", 2), ("publications", 3), ("events", 1))
 
 
 class Campaign:
@@ -389,7 +389,8 @@ class Campaign:
         self.paused.clear()
 
     def _settle(self) -> float | None:
-        """Seconds until every accepted operation is terminal and every publication finished (None: never)."""
+        """Seconds until every accepted operation is terminal, every publication finished and every event
+        delivered (None: never)."""
         started = time.monotonic()
         deadline = started + self.profile.settle_bound_s
         quiet = 0
@@ -403,7 +404,9 @@ class Campaign:
                 for p in self.deps.publications.list(site, limit=5)
                 if p.status in {PublicationStatus.PENDING, PublicationStatus.PLANNED}
             ]
-            quiet = 0 if open_ops or open_publications else quiet + 1
+            # and every event delivered (one whose message a killed worker never sent: the reconciler's resend)
+            undelivered = self.deps.events.undelivered(before=time.time() + 60, limit=1)
+            quiet = 0 if open_ops or open_publications or undelivered else quiet + 1
             if quiet == 2:  # twice in a row, half a second apart
                 return round(time.monotonic() - started, 1)
             time.sleep(0.5)

@@ -4,7 +4,8 @@ During: a sampler records every site's live sequence (must never decrease) and, 
 checks that its receipt exists and every route in it is readable.
 After: at most one commit per operation and a gap-free version chain per site with strictly increasing fences; every
 accepted operation terminal; nothing but succeeded operations committed; every dead operation with complete
-evidence; counters equal to the recount; every publication finished and the newest published one live; an audit
+evidence; every terminal operation's event in its principal's feed (places without gap, each event once) and on the
+bus; counters equal to the recount; every publication finished and the newest published one live; an audit
 entry for every operator action the driver took.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sitedispatch.domain.errors import NotFound
+from sitedispatch.domain.events import terminal_event_id
 from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status, sha256_hex
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import recount
@@ -145,6 +147,8 @@ def check_after(
         if op.status == Status.DEAD:
             _check_evidence(deps, op, violations)
 
+    _check_events(deps, list(ops.values()), violations)
+
     counters = {k: v for k, v in deps.operations.counters().items() if is_flow_counter(k)}
     expected = recount([op for op in ops.values() if op.status in RUNNABLE])
     for name in sorted(counters.keys() | expected.keys()):
@@ -183,6 +187,29 @@ def check_after(
         "superseded": sum(op.status == Status.SUPERSEDED for op in ops.values()),
         "redriven": sum(op.epoch > 0 for op in ops.values()),
     }
+
+
+def _check_events(deps: Any, ops: list[Any], violations: Violations) -> None:
+    """G9: every terminal operation has its one event, in its principal's feed and on the bus; each feed holds
+    places 1..n, each event once."""
+    terminal = [op for op in ops if op.status.terminal]
+    wanted = {terminal_event_id(op.operation_id, op.epoch): op for op in terminal}
+    stored = {s.event.event_id: s for s in deps.events.get_many(list(wanted))}
+    for event_id, op in wanted.items():
+        found = stored.get(event_id)
+        if found is None:
+            violations.add("every terminal operation has its event", f"{op.operation_id} ({op.status.value})")
+        elif found.seq is None or not found.on_bus:
+            violations.add("every event is delivered", f"{op.operation_id}: place {found.seq}, bus {found.on_bus}")
+        elif found.event.detail.get("status") != op.status.value:
+            violations.add("an event tells the outcome", f"{op.operation_id}: {found.event.detail.get('status')}")
+    for principal in sorted({op.principal for op in ops}):
+        feed = deps.events.read(principal, 0, 100_000)
+        if [entry.seq for entry in feed] != list(range(1, len(feed) + 1)):
+            violations.add("a feed's places have no gap", f"{principal}: {len(feed)} entries")
+        for event_id, n in Counter(entry.event.event_id for entry in feed).items():
+            if n > 1:
+                violations.add("an event takes one feed place", f"{principal}: {event_id} {n} times")
 
 
 def _check_no_item_twice(deps: Any, site_id: str, revision: str, violations: Violations) -> None:

@@ -136,7 +136,7 @@ def operation_ended(
         if value is not None:
             detail[key] = value
     return Event(
-        event_id=_event_id("operation", op.operation_id, op.epoch),
+        event_id=terminal_event_id(op.operation_id, op.epoch),
         type=TERMINAL_EVENTS[status],
         principal=op.principal,
         tenant=op.tenant or None,
@@ -144,6 +144,11 @@ def operation_ended(
         time=now,
         detail=detail,
     )
+
+
+def terminal_event_id(operation_id: str, epoch: int) -> str:
+    """The id of the one event an operation's epoch ends with, whichever way it ends."""
+    return _event_id("operation", operation_id, epoch)
 
 
 def publication_live(site: Site, seq: int, revision_id: str, receipt_key: str, now: float) -> Event:

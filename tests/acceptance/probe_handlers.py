@@ -32,3 +32,19 @@ def sleep_past_timeout(event: dict[str, Any], context: Any) -> dict[str, Any]:
     time.sleep(30)
     _record({"pid": os.getpid(), "finished": True})  # never reached: the environment is killed at the timeout
     return {"batchItemFailures": []}
+
+
+def operations_dying_after_commit(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The real operations worker, in an environment that is SIGKILLed right after any transition that wrote an
+    event commits, before the event's message is sent (the outbox's window)."""
+    import signal
+
+    from sitedispatch.aws.events import EventOutbox
+    from sitedispatch.functions.operations_worker import handler
+
+    def die(self: EventOutbox, message: Any) -> None:
+        _record({"pid": os.getpid(), "killed_before_sending": message.event_id})
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    EventOutbox.send = die  # type: ignore[method-assign]
+    return handler(event, context)
