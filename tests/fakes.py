@@ -939,14 +939,9 @@ class MemoryEventLog:
                 return False
             for n, event in enumerate(events, start=after + 1):
                 feed.append(FeedEntry(n, event))
-                self.db.events[event.event_id] = replace(self.db.events[event.event_id], seq=n)
+                self.db.events[event.event_id] = replace(self.db.events[event.event_id], seq=n, on_bus=True)
+                self.db.undelivered.discard(event.event_id)
             return True
-
-    def delivered(self, event_ids: Sequence[str]) -> None:
-        with self.db.lock:
-            for event_id in event_ids:
-                self.db.events[event_id] = replace(self.db.events[event_id], on_bus=True)
-                self.db.undelivered.discard(event_id)
 
     def undelivered(self, before: float, limit: int = 1000) -> list[EventMessage]:
         with self.db.lock:

@@ -95,8 +95,9 @@ class DynamoEventLog:
         return 0
 
     def append(self, principal: str, events: Sequence[Event], after: int) -> bool:
-        """Give `events` the feed places after `after` and record each one's place on its row, in one transaction:
-        False if a place was taken meanwhile or an event already has one (another delivery got there first)."""
+        """Give `events` the feed places after `after` and record on each one's row its place and that it is on the
+        bus (out of the undelivered index), in one transaction: False if a place was taken meanwhile or an event
+        already has one (another delivery got there first)."""
         E, F = self.E, self.F
         try:
             with transaction(F) as tx:
@@ -114,16 +115,11 @@ class DynamoEventLog:
                         ),
                         condition=F.seq.does_not_exist(),
                     )
-                    tx.update(f"event:{event.event_id}", E(event.event_id), [E.seq.set(n)], E.seq.does_not_exist())
+                    placed = [E.seq.set(n), E.on_bus.set(True), E.undelivered.remove()]
+                    tx.update(f"event:{event.event_id}", E(event.event_id), placed, E.seq.does_not_exist())
         except TransactionFailed:
             return False
         return True
-
-    def delivered(self, event_ids: Sequence[str]) -> None:
-        """Put on the bus: out of the undelivered index."""
-        E = self.E
-        for event_id in event_ids:
-            E(event_id).update(actions=[E.on_bus.set(True), E.undelivered.remove()], condition=E.event_id.exists())
 
     def undelivered(self, before: float, limit: int = 1000) -> list[EventMessage]:
         """Events written before `before` and not yet delivered, oldest first (an index: eventually consistent; a

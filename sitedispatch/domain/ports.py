@@ -408,10 +408,8 @@ class EventLog(Protocol):
         """The principal's last feed place (0: none yet), consistently read."""
 
     def append(self, principal: str, events: Sequence[Event], after: int) -> bool:
-        """Give `events` the places after `after`, atomically: False if a place was taken or an event has one."""
-
-    def delivered(self, event_ids: Sequence[str]) -> None:
-        """These events are on the bus (they leave the undelivered index)."""
+        """Give `events` the places after `after`, recording them delivered (on the bus), atomically: False if a
+        place was taken or an event has one."""
 
     def undelivered(self, before: float, limit: int = 1000) -> list[EventMessage]:
         """Events written before `before` not yet delivered, oldest first (may lag: a delivered one may show)."""

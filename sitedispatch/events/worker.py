@@ -4,7 +4,7 @@ Messages arrive grouped by principal (the events queue's message group), so one 
 principal's feed: the places it gives are the ones after the feed's last, written with a condition that each is
 still free, and each event's row records its place in the same transaction. A second delivery of the same events
 finds them placed and gives none twice; two deliveries at once (a visibility expired) meet on the condition, and
-the loser looks again. The bus comes after the feed: at least once, with the event's id.
+the loser looks again. The bus comes before the places: at least once, with the event's id.
 """
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ class EventsWorker:
         if len(stored) < len(ids):  # sent only after its row committed: only a retention past its time explains it
             found = {s.event.event_id for s in stored}
             obs.logger.warning("event messages name no event", extra={"events": [i for i in ids if i not in found]})
+        pending = [s for s in stored if s.seq is None]  # a placed event is on the bus already: a duplicate message
+        if not pending:
+            return 0
+        # The bus first, then the places (which record it on the bus, in the same transaction): a delivery that
+        # stops between the two puts the events on the bus again, with the same ids.
+        self.deps.bus.put([s.event for s in pending])
         by_principal: dict[str, list[StoredEvent]] = {}
-        for event in stored:
+        for event in pending:
             by_principal.setdefault(event.event.principal, []).append(event)
-        placed = sum(self._place(principal, events) for principal, events in by_principal.items())
-        to_bus = [s.event for s in stored if not s.on_bus]
-        if to_bus:
-            self.deps.bus.put(to_bus)
-            self.deps.events.delivered([event.event_id for event in to_bus])
-        return placed
+        return sum(self._place(principal, events) for principal, events in by_principal.items())
 
     def _place(self, principal: str, stored: list[StoredEvent]) -> int:
         events = self.deps.events
