@@ -31,6 +31,7 @@ PRICES: dict[str, float] = {
     "s3_get": 0.0004 / 1e3,
     "lambda_request": 0.20 / 1e6,
     "lambda_gb_second_arm": 0.0000133334,
+    "eventbridge_event": 1.00 / 1e6,  # custom events put on a bus (per 64 KB chunk)
 }
 # Temporal Cloud, for the same dispatch: its list price per million actions (Essentials, first tier, as last read:
 # 2024-11, not re-read offline) and the fewest actions one dispatched operation costs there (start the workflow,
@@ -103,6 +104,8 @@ def cost_per_million(
             dollars += n * PRICES["s3_put"]
         elif service == "s3":
             dollars += n * PRICES["s3_get"]
+        elif service == "events":
+            dollars += n * PRICES["eventbridge_event"]  # a PutEvents here carries its events one to a few
     dollars += transact_items * 2 * PRICES["dynamodb_write_unit"]
     dollars += invocations * PRICES["lambda_request"] + lambda_seconds * memory_gb * PRICES["lambda_gb_second_arm"]
     return round(dollars * 1e6, 2)
@@ -111,6 +114,7 @@ def cost_per_million(
 def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, float]:
     """Deliver queued messages through the real entrypoints until `done()`; (invocations, seconds inside them).
     A retry's message is invisible for its backoff: idle polls wait for it (and are counted, as Lambda's are)."""
+    import sitedispatch.functions.events_worker as events
     import sitedispatch.functions.operations_worker as operations
     import sitedispatch.functions.publication_worker as publications
     from sitedispatch.aws.sqs import queue_arn_from_url
@@ -118,19 +122,20 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
 
     s = deps.settings
     poller = deps.session.client("sqs")  # Lambda's poller, not hooked: its requests are counted below, by hand
-    lanes = [
-        (s.operations_queue_url, operations.handler),
-        (s.bulk_queue_url, operations.handler),
-        (s.publications_queue_url, publications.handler),
+    lanes = [  # (queue, handler, batch size as the event source mappings have it)
+        (s.operations_queue_url, operations.handler, 1),
+        (s.bulk_queue_url, operations.handler, 1),
+        (s.publications_queue_url, publications.handler, 1),
+        (s.events_queue_url, events.handler, 10),
     ]
     invocations, inside = 0, 0.0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         idle = True
-        for url, handler in lanes:
+        for url, handler, batch in lanes:
             messages = poller.receive_message(
                 QueueUrl=url,
-                MaxNumberOfMessages=1,
+                MaxNumberOfMessages=batch,
                 WaitTimeSeconds=0,
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
@@ -181,11 +186,13 @@ def measure() -> dict[str, Any]:
         settings = create_resources(endpoint, prefix="req", function_timeout_s=60)
         os.environ.update(local_environment(settings, endpoint))
         dependencies.cache_clear()
+        import sitedispatch.functions.events_worker as events
         import sitedispatch.functions.operations_worker as operations
         import sitedispatch.functions.publication_worker as publications
 
         operations.worker.cache_clear()
         publications.worker.cache_clear()
+        events.worker.cache_clear()
         producer = Dependencies(settings).warm()
         functions_deps = dependencies().warm()
         counter = RequestCounter()
@@ -196,6 +203,7 @@ def measure() -> dict[str, Any]:
             functions_deps.sqs,
             functions_deps.s3,
             functions_deps.models.Operation._get_connection().connection.client,
+            functions_deps.event_bus.client,  # type: ignore[attr-defined]
         ):
             client.meta.events.register("provide-client-params.*.*", counter)
         submitter = producer.submitter()
