@@ -22,6 +22,7 @@ from sitedispatch.local.demo_phases import (
     DemoApi,
     dead_letter_phase,
     demo_export,
+    events_phase,
     flow_control_phase,
     import_phase,
     report_imports,
@@ -99,6 +100,7 @@ def run_demo(
         imports = import_phase(deps, api, console, sites[:IMPORT_SITES], export, timeout_s)
         flow = flow_control_phase(deps, api, console, sites[-1], timeout_s)
         dead_letter = dead_letter_phase(deps, api, console, sites[IMPORT_SITES], workdir, timeout_s)
+        told = events_phase(api, console, final, timeout_s)
         real = wordpress_phase(deps, api, console, workdir, export, timeout_s, wordpress)
 
     runs = [
@@ -121,6 +123,7 @@ def run_demo(
     ok = ok and all(i["published"] for i in imports) and flow["refused"] and flow["superseded"] >= 1
     ok = ok and dead_letter["dead"] and dead_letter["recovered"]
     ok = ok and (real.get("skipped") is not None or bool(real.get("published")))
+    ok = ok and not told["missing"]
     summary = {
         "sites": n_sites,
         "all_succeeded": ok,
@@ -132,6 +135,7 @@ def run_demo(
         "imports": imports,
         "flow_control": flow,
         "dead_letter": dead_letter,
+        "events": told,
         "wordpress": real,
     }
     if as_json:

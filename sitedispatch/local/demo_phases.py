@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +300,23 @@ def report_imports(console: Console, imports: list[dict[str, Any]]) -> None:
             style="green" if i["published"] else "red",
         )
     console.print(table)
+
+
+def events_phase(api: DemoApi, console: Console, ops: list[Operation], timeout_s: float) -> dict[str, Any]:
+    """The producer is told, not polled: its feed, read from the start following the cursor, holds each
+    provision's end."""
+    wanted = {op.operation_id for op in ops}
+    told: set[str] = set()
+    feed: list[dict[str, Any]] = []
+    after, deadline = 0, time.monotonic() + timeout_s
+    while told != wanted and time.monotonic() < deadline:
+        page = api.producer.call("GET", "/events", query={"after": after, "wait_s": 2, "limit": 100})
+        feed += page["events"]
+        told |= {str(e["operation_id"]) for e in page["events"] if e["type"] == "operation.succeeded"} & wanted
+        after = page["after"]
+    types = Counter(str(e["type"]) for e in feed)
+    console.print(
+        f"events: the producer's feed told {len(told)} of {len(wanted)} provisions' ends; {len(feed)} events in all: "
+        + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
+    )
+    return {"told": len(told), "missing": sorted(wanted - told), "feed_events": len(feed), "by_type": dict(types)}

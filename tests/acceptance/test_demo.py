@@ -26,6 +26,9 @@ def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) 
     summary = json.loads(run.stdout)
     assert summary["all_succeeded"] and len(summary["runs"]) == 5
     assert all(i["published"] for i in summary["imports"]) and summary["dead_letter"]["recovered"]
+    # the producer was told of each provision's end by its event feed
+    assert summary["events"]["told"] == 5 and summary["events"]["missing"] == []
+    assert summary["events"]["by_type"]["publication.live"] >= 5
     # what reached the core came through the API: its access log holds the demo's submits, uploads and redrive
     requests = [
         json.loads(line)["line"] for line in (workdir / "api.log").read_text().splitlines() if '"request"' in line
