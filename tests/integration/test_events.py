@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,18 +14,9 @@ from sitedispatch.domain.errors import Forbidden
 from sitedispatch.domain.events import EVENT_SOURCE, EventType
 from sitedispatch.domain.model import Status
 from sitedispatch.reconciler import ReconcilerPolicy
-from tests.conftest import Cloud, local_api, pump, wait_for
+from tests.conftest import Cloud, pump, wait_for
 from tests.factories import PROVISION, present
-
-
-@pytest.fixture
-def api(cloud: Cloud) -> Iterator[str]:
-    with local_api() as url:
-        yield url
-
-
-def as_(url: str, who: str) -> ApiClient:
-    return ApiClient(url, identity=who)
+from tests.integration.conftest import as_
 
 
 def submit(client: ApiClient, site: str, tenant: str | None = None) -> str:

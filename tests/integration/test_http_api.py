@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,11 @@ import pytest
 import urllib3
 
 from sitedispatch.api.app import OPERATOR_ROUTES, routes
-from sitedispatch.client import ApiClient
 from tests.conftest import Cloud, local_api, pump
+from tests.integration.conftest import as_
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
 PROVISION = {"title": "Acme", "admin_email": "a@acme.example"}
-
-
-@pytest.fixture
-def api(cloud: Cloud) -> Iterator[str]:
-    with local_api() as url:
-        yield url
-
-
-def as_(url: str, who: str) -> ApiClient:
-    return ApiClient(url, identity=who)
 
 
 def provisioned(url: str, cloud: Cloud, site: str, who: str = "tenant-a") -> str:
