@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sitedispatch.domain.events import OPERATOR
+from sitedispatch.domain.events import OPERATOR, EventType, terminal_event_id
 from sitedispatch.domain.model import PublicationMessage, PublicationStatus, QueueMessage
 from sitedispatch.publication.live import object_key, receipt_key
 from tests.conftest import examples
@@ -260,6 +260,20 @@ class DeliveryMachine(RuleBasedStateMachine):
                 assert publication.status.value in {"published", "superseded"}, publication
         self.at_most_one_commit_per_operation_and_versions_are_a_sequence()
         self.live_seq_is_monotonic_and_live_revisions_are_complete()
+        self.every_end_and_promotion_told()
+
+    def every_end_and_promotion_told(self) -> None:
+        """G9: each operation's end wrote its one event (a second write of one raises in the fakes), telling how
+        it ended; each site's last promotion its publication.live."""
+        events = self.h.world.db.events
+        for op_id in self.ops:
+            op = present(self.h.world.operations.get(op_id))
+            told = events[terminal_event_id(op_id, op.epoch)].event
+            assert told.detail["status"] == op.status.value and told.detail["operation_id"] == op_id
+        for site in SITES:
+            record = present(self.h.world.sites.get(site))
+            live = [s.event for s in events.values() if s.event.type == EventType.PUBLICATION_LIVE]
+            assert max((e.detail["publication_seq"] for e in live if e.site_id == site), default=0) == record.live_seq
 
 
 TestDelivery = DeliveryMachine.TestCase
