@@ -118,8 +118,9 @@ def test_an_event_whose_message_was_lost_is_sent_again_by_the_reconciler(
 
 def test_events_reach_the_bus_where_a_rule_routes_one_tenants_successes_to_a_queue(cloud: Cloud) -> None:
     # Given the README's rule: one tenant's succeeded operations to an SQS queue
+    # (the target queue beside the bus: on the LocalStack run the stack's queues are LocalStack's, the bus moto's)
     session = cloud.deps.session
-    events, sqs = session.client("events"), cloud.deps.sqs
+    events, sqs = session.client("events"), session.client("sqs", endpoint_url=cloud.endpoint)
     queue_url = sqs.create_queue(QueueName=f"{cloud.settings.event_bus}-cust-1")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     pattern = {
