@@ -429,3 +429,27 @@ def test_submit_batch_answers_every_line_and_exits_75_listing_those_refused_for_
         assert code == 2 and "work.jsonl:2: not a" in " ".join(out.split())
         code, out = run(cli, "submit", "publish", "--batch", str(path))
         assert code == 2 and "--batch takes everything from its file" in out
+
+
+def test_events_tail_prints_the_callers_events_in_order_and_where_to_continue(cli: CliRunner, cloud: Cloud) -> None:
+    from tests.conftest import pump
+
+    for site in ("tail-one", "tail-two"):
+        code, out = run(
+            cli, "submit", "provision", "--site", site, "--param", "title=T", "--param", "admin_email=a@t.example",
+            "--as", "tenant-a",
+        )  # fmt: skip
+        assert code == 0, out
+    pump(cloud)
+
+    code, out = run(cli, "events", "tail", "--as", "tenant-a", "--json")
+    assert code == 0, out
+    events = [json.loads(line) for line in out.splitlines()]  # JSON Lines: one event a line
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert sorted(e["site_id"] for e in events if e["type"] == "operation.succeeded") == ["tail-one", "tail-two"]
+    code, out = run(cli, "events", "tail", "--as", "tenant-a", "--after", "3", "--type", "publication.live")
+    assert code == 0 and "publication.live" in out and "cursor 4:" in out and out.count("operation.succeeded") == 0
+    code, out = run(cli, "events", "tail", "--as", "tenant-b", "--json")
+    assert code == 0 and out == ""  # nobody else's
+    code, out = run(cli, "events", "tail", "--as", "tenant-b", "--principal", "tenant-a")
+    assert code == 4 and "its own events" in out

@@ -134,3 +134,12 @@ def test_the_reader_follows_its_cursor_filters_without_losing_its_place_and_wait
         reader.page(Caller("q", operator=False), "p", 0, 10)
     assert reader.page(Caller("q", operator=False), None, 0, 10).events == []
     assert len(reader.page(Caller("ops", operator=True), "p", 0, 10).events) == 3
+
+
+def test_a_principal_longer_than_an_sqs_message_group_id_gets_a_stable_group_of_its_own() -> None:
+    from sitedispatch.aws.events import MAX_GROUP_ID, event_group
+
+    arn = "arn:aws:sts::123456789012:assumed-role/" + "r" * 200
+    assert event_group("control-plane") == "control-plane"
+    assert len(event_group(arn)) <= MAX_GROUP_ID and event_group(arn) == event_group(arn)
+    assert event_group(arn) != event_group(arn + "x")
