@@ -7,8 +7,11 @@ from dataclasses import replace
 import pytest
 
 from chaos.invariants import DriverLedger, Sampler, Violations, check_after
+from sitedispatch.domain.events import terminal_event_id
 from sitedispatch.domain.model import PublicationStatus, Status
+from sitedispatch.events.worker import EventsDeps, EventsWorker
 from sitedispatch.publication.live import object_key
+from tests.fakes import MemoryDb
 from tests.unit.conftest import FIXTURES, OPERATOR, Harness
 
 SITES = ["acme-blog", "other-site"]
@@ -27,6 +30,8 @@ def healthy() -> tuple[Harness, DriverLedger]:
     harness.controls().set_paused(OPERATOR, "acme-blog", False, "y")
     ledger.actions.update({"pause": 1, "resume": 1})
     ledger.accepted.update(harness.world.db.operations)
+    world = harness.world  # every event delivered, as the events worker does
+    EventsWorker(EventsDeps(world.events, world.event_bus)).process(world.db.announced)
     return harness, ledger
 
 
@@ -53,6 +58,11 @@ def test_a_healthy_world_has_no_violation() -> None:
         ("counter", "counters equal the recount"),
         ("open_publication", "every publication finishes"),
         ("unaudited", "every operator action is audited"),
+        ("no_event", "every terminal operation has its event"),
+        ("undelivered", "every event is delivered"),
+        ("wrong_outcome", "an event tells the outcome"),
+        ("feed_gap", "a feed's places have no gap"),
+        ("placed_twice", "an event takes one feed place"),
     ],
 )
 def test_each_broken_invariant_is_reported(breakage: str, invariant: str) -> None:
@@ -81,10 +91,32 @@ def test_each_broken_invariant_is_reported(breakage: str, invariant: str) -> Non
         db.publications[key] = replace(db.publications[key], status=PublicationStatus.PENDING)
     elif breakage == "unaudited":
         ledger.actions["redrive"] += 1
+    else:
+        break_events(db, breakage)
 
     found = violations_of(harness, ledger)
 
     assert any(v.startswith(invariant) for v in found), found
+
+
+def break_events(db: MemoryDb, breakage: str) -> None:
+    """An event lost, left undelivered or telling another outcome; a feed with a gap or an event placed twice."""
+    op = next(iter(db.operations.values()))
+    event_id = terminal_event_id(op.operation_id, op.epoch)
+    feed = db.feed[next(iter(db.feed))]
+    if breakage == "no_event":
+        del db.events[event_id]
+    elif breakage == "undelivered":
+        db.events[event_id] = replace(db.events[event_id], seq=None)
+    elif breakage == "wrong_outcome":
+        told = db.events[event_id]
+        db.events[event_id] = replace(told, event=replace(told.event, detail={**told.event.detail, "status": "x"}))
+    elif breakage == "feed_gap":
+        feed.pop(0)
+    elif breakage == "placed_twice":
+        feed.append(replace(feed[0], seq=len(feed) + 1))
+    else:
+        raise AssertionError(f"no breakage {breakage}")
 
 
 def test_the_sampler_reports_a_live_pointer_going_back_and_an_unreadable_route() -> None:
