@@ -36,6 +36,8 @@ import json
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,7 @@ STRICT_COUNTS_EVERY_S = 0.5  # how often a strict local cloud writes what it did
 DUPLICATE_RATE = 0.05  # of completed records an event source mapping "loses the delete" of: the record comes again
 INDEX_LAG_MAX_S = 0.5  # how far behind the table a global index read may be (seeded per read)
 DEFAULT_HOLD_S = 0.02  # the widest extra time a transaction stays in progress (seeded, from half of it)
+GATE_LIMIT_S = 30.0  # the longest a test's gate holds anything in progress
 ItemId = tuple[str, str]  # (table, the key as canonical JSON)
 
 
@@ -62,6 +65,28 @@ class Strictness:
     # table name -> item key -> [(when written, the item as it was before: None if absent)], the last lag's writes
     history: dict[str, dict[Any, list[tuple[float, Any]]]] = field(default_factory=dict)
     lagged_reads: int = 0
+    gate: threading.Event | None = None  # while set by `held_open`, what is in progress stays so until it is set
+
+    @contextmanager
+    def held_open(self) -> Iterator[threading.Event]:
+        """For tests: a transaction or conditional PUT that starts meanwhile stays in progress until the event is
+        set (or the block ends), whatever the machine's load; without it the hold is the seeded `hold_s`."""
+        self.gate = threading.Event()
+        try:
+            yield self.gate
+        finally:
+            self.gate.set()
+            self.gate = None
+
+    def hold(self) -> None:
+        """Called outside the lock by what is in progress."""
+        gate = self.gate
+        if gate is not None:
+            gate.wait(GATE_LIMIT_S)
+            return
+        with self.lock:
+            seconds = self.hold_s * (0.5 + 0.5 * self.rng.random())
+        time.sleep(seconds)
 
     def enable(self, seed: int, hold_s: float = DEFAULT_HOLD_S, index_lag_max_s: float = INDEX_LAG_MAX_S) -> None:
         self.enabled, self.hold_s, self.rng = True, hold_s, random.Random(seed)
@@ -138,9 +163,8 @@ def patch_moto_transaction_conflicts() -> None:
                 )
             mine = {i for i in ids if i is not None}
             STRICT.in_progress |= mine
-            hold = STRICT.hold_s * (0.5 + 0.5 * STRICT.rng.random())
         try:
-            time.sleep(hold)
+            STRICT.hold()
         finally:
             with STRICT.lock:
                 STRICT.in_progress -= mine
@@ -344,9 +368,8 @@ def patch_moto_conditional_puts() -> None:
                 STRICT.conflicts["s3"] += 1
                 return 409, {"Content-Type": "application/xml"}, S3_CONFLICT_BODY
             STRICT.keys_in_progress.add(key)
-            hold = STRICT.hold_s * (0.5 + 0.5 * STRICT.rng.random())
         try:
-            time.sleep(hold)
+            STRICT.hold()
             return original(self)
         finally:
             with STRICT.lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -165,17 +166,18 @@ def test_strict_a_request_on_an_item_a_transaction_is_in_progress_on_fails_as_on
     client = cloud.deps.session.client("dynamodb", endpoint_url=cloud.endpoint)
     table = cloud.settings.counters_table
     first = threading.Thread(target=lambda: client.transact_write_items(TransactItems=[_bump(table, "shared")]))
-    first.start()
-    deadline = time.monotonic() + 10
-    while not strict.in_progress and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert strict.in_progress  # the first transaction is in progress (held)
+    with strict.held_open():  # the first stays in progress until the block ends, however slow the machine
+        first.start()
+        deadline = time.monotonic() + 10
+        while not strict.in_progress and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert strict.in_progress  # the first transaction is in progress (held)
 
-    with pytest.raises(ClientError) as cancelled:
-        client.transact_write_items(TransactItems=[_bump(table, "other"), _bump(table, "shared")])
-    with pytest.raises(ClientError) as single:
-        client.put_item(TableName=table, Item={"counter_id": {"S": "shared"}, "value": {"N": "9"}})
-    client.put_item(TableName=table, Item={"counter_id": {"S": "unrelated"}, "value": {"N": "1"}})
+        with pytest.raises(ClientError) as cancelled:
+            client.transact_write_items(TransactItems=[_bump(table, "other"), _bump(table, "shared")])
+        with pytest.raises(ClientError) as single:
+            client.put_item(TableName=table, Item={"counter_id": {"S": "shared"}, "value": {"N": "9"}})
+        client.put_item(TableName=table, Item={"counter_id": {"S": "unrelated"}, "value": {"N": "1"}})
     first.join(10)
 
     error = cancelled.value.response
@@ -274,6 +276,26 @@ def test_strict_submits_of_one_principal_at_once_all_land_their_conflicts_retrie
     assert sum(reading.value for reading in outstanding.values()) == 11
 
 
+@contextmanager
+def _opened_at(strict: Strictness, gate: threading.Event, kind: str, conflicts: int) -> Iterator[None]:
+    """What is held open ends once `conflicts` of `kind` were met: the request under test meets it at least once,
+    then finds it done when it is sent again."""
+
+    def open_() -> None:
+        deadline = time.monotonic() + 20
+        while strict.conflicts[kind] < conflicts and time.monotonic() < deadline:
+            time.sleep(0.005)
+        gate.set()
+
+    opener = threading.Thread(target=open_)
+    opener.start()
+    try:
+        yield
+    finally:
+        gate.set()
+        opener.join(20)
+
+
 def _wait_until_held(strict: Strictness) -> None:
     deadline = time.monotonic() + 10
     while not strict.keys_in_progress and time.monotonic() < deadline:
@@ -289,12 +311,13 @@ def test_strict_a_conditional_put_of_a_key_being_written_conditionally_gets_409_
     and writes nothing; a PUT of another key, or an unconditional one, is not held up."""
     s3, bucket = cloud.deps.s3, cloud.settings.bucket
     first = threading.Thread(target=lambda: s3.put_object(Bucket=bucket, Key="k", Body=b"first", IfNoneMatch="*"))
-    first.start()
-    _wait_until_held(strict)
+    with strict.held_open():
+        first.start()
+        _wait_until_held(strict)
 
-    with pytest.raises(ClientError) as conflict:
-        s3.put_object(Bucket=bucket, Key="k", Body=b"second", IfNoneMatch="*")
-    s3.put_object(Bucket=bucket, Key="other", Body=b"x", IfNoneMatch="*")
+        with pytest.raises(ClientError) as conflict:
+            s3.put_object(Bucket=bucket, Key="k", Body=b"second", IfNoneMatch="*")
+        s3.put_object(Bucket=bucket, Key="other", Body=b"x", IfNoneMatch="*")
     first.join(10)
 
     assert conflict.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
@@ -311,18 +334,22 @@ def test_strict_the_blob_store_sends_a_409_again_and_learns_the_key_is_written(
     write done (412): put_if_absent says "already there", replace says "changed under you"; nothing raises."""
     blobs, s3, bucket = cloud.deps.blobs, cloud.deps.s3, cloud.settings.bucket
     first = threading.Thread(target=lambda: s3.put_object(Bucket=bucket, Key="page", Body=b"A", IfNoneMatch="*"))
-    first.start()
-    _wait_until_held(strict)
-    written = blobs.put_if_absent("page", b"A")
+    with strict.held_open() as gate:
+        first.start()
+        _wait_until_held(strict)
+        with _opened_at(strict, gate, "s3", 1):
+            written = blobs.put_if_absent("page", b"A")
     first.join(10)
     assert written is False and blobs.get("page") == b"A"
 
     stored = blobs.read_versioned("page")
     assert stored is not None
     second = threading.Thread(target=lambda: s3.put_object(Bucket=bucket, Key="page", Body=b"B", IfMatch=stored[1]))
-    second.start()
-    _wait_until_held(strict)
-    replaced = blobs.replace("page", b"C", stored[1])
+    with strict.held_open() as gate:
+        second.start()
+        _wait_until_held(strict)
+        with _opened_at(strict, gate, "s3", 2):
+            replaced = blobs.replace("page", b"C", stored[1])
     second.join(10)
     assert replaced is False and blobs.get("page") == b"B"
     assert strict.conflicts["s3"] >= 2  # each met the other write at least once
@@ -361,12 +388,16 @@ def test_strict_a_single_write_refused_by_a_transaction_in_progress_is_sent_agai
         assert strict.in_progress
         return thread
 
-    first = held_transaction()
-    assert conditionally(lambda: C("shared").update(actions=[C.value.add(1)])) is True  # met it, waited, landed
+    with strict.held_open() as gate:
+        first = held_transaction()
+        with _opened_at(strict, gate, "writes", 1):  # met it, waited, landed
+            assert conditionally(lambda: C("shared").update(actions=[C.value.add(1)])) is True
     first.join(10)
     assert client.get_item(TableName=table, Key={"counter_id": {"S": "shared"}})["Item"]["value"]["N"] == "2"
-    second = held_transaction()
-    DynamoMinuteBuckets(cloud.deps.models).add("shared", 1, 1, 1)  # an unconditional ADD, likewise
+    with strict.held_open() as gate:
+        second = held_transaction()
+        with _opened_at(strict, gate, "writes", 2):  # an unconditional ADD, likewise
+            DynamoMinuteBuckets(cloud.deps.models).add("shared", 1, 1, 1)
     second.join(10)
     assert strict.conflicts["writes"] >= 2 and not strict.in_progress
 
