@@ -79,8 +79,21 @@ from sitedispatch.domain.ports import (
     StoredObject,
     UnsentGroup,
     Visibility,
+    WebhookQueue,
+    WebhookSecrets,
+    WebhookSender,
+    WebhookStore,
     checked_registration,
     foreign_site,
+)
+from sitedispatch.domain.webhooks import (
+    ROTATION_OVERLAP_S,
+    Attempt,
+    AttemptResult,
+    Endpoint,
+    WebhookDelivery,
+    WebhookMessage,
+    new_secret,
 )
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key
@@ -126,6 +139,8 @@ class MemoryDb:
     undelivered: set[str] = field(default_factory=set)  # events not yet on the bus
     feed: dict[str, list[FeedEntry]] = field(default_factory=dict)  # principal -> its feed, in place order
     announced: list[EventMessage] = field(default_factory=list)  # the events queue's messages, in send order
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)  # webhook endpoints by id
+    webhook_deliveries: dict[tuple[str, int], WebhookDelivery] = field(default_factory=dict)
 
     def write_event(self, event: Event) -> None:
         """An event written with its transition (the caller holds the lock and writes the transition), then sent."""
@@ -970,6 +985,115 @@ class MemoryEventBus:
         self.put_events.extend(events)
 
 
+class MemoryWebhookStore:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def create(self, endpoint: Endpoint) -> Endpoint:
+        with self.db.lock:
+            if endpoint.endpoint_id in self.db.endpoints:
+                raise AssertionError(f"endpoint {endpoint.endpoint_id} created twice")
+            created = self.db.endpoints[endpoint.endpoint_id] = replace(endpoint, version=1)
+            return created
+
+    def get(self, principal: str, endpoint_id: str) -> Endpoint | None:
+        with self.db.lock:
+            found = self.db.endpoints.get(endpoint_id)
+            return found if found is not None and found.principal == principal else None
+
+    def owned(self, principal: str) -> list[Endpoint]:
+        with self.db.lock:
+            mine = [e for e in self.db.endpoints.values() if e.principal == principal]
+            return sorted(mine, key=lambda e: (e.created_at, e.endpoint_id))
+
+    def all(self) -> list[Endpoint]:
+        with self.db.lock:
+            return list(self.db.endpoints.values())
+
+    def save(self, endpoint: Endpoint, event: Event | None = None) -> Endpoint | None:
+        with self.db.lock:
+            current = self.db.endpoints.get(endpoint.endpoint_id)
+            if current is None or current.version != endpoint.version:
+                return None
+            saved = replace(endpoint, version=endpoint.version + 1)
+            self.db.endpoints[endpoint.endpoint_id] = saved
+            if event is not None:
+                self.db.write_event(event)
+            return saved
+
+    def delete(self, principal: str, endpoint_id: str) -> bool:
+        with self.db.lock:
+            found = self.db.endpoints.get(endpoint_id)
+            if found is None or found.principal != principal:
+                return False
+            del self.db.endpoints[endpoint_id]
+            for key in [k for k in self.db.webhook_deliveries if k[0] == endpoint_id]:
+                del self.db.webhook_deliveries[key]
+            return True
+
+    def record(self, endpoint_id: str, entry: FeedEntry, attempt: Attempt) -> None:
+        with self.db.lock:
+            key = (endpoint_id, entry.seq)
+            known = self.db.webhook_deliveries.get(key) or WebhookDelivery(
+                endpoint_id, entry.seq, entry.event.event_id, entry.event.type
+            )
+            self.db.webhook_deliveries[key] = replace(known, attempts=(*known.attempts, attempt))
+
+    def deliveries(self, endpoint_id: str, before: int | None, limit: int) -> list[WebhookDelivery]:
+        with self.db.lock:
+            mine = [
+                d
+                for (owner, seq), d in self.db.webhook_deliveries.items()
+                if owner == endpoint_id and (before is None or seq < before)
+            ]
+            return sorted(mine, key=lambda d: d.seq, reverse=True)[:limit]
+
+
+class MemoryWebhookSecrets:
+    def __init__(self) -> None:
+        self.secrets: dict[str, tuple[str, str | None, float]] = {}  # id -> (current, previous, previous until)
+
+    def create(self, endpoint_id: str) -> str:
+        secret = new_secret()
+        self.secrets[endpoint_id] = (secret, None, 0.0)
+        return secret
+
+    def signing(self, endpoint_id: str, now: float) -> list[str]:
+        current, previous, until = self.secrets[endpoint_id]
+        return [current, previous] if previous is not None and now < until else [current]
+
+    def rotate(self, endpoint_id: str, now: float) -> tuple[str, float]:
+        current = self.secrets[endpoint_id][0]
+        secret, until = new_secret(), now + ROTATION_OVERLAP_S
+        self.secrets[endpoint_id] = (secret, current, until)
+        return secret, until
+
+    def delete(self, endpoint_id: str) -> None:
+        self.secrets.pop(endpoint_id, None)
+
+
+class MemoryWebhookQueue:
+    def __init__(self) -> None:
+        self.sent: list[WebhookMessage] = []
+
+    def send(self, message: WebhookMessage) -> None:
+        self.sent.append(message)
+
+
+@dataclass
+class ScriptedReceiver:
+    """A webhook receiver as a WebhookSender: answers each POST with the next of `answers` (then `then`), and keeps
+    what it was sent."""
+
+    answers: list[AttemptResult] = field(default_factory=list)
+    then: AttemptResult = field(default_factory=lambda: AttemptResult(204, 0.01))
+    received: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+
+    def send(self, url: str, headers: Mapping[str, str], body: bytes) -> AttemptResult:
+        self.received.append((url, dict(headers), body))
+        return self.answers.pop(0) if self.answers else self.then
+
+
 class MemoryPublicationQueue:
     def __init__(self) -> None:
         self.sent: list[PublicationMessage] = []
@@ -1095,6 +1219,9 @@ class MemoryWorld:
         self.events = MemoryEventLog(self.db)
         self.event_queue = MemoryEventQueue(self.db)
         self.event_bus = MemoryEventBus()
+        self.webhooks = MemoryWebhookStore(self.db)
+        self.webhook_secrets = MemoryWebhookSecrets()
+        self.webhook_queue = MemoryWebhookQueue()
 
 
 def conforming_ports(
@@ -1115,6 +1242,10 @@ def conforming_ports(
     EventLog,
     EventQueue,
     EventBus,
+    WebhookStore,
+    WebhookSecrets,
+    WebhookQueue,
+    WebhookSender,
 ]:
     """Every fake as the port it stands in for: mypy checks each one's methods against the port's protocol here, as
     it checks the AWS adapters in `Dependencies` (the contract suite checks that they behave alike)."""
@@ -1134,4 +1265,8 @@ def conforming_ports(
         world.events,
         world.event_queue,
         world.event_bus,
+        world.webhooks,
+        world.webhook_secrets,
+        world.webhook_queue,
+        ScriptedReceiver(),
     )

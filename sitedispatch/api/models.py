@@ -308,7 +308,7 @@ class EventBody(BaseModel):
     time: float = Field(description="when the transition happened (epoch seconds)")
     principal: str
     tenant: str | None = None
-    site_id: str
+    site_id: str | None = Field(description="the site it is about (null: webhook.disabled)")
     seq: int | None = Field(default=None, description="its place in the principal's feed (feed entries only)")
     # operation.*
     operation_id: str | None = None
@@ -330,7 +330,9 @@ class EventBody(BaseModel):
     receipt_key: str | None = None
     # site.paused / site.resumed
     by: str | None = Field(default=None, description="the principal itself, `operator`, or `sitedispatch`")
-    reason: str | None = None
+    reason: str | None = Field(default=None, description="site.paused: why; webhook.disabled: gone or failing")
+    # webhook.disabled
+    endpoint_id: str | None = None
 
 
 class EventPage(BaseModel):

@@ -34,6 +34,7 @@ class EventType(StrEnum):
     PUBLICATION_LIVE = "publication.live"
     SITE_PAUSED = "site.paused"
     SITE_RESUMED = "site.resumed"
+    WEBHOOK_DISABLED = "webhook.disabled"
 
     @property
     def detail_type(self) -> str:
@@ -60,7 +61,7 @@ class Event:
     event_id: str
     type: EventType
     principal: str
-    site_id: str
+    site_id: str | None  # None: an event about no site (webhook.disabled)
     time: float
     tenant: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
@@ -89,7 +90,7 @@ class Event:
             event_id=body["id"],
             type=EventType(body["type"]),
             principal=body["principal"],
-            site_id=body["site_id"],
+            site_id=body.get("site_id"),
             time=float(body["time"]),
             tenant=body.get("tenant"),
             detail={k: v for k, v in body.items() if k not in common},
@@ -175,6 +176,19 @@ def site_paused(site: Site, paused: bool, reason: str | None, by: str, now: floa
         site_id=site.site_id,
         time=now,
         detail=detail,
+    )
+
+
+def webhook_disabled(principal: str, endpoint_id: str, reason: str, now: float) -> Event:
+    """One of the principal's webhook endpoints stopped receiving (`reason`: gone, failing); told in its feed and on
+    the bus, and to its other endpoints. Not its URL: a URL may carry a receiver's token."""
+    return Event(
+        event_id=_event_id("webhook-disabled", endpoint_id, repr(now)),
+        type=EventType.WEBHOOK_DISABLED,
+        principal=principal,
+        site_id=None,
+        time=now,
+        detail={"endpoint_id": endpoint_id, "reason": reason},
     )
 
 

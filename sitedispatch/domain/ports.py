@@ -23,6 +23,7 @@ from sitedispatch.domain.model import (
     SiteConnection,
     Status,
 )
+from sitedispatch.domain.webhooks import Attempt, AttemptResult, Endpoint, WebhookDelivery, WebhookMessage
 
 
 def foreign_site(site_id: str) -> Conflict:
@@ -421,6 +422,60 @@ class EventLog(Protocol):
 class EventBus(Protocol):
     def put(self, events: Sequence[Event]) -> None:
         """Put events on the bus (at least once: a redelivery puts one again, with the same id)."""
+
+
+class WebhookStore(Protocol):
+    """Each principal's endpoints, and each endpoint's deliveries with their attempts."""
+
+    def create(self, endpoint: Endpoint) -> Endpoint:
+        """Add an endpoint (its id is new); returned as stored (its first version)."""
+
+    def get(self, principal: str, endpoint_id: str) -> Endpoint | None:
+        """The principal's endpoint, consistently read; None for an id it does not own."""
+
+    def owned(self, principal: str) -> list[Endpoint]:
+        """The principal's endpoints, oldest first."""
+
+    def all(self) -> list[Endpoint]:
+        """Every endpoint (the reconciler's sweep)."""
+
+    def save(self, endpoint: Endpoint, event: Event | None = None) -> Endpoint | None:
+        """Write the endpoint if its row is still at `endpoint.version` (then bumped, returned), with `event` in the
+        same transaction; None if it changed or is gone meanwhile."""
+
+    def delete(self, principal: str, endpoint_id: str) -> bool:
+        """Remove an endpoint and its deliveries' rows; False if it was not there."""
+
+    def record(self, endpoint_id: str, entry: FeedEntry, attempt: Attempt) -> None:
+        """Add an attempt to the delivery of `entry` to the endpoint."""
+
+    def deliveries(self, endpoint_id: str, before: int | None, limit: int) -> list[WebhookDelivery]:
+        """The endpoint's deliveries, newest place first, before place `before` (None: from the newest)."""
+
+
+class WebhookSecrets(Protocol):
+    """Each endpoint's signing secret (Secrets Manager on AWS), never in a row, a log or an event."""
+
+    def create(self, endpoint_id: str) -> str:
+        """A new secret for a new endpoint; returned once."""
+
+    def signing(self, endpoint_id: str, now: float) -> list[str]:
+        """The secrets a delivery is signed with now: the current one, and the previous during a rotation."""
+
+    def rotate(self, endpoint_id: str, now: float) -> tuple[str, float]:
+        """A new current secret; the previous one still signs until the returned time."""
+
+    def delete(self, endpoint_id: str) -> None: ...
+
+
+class WebhookSender(Protocol):
+    def send(self, url: str, headers: Mapping[str, str], body: bytes) -> AttemptResult:
+        """One POST, guarded (destination) and bounded (ATTEMPT_TIMEOUT_S); never raises for what the receiver did."""
+
+
+class WebhookQueue(Protocol):
+    def send(self, message: WebhookMessage) -> None:
+        """Wake an endpoint (grouped by endpoint, deduplicated by message.reason)."""
 
 
 class BlobStore(Protocol):
