@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
         QuotaStore,
         SiteStore,
         UploadSigner,
+        WebhookQueue,
+        WebhookSecrets,
+        WebhookStore,
     )
     from sitedispatch.events.worker import EventsWorker
     from sitedispatch.flow.minute_counts import MinuteCounts
@@ -40,6 +43,8 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
     from sitedispatch.operator.controls import Controls
     from sitedispatch.publication.worker import PublicationWorker
     from sitedispatch.reconciler import Reconciler
+    from sitedispatch.webhooks.deliverer import WebhookDeliverer
+    from sitedispatch.webhooks.endpoints import Endpoints
 
 
 class SystemClock:
@@ -94,6 +99,8 @@ class Dependencies:
                 s.audit_table,
                 s.events_table,
                 s.feed_table,
+                s.webhooks_table,
+                s.deliveries_table,
             ),
             s.region,
             session=self.botocore_session,
@@ -329,6 +336,8 @@ class Dependencies:
                 wp_cron_submitter(self.submitter()),
                 self.events,
                 self.event_queue,
+                self.webhooks,
+                self.webhook_queue,
             )
         )
 
@@ -358,7 +367,49 @@ class Dependencies:
     def events_worker(self) -> EventsWorker:
         from sitedispatch.events.worker import EventsDeps, EventsWorker
 
-        return EventsWorker(EventsDeps(self.events, self.event_bus))
+        return EventsWorker(EventsDeps(self.events, self.event_bus, self.webhooks, self.webhook_queue))
+
+    @cached_property
+    def webhooks(self) -> WebhookStore:
+        from sitedispatch.aws.webhooks import DynamoWebhookStore
+
+        return DynamoWebhookStore(self.models, self.outbox)
+
+    @cached_property
+    def webhook_secrets(self) -> WebhookSecrets:
+        from sitedispatch.aws.webhooks import SecretsManagerWebhookSecrets
+
+        return SecretsManagerWebhookSecrets(self.session.client("secretsmanager"))
+
+    @cached_property
+    def webhook_queue(self) -> WebhookQueue:
+        from sitedispatch.aws.webhooks import SqsWebhookQueue
+
+        return SqsWebhookQueue(self.sqs, self.settings.webhooks_queue_url)
+
+    def webhook_deliverer(self) -> WebhookDeliverer:
+        from sitedispatch.webhooks.attempt import HttpSender
+        from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps
+
+        sender = HttpSender(allow_loopback=self.settings.webhooks_allow_loopback)
+        return WebhookDeliverer(
+            WebhookDeps(self.webhooks, self.events, self.webhook_secrets, sender, self.webhook_queue, self.clock)
+        )
+
+    def endpoints(self) -> Endpoints:
+        from sitedispatch.webhooks.endpoints import Endpoints, EndpointsDeps
+
+        return Endpoints(
+            EndpointsDeps(
+                self.webhooks,
+                self.webhook_secrets,
+                self.events,
+                self.webhook_queue,
+                self.audit,
+                self.clock,
+                self.settings.webhooks_allow_loopback,
+            )
+        )
 
     def publication_worker(self) -> PublicationWorker:
         from sitedispatch.publication.worker import PublicationDeps, PublicationWorker

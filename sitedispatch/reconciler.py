@@ -45,8 +45,11 @@ from sitedispatch.domain.ports import (
     PublicationQueue,
     PublicationStore,
     SiteStore,
+    WebhookQueue,
+    WebhookStore,
 )
 from sitedispatch.domain.settings import Settings
+from sitedispatch.domain.webhooks import WebhookMessage
 from sitedispatch.flow.admission import recount, waiting_shares
 from sitedispatch.flow.counters import is_flow_counter
 from sitedispatch.flow.shares import refill, share_named
@@ -91,6 +94,8 @@ class ReconcilerDeps:
     submit_wp_cron: Callable[[Site, int], str]  # (site, due minute) -> "submitted" | "exists" | "refused"
     events: EventLog
     event_queue: EventQueue
+    webhooks: WebhookStore
+    webhook_queue: WebhookQueue
 
 
 class Reconciler:
@@ -136,6 +141,7 @@ class Reconciler:
         sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
         sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
         sweep.repaired["events_resent"] = self.resend_events(sweep)
+        sweep.repaired["webhooks_woken"] = self.wake_webhooks(sweep)
         outstanding = [op for ops in flight.values() for op in ops]
         sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters(outstanding)
         return sweep
@@ -151,6 +157,32 @@ class Reconciler:
             d.event_queue.send(message)
             resent += 1
         return resent
+
+    def wake_webhooks(self, sweep: Sweep) -> int:
+        """Endpoints whose wake was lost: an attempt due a grace ago, a redelivery asked for, or a cursor behind its
+        principal's feed (the events worker's wake lost, or the endpoint enabled again). A wake of an endpoint that
+        is busy waits behind it in its group and finds nothing to do."""
+        d, now = self.deps, self.deps.clock.now()
+        grace = self.policy.orphan_grace_s
+        last: dict[str, int] = {}
+        woken = 0
+        for endpoint in d.webhooks.all():
+            if self._out_of_time(sweep):
+                break
+            if not endpoint.enabled:
+                continue
+            if endpoint.next_attempt_at is not None:
+                lost = endpoint.next_attempt_at < now - grace
+            elif endpoint.replay is not None:
+                lost = True
+            else:
+                if endpoint.principal not in last:
+                    last[endpoint.principal] = d.events.last_seq(endpoint.principal)
+                lost = endpoint.cursor < last[endpoint.principal]
+            if lost:
+                d.webhook_queue.send(WebhookMessage(endpoint.principal, endpoint.endpoint_id, f"sweep:{now:.0f}"))
+                woken += 1
+        return woken
 
     def resend_orphans(self, sweep: Sweep, flight: dict[Status, list[Operation]]) -> int:
         """Re-sending is always safe: the worker skips what is done, and dedup ids follow the epoch."""

@@ -29,6 +29,8 @@ def settings(**overrides: Any) -> Settings:
         "publications_dlq_url": "http://127.0.0.1:1/123456789012/pub-dlq.fifo",
         "events_queue_url": "http://127.0.0.1:1/123456789012/events.fifo",
         "events_dlq_url": "http://127.0.0.1:1/123456789012/events-dlq.fifo",
+        "webhooks_queue_url": "http://127.0.0.1:1/123456789012/webhooks.fifo",
+        "webhooks_dlq_url": "http://127.0.0.1:1/123456789012/webhooks-dlq.fifo",
         "operations_table": "ops",
         "sites_table": "sites",
         "commits_table": "commits",
@@ -37,6 +39,8 @@ def settings(**overrides: Any) -> Settings:
         "audit_table": "audit",
         "events_table": "events",
         "feed_table": "feed",
+        "webhooks_table": "webhooks",
+        "deliveries_table": "deliveries",
         "event_bus": "bus",
         "bucket": "bucket",
     }

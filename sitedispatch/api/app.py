@@ -30,7 +30,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from sitedispatch import observability as obs
 from sitedispatch.api.errors import error_response, field_of
 from sitedispatch.api.request import binding
-from sitedispatch.api.routes import audit, dead_letters, events, fleet, operations, quotas, sites, uploads
+from sitedispatch.api.routes import audit, dead_letters, events, fleet, operations, quotas, sites, uploads, webhooks
 from sitedispatch.domain.errors import (
     InvalidInput,
     NotFound,
@@ -59,6 +59,7 @@ ROUTERS = (
     fleet.router,
     uploads.router,
     events.router,
+    webhooks.router,
 )
 
 

@@ -18,6 +18,11 @@ SUBMIT_RESPONSES = {
 }
 
 
+def answering(status: int, description: str) -> dict[int, Any]:
+    """A route's responses when it succeeds with `status` instead of 200."""
+    return {**{code: answer for code, answer in ERRORS.items() if code != 200}, status: {"description": description}}
+
+
 def error_response(exc: SiteDispatchError) -> Response[Any]:
     headers = {}
     if isinstance(exc, Backpressure):

@@ -338,3 +338,99 @@ class EventBody(BaseModel):
 class EventPage(BaseModel):
     events: list[EventBody]
     after: int = Field(description="the cursor: pass it as `after` to continue (it passes places a filter skipped)")
+
+
+EVENT_TYPES: list[Any] = [t.value for t in EventType]
+
+
+class WebhookRequest(Body):
+    url: str = Field(
+        max_length=2048,
+        description="where each event is POSTed: https and a public host (a deployed stack refuses loopback, "
+        "private, link-local and metadata addresses)",
+    )
+    types: list[str] = Field(
+        default_factory=list,
+        max_length=len(EVENT_TYPES),
+        description="only these event types (none: every type)",
+        json_schema_extra={"items": {"type": "string", "enum": EVENT_TYPES}},
+    )
+    tenant: str | None = Field(default=None, max_length=128, json_schema_extra={"pattern": TENANT})
+    description: str = Field(default="", max_length=200)
+
+
+class RedeliverRequest(Body):
+    from_seq: int = Field(ge=1, description="the first feed place to send again")
+    to_seq: int | None = Field(default=None, ge=1, description="the last (default: from_seq alone)")
+
+
+class WebhookBody(BaseModel):
+    """An endpoint: where it is, what it wants, how far it is in its principal's feed, and how it fares."""
+
+    endpoint_id: str
+    url: str
+    types: list[EventType] = Field(description="empty: every type")
+    tenant: str | None
+    description: str
+    created_at: float
+    enabled: bool
+    disabled: Literal["gone", "failing"] | None = Field(description="why it stopped receiving: a 410, or failing")
+    disabled_at: float | None
+    cursor: int = Field(description="the last feed place it is done with")
+    failures: int = Field(description="failed attempts of the event it is on")
+    next_attempt_at: float | None
+    redelivering: list[int] | None = Field(description="[from, to]: the places being sent again")
+
+    @classmethod
+    def of(cls, endpoint: Any) -> WebhookBody:
+        return cls(
+            endpoint_id=endpoint.endpoint_id,
+            url=endpoint.url,
+            types=list(endpoint.types),
+            tenant=endpoint.tenant,
+            description=endpoint.description,
+            created_at=endpoint.created_at,
+            enabled=endpoint.enabled,
+            disabled=endpoint.disabled.value if endpoint.disabled else None,
+            disabled_at=endpoint.disabled_at,
+            cursor=endpoint.cursor,
+            failures=endpoint.failures,
+            next_attempt_at=endpoint.next_attempt_at,
+            redelivering=list(endpoint.replay) if endpoint.replay else None,
+        )
+
+
+class WebhookCreated(BaseModel):
+    endpoint: WebhookBody
+    secret: str = Field(description="the signing secret (Standard Webhooks' whsec_ form): shown this once")
+
+
+class WebhookList(BaseModel):
+    endpoints: list[WebhookBody]
+
+
+class SecretRotated(BaseModel):
+    secret: str = Field(description="the new signing secret: shown this once")
+    previous_valid_until: float = Field(description="until then each delivery also carries the old one's signature")
+
+
+class AttemptBody(BaseModel):
+    at: float
+    status: int | None = Field(description="the receiver's status; null: no answer (see error)")
+    duration_s: float
+    error: str | None
+    response: str = Field(description="the start of the receiver's answer")
+    redelivery: bool
+
+
+class DeliveryBody(BaseModel):
+    seq: int
+    event_id: str
+    type: EventType
+    delivered: bool
+    attempts: list[AttemptBody]
+
+
+class DeliveryPage(BaseModel):
+    deliveries: list[DeliveryBody]
+    before: int | None = Field(description="pass it as `before` for older deliveries (null: none)")

@@ -51,6 +51,8 @@ class TableNames:
     audit: str
     events: str
     feed: str
+    webhooks: str
+    deliveries: str
 
 
 def _index_meta(name: str, keys_only: bool = False) -> Any:
@@ -289,6 +291,39 @@ class FeedItem(Model):
     expires_at = NumberAttribute(null=True)
 
 
+class WebhookItem(Model):
+    """A principal's webhook endpoint (domain.webhooks.Endpoint): where its cursor in the feed is, and whether an
+    attempt failed. Never its secret (Secrets Manager)."""
+
+    principal = UnicodeAttribute(hash_key=True)
+    endpoint_id = UnicodeAttribute(range_key=True)
+    url = UnicodeAttribute()
+    created_at = NumberAttribute()
+    cursor = NumberAttribute()
+    types = ListAttribute(of=UnicodeAttribute, null=True)
+    tenant = UnicodeAttribute(null=True)
+    description = UnicodeAttribute(null=True)
+    disabled = UnicodeAttribute(null=True)
+    disabled_at = NumberAttribute(null=True)
+    next_attempt_at = NumberAttribute(null=True)
+    failing_since = NumberAttribute(null=True)
+    failures = NumberAttribute(default=0)
+    replay_from = NumberAttribute(null=True)
+    replay_to = NumberAttribute(null=True)
+    version = NumberAttribute()
+
+
+class DeliveryItem(Model):
+    """One event's delivery to one endpoint: its attempts (a retry window holds at most a handful)."""
+
+    endpoint_id = UnicodeAttribute(hash_key=True)
+    seq = NumberAttribute(range_key=True)
+    event_id = UnicodeAttribute()
+    type = UnicodeAttribute()
+    attempts = JSONAttribute()  # [Attempt as a dict], oldest first
+    expires_at = NumberAttribute(null=True)  # the feed's retention: a delivery is kept as long as its event
+
+
 @dataclass(frozen=True)
 class Models:
     """The item classes bound to one deployment's tables."""
@@ -301,6 +336,8 @@ class Models:
     Audit: type[AuditItem]
     Event: type[EventItem]
     Feed: type[FeedItem]
+    Webhook: type[WebhookItem]
+    Delivery: type[DeliveryItem]
 
     def all(self) -> tuple[type[Model], ...]:
         return (
@@ -312,6 +349,8 @@ class Models:
             self.Audit,
             self.Event,
             self.Feed,
+            self.Webhook,
+            self.Delivery,
         )
 
 
@@ -344,6 +383,8 @@ def build_models(names: TableNames, region: str, host: str | None = None, sessio
         Audit=bound(AuditItem, names.audit),
         Event=bound(EventItem, names.events),
         Feed=bound(FeedItem, names.feed),
+        Webhook=bound(WebhookItem, names.webhooks),
+        Delivery=bound(DeliveryItem, names.deliveries),
     )
     _share_one_connection(models, session)
     return models
@@ -392,7 +433,7 @@ class TableSpec:
 
 
 # The per-minute buckets expire, and events past the feed's retention; nothing else does.
-TTL_ATTRIBUTES = {"counters": "expires_at", "events": "expires_at", "feed": "expires_at"}
+TTL_ATTRIBUTES = {"counters": "expires_at", "events": "expires_at", "feed": "expires_at", "deliveries": "expires_at"}
 
 TABLE_LOGICAL_IDS = {
     "operations": "OperationsTable",
@@ -403,6 +444,8 @@ TABLE_LOGICAL_IDS = {
     "audit": "AuditTable",
     "events": "EventsTable",
     "feed": "FeedTable",
+    "webhooks": "WebhooksTable",
+    "deliveries": "DeliveriesTable",
 }
 
 

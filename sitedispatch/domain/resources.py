@@ -22,7 +22,10 @@ VISIBILITY_PER_TIMEOUT = 6  # AWS's guidance for SQS event sources: visibility >
 RETENTION_S = 14 * 24 * 3600
 SECRET_NAME_PREFIX = "sitedispatch/"  # site credentials in Secrets Manager: the operations workers read only these
 LAMBDA_MAX_TIMEOUT_S = 900
-OPERATIONS_WORK, PUBLICATION_WORK, EVENT_WORK = "operations", "publications", "events"
+OPERATIONS_WORK, PUBLICATION_WORK, EVENT_WORK, WEBHOOK_WORK = "operations", "publications", "events", "webhooks"
+# Webhook endpoints' signing secrets: apart from the site credentials (SECRET_NAME_PREFIX), so neither reader can
+# read the other's
+WEBHOOK_SECRET_PREFIX = "sitedispatch-webhooks/"
 EVENT_BUS_LOGICAL_ID, EVENT_BUS_FIELD = "EventBus", "event_bus"
 
 
@@ -121,6 +124,16 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         memory_mb=512,
         batch_size=10,
     ),
+    # Webhooks: one wake of one endpoint at a time (its message group); an attempt takes at most 15 s, a wake starts
+    # none after 60 s (webhooks/deliverer.py WAKE_BUDGET_S).
+    "webhooks": FunctionSpec(
+        "webhooks",
+        "WebhooksWorker",
+        "sitedispatch.functions.webhooks_worker.handler",
+        timeout_s=120,
+        memory_mb=512,
+        batch_size=1,
+    ),
     # The HTTP API's one function. 29 s: the longest integration timeout of an HTTP API (a long poll waits 20 s).
     "api": FunctionSpec("api", "Api", "sitedispatch.functions.api.handler", timeout_s=29, memory_mb=1024, batch_size=0),
 }
@@ -164,6 +177,18 @@ QUEUES: dict[str, QueueSpec] = {
         function="events",
         carries=EVENT_WORK,
     ),
+    # One message per wake of a webhook endpoint, grouped by endpoint: its deliveries go one at a time, in order. A
+    # failed attempt holds its message invisible until the next attempt is due (up to 12 h, SQS's longest), which
+    # holds the endpoint's later wakes behind it.
+    "webhooks": QueueSpec(
+        "webhooks",
+        "WebhooksQueue",
+        "webhooks_queue_url",
+        "WebhooksDeadLetterQueue",
+        "webhooks_dlq_url",
+        function="webhooks",
+        carries=WEBHOOK_WORK,
+    ),
 }
 
 
@@ -194,6 +219,8 @@ TABLE_FIELDS = {
     "audit": "audit_table",
     "events": "events_table",
     "feed": "feed_table",
+    "webhooks": "webhooks_table",
+    "deliveries": "deliveries_table",
 }
 
 

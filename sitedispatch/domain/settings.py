@@ -31,6 +31,8 @@ class Settings(BaseModel):
     publications_dlq_url: str
     events_queue_url: str
     events_dlq_url: str
+    webhooks_queue_url: str
+    webhooks_dlq_url: str
     operations_table: str
     sites_table: str
     commits_table: str
@@ -39,8 +41,14 @@ class Settings(BaseModel):
     audit_table: str
     events_table: str
     feed_table: str
+    webhooks_table: str
+    deliveries_table: str
     bucket: str
     event_bus: str = Field(description="the EventBridge bus every event is put on")
+    webhooks_allow_loopback: bool = Field(
+        default=False,
+        description="let webhooks go to loopback addresses over plain http (the local runtime; never a deployment)",
+    )
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
     lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")

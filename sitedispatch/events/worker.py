@@ -4,7 +4,8 @@ Messages arrive grouped by principal (the events queue's message group), so one 
 principal's feed: the places it gives are the ones after the feed's last, written with a condition that each is
 still free, and each event's row records its place in the same transaction. A second delivery of the same events
 finds them placed and gives none twice; two deliveries at once (a visibility expired) meet on the condition, and
-the loser looks again. The bus comes before the places: at least once, with the event's id.
+the loser looks again. The bus comes before the places: at least once, with the event's id. Once placed, the
+principal's webhook endpoints that want one of them are woken (a wake lost here is sent by the reconciler's sweep).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import TransientError
-from sitedispatch.domain.events import EventMessage, StoredEvent
-from sitedispatch.domain.ports import EventBus, EventLog
+from sitedispatch.domain.events import EventMessage, FeedEntry, StoredEvent
+from sitedispatch.domain.ports import EventBus, EventLog, WebhookQueue, WebhookStore
+from sitedispatch.webhooks.deliverer import wake_endpoints
 
 APPEND_RACES = 5  # how often one delivery looks again when another took the places it wanted
 
@@ -24,6 +26,8 @@ APPEND_RACES = 5  # how often one delivery looks again when another took the pla
 class EventsDeps:
     events: EventLog
     bus: EventBus
+    webhooks: WebhookStore | None = None  # None: no webhooks to wake (tests of the feed alone)
+    webhook_queue: WebhookQueue | None = None
 
 
 class EventsWorker:
@@ -47,15 +51,22 @@ class EventsWorker:
         by_principal: dict[str, list[StoredEvent]] = {}
         for event in pending:
             by_principal.setdefault(event.event.principal, []).append(event)
-        return sum(self._place(principal, events) for principal, events in by_principal.items())
+        placed = 0
+        for principal, events in by_principal.items():
+            entries = self._place(principal, events)
+            placed += len(entries)
+            if entries and self.deps.webhooks is not None and self.deps.webhook_queue is not None:
+                wake_endpoints(self.deps.webhooks, self.deps.webhook_queue, principal, entries)
+        return placed
 
-    def _place(self, principal: str, stored: list[StoredEvent]) -> int:
+    def _place(self, principal: str, stored: list[StoredEvent]) -> list[FeedEntry]:
         events = self.deps.events
         for _ in range(APPEND_RACES):
             unplaced = sorted((s.event for s in stored if s.seq is None), key=lambda e: (e.time, e.event_id))
             if not unplaced:
-                return 0
-            if events.append(principal, unplaced, events.last_seq(principal)):
-                return len(unplaced)
+                return []
+            after = events.last_seq(principal)
+            if events.append(principal, unplaced, after):
+                return [FeedEntry(n, event) for n, event in enumerate(unplaced, start=after + 1)]
             stored = events.get_many([s.event.event_id for s in stored])  # which of them another delivery placed
         raise TransientError(f"{principal}'s feed places were taken {APPEND_RACES} times in a row")

@@ -89,11 +89,13 @@ class Endpoints:
             raise NotFound(f"webhook endpoint {endpoint_id} not found")
         return endpoint
 
-    def delete(self, caller: Caller, endpoint_id: str) -> None:
+    def delete(self, caller: Caller, endpoint_id: str) -> Endpoint:
+        endpoint = self.get(caller, endpoint_id)
         if not self.deps.store.delete(caller.identity, endpoint_id):
             raise NotFound(f"webhook endpoint {endpoint_id} not found")
         self.deps.secrets.delete(endpoint_id)
         self._audit(caller, "webhook.delete", endpoint_id, "ok")
+        return endpoint
 
     def rotate(self, caller: Caller, endpoint_id: str) -> tuple[str, float]:
         """A new secret; the old one keeps signing (beside it) until the returned time."""

@@ -195,6 +195,8 @@ def reconciler(harness: Harness) -> Reconciler:
             wp_cron_submitter(harness.submitter),
             w.events,
             w.event_queue,
+            w.webhooks,
+            w.webhook_queue,
         )
     )
 

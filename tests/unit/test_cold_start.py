@@ -96,7 +96,7 @@ def test_every_table_model_builds_its_client_from_the_process_session() -> None:
     from sitedispatch.aws.tables import TableNames, build_models
 
     session = botocore.session.get_session()
-    models = build_models(TableNames("o", "s", "c", "p", "n", "a", "e", "f"), "us-east-1", session=session)
+    models = build_models(TableNames("o", "s", "c", "p", "n", "a", "e", "f", "w", "d"), "us-east-1", session=session)
     connections = {id(model._get_connection().connection) for model in models.all()}
     assert len(connections) == 1
     assert models.Operation._get_connection().connection.session is session

@@ -27,7 +27,11 @@ def test_the_document_is_valid_openapi() -> None:
 
 def test_every_route_is_described_with_its_models() -> None:
     document = json.loads(COMMITTED.read_text())
-    assert len(routes(document)) == 24 and set(routes(document)) >= OPERATOR_ROUTES
+    assert len(routes(document)) == 32 and set(routes(document)) >= OPERATOR_ROUTES
+    register = document["paths"]["/webhooks"]["post"]
+    assert "WebhookCreated" in json.dumps(register["responses"]["201"]) and "200" not in register["responses"]
+    types = document["components"]["schemas"]["WebhookRequest"]["properties"]["types"]
+    assert set(types["items"]["enum"]) >= {"operation.succeeded", "webhook.disabled"}
     submit = document["paths"]["/operations"]["post"]
     assert {(p["name"].lower(), p["in"]) for p in submit["parameters"]} == {("idempotency-key", "header")}
     assert "SubmitRequest" in json.dumps(submit["requestBody"]) and "202" in submit["responses"]
