@@ -388,12 +388,16 @@ class Dependencies:
         return SqsWebhookQueue(self.sqs, self.settings.webhooks_queue_url)
 
     def webhook_deliverer(self) -> WebhookDeliverer:
+        from sitedispatch.domain.webhooks import RetryPolicy
         from sitedispatch.webhooks.attempt import HttpSender
         from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps
 
         sender = HttpSender(allow_loopback=self.settings.webhooks_allow_loopback)
+        policy = RetryPolicy.scaled(self.settings.webhook_retry_scale)
         return WebhookDeliverer(
-            WebhookDeps(self.webhooks, self.events, self.webhook_secrets, sender, self.webhook_queue, self.clock)
+            WebhookDeps(
+                self.webhooks, self.events, self.webhook_secrets, sender, self.webhook_queue, self.clock, policy
+            )
         )
 
     def endpoints(self) -> Endpoints:

@@ -170,11 +170,12 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     import sitedispatch.functions.events_worker as events
     import sitedispatch.functions.operations_worker as operations
     import sitedispatch.functions.publication_worker as publications
+    import sitedispatch.functions.webhooks_worker as webhooks
     from sitedispatch.aws.sqs import queue_arn_from_url
     from sitedispatch.functions.runtime import dependencies
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
-    for cache in (dependencies, operations.worker, publications.worker, events.worker):
+    for cache in (dependencies, operations.worker, publications.worker, events.worker, webhooks.deliverer):
         cache.cache_clear()
     handled = 0
     queues = [
@@ -182,6 +183,7 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
         (cloud.settings.bulk_queue_url, operations.handler),
         (cloud.settings.publications_queue_url, publications.handler),
         (cloud.settings.events_queue_url, events.handler),
+        (cloud.settings.webhooks_queue_url, webhooks.handler),
     ]
     for _ in range(max_rounds):
         idle = True

@@ -320,7 +320,7 @@ class DeliveryItem(Model):
     seq = NumberAttribute(range_key=True)
     event_id = UnicodeAttribute()
     type = UnicodeAttribute()
-    attempts = JSONAttribute()  # [Attempt as a dict], oldest first
+    attempts = ListAttribute(of=UnicodeAttribute)  # each Attempt as JSON, oldest first (appended in place)
     expires_at = NumberAttribute(null=True)  # the feed's retention: a delivery is kept as long as its event
 
 

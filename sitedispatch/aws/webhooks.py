@@ -125,18 +125,18 @@ class DynamoWebhookStore:
 
     def record(self, endpoint_id: str, entry: FeedEntry, attempt: Attempt) -> None:
         D = self.D
-        as_dict = asdict(attempt)
+        as_json = json.dumps(asdict(attempt), separators=(",", ":"))
         created = D(
             endpoint_id,
             entry.seq,
             event_id=entry.event.event_id,
             type=entry.event.type.value,
-            attempts=[as_dict],
+            attempts=[as_json],
             expires_at=int(entry.event.time + RETENTION_S),
         )
         if conditionally(lambda: created.save(condition=D.seq.does_not_exist())):
             return
-        single_write(lambda: D(endpoint_id, entry.seq).update(actions=[D.attempts.set(D.attempts.append([as_dict]))]))
+        single_write(lambda: D(endpoint_id, entry.seq).update(actions=[D.attempts.set(D.attempts.append([as_json]))]))
 
     def deliveries(self, endpoint_id: str, before: int | None, limit: int) -> list[WebhookDelivery]:
         D = self.D
@@ -148,7 +148,7 @@ class DynamoWebhookStore:
                 seq=int(item.seq),
                 event_id=item.event_id,
                 type=EventType(item.type),
-                attempts=tuple(Attempt(**a) for a in item.attempts or ()),
+                attempts=tuple(Attempt(**json.loads(str(a))) for a in item.attempts or ()),
             )
             for item in items
         ]

@@ -128,10 +128,11 @@ def up(
             runtime.start_worker("bulk", concurrency)
             runtime.start_worker("publications", concurrency)
         runtime.start_worker("events", 1)  # one principal's events go one batch at a time: one environment
+        runtime.start_worker("webhooks", concurrency)  # one wake per endpoint at a time (its message group)
         runtime.start_scheduler()
         console.print(
             f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
-            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; "
+            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; a webhooks worker; "
             "scheduler; "
             f"logs in {workdir}/"
         )

@@ -49,6 +49,9 @@ class Settings(BaseModel):
         default=False,
         description="let webhooks go to loopback addresses over plain http (the local runtime; never a deployment)",
     )
+    webhook_retry_scale: float = Field(
+        default=1.0, gt=0, le=1, description="shrinks the webhook retry schedule and window (tests: 24 h in seconds)"
+    )
 
     attempt_budget: int = Field(default=5, ge=1, le=100)
     lease_seconds: float = Field(default=60.0, gt=0, description="mutation lease duration; heartbeats extend it")

@@ -57,6 +57,11 @@ class RetryPolicy:
     window_s: float = RETRY_WINDOW_S
     jitter: float = RETRY_JITTER
 
+    @classmethod
+    def scaled(cls, scale: float) -> RetryPolicy:
+        """The schedule and window multiplied by `scale` (1: as specified)."""
+        return cls(tuple(d * scale for d in RETRY_DELAYS_S), RETRY_WINDOW_S * scale)
+
     def delay(self, failures: int, retry_after_s: float | None, rng: random.Random) -> float:
         """The wait before the next attempt, after `failures` failed attempts of one event (>= 1)."""
         base = self.delays_s[min(failures, len(self.delays_s)) - 1]

@@ -116,6 +116,7 @@ def create_resources(
     session = boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
     sqs = session.client("sqs", endpoint_url=sqs_s3_endpoint or endpoint)
     fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
+    fields["webhooks_allow_loopback"] = True  # a receiver on 127.0.0.1 is told as a public one would be
     for spec in QUEUES.values():
         dlq_url = sqs.create_queue(
             QueueName=spec.local_dlq_name(prefix),
