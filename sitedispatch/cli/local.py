@@ -132,8 +132,8 @@ def up(
         runtime.start_scheduler()
         console.print(
             f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
-            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; a webhooks worker; "
-            "scheduler; "
+            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; "
+            "a webhooks worker; scheduler; "
             f"logs in {workdir}/"
         )
         console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
