@@ -29,6 +29,7 @@ from sitedispatch.domain.events import (
     Event,
     EventMessage,
     EventType,
+    FeedEntry,
     operation_ended,
     publication_live,
 )
@@ -64,8 +65,12 @@ from sitedispatch.domain.ports import (
     Slot,
     Tally,
     UnsentGroup,
+    WebhookQueue,
+    WebhookSecrets,
+    WebhookStore,
 )
 from sitedispatch.domain.resources import QUEUES
+from sitedispatch.domain.webhooks import Attempt, Disabled, Endpoint, WebhookMessage
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud, wait_for
 from tests.factories import present
@@ -88,6 +93,9 @@ PORTS: dict[str, type] = {
     "publication_queue": PublicationQueue,
     "events": EventLog,
     "event_queue": EventQueue,
+    "webhooks": WebhookStore,
+    "webhook_secrets": WebhookSecrets,
+    "webhook_queue": WebhookQueue,
 }
 CALLED: dict[str, set[tuple[str, str]]] = {"memory": set(), "dynamodb": set()}  # impl -> (port, method)
 
@@ -120,6 +128,9 @@ class Stores:
     publication_queue: PublicationQueue
     events: EventLog
     event_queue: EventQueue
+    webhooks: WebhookStore
+    webhook_secrets: WebhookSecrets
+    webhook_queue: WebhookQueue
     sent: Callable[[str], list[str]]  # the bodies on a queue ("operations", "bulk", "publications"), taken off it
 
 
@@ -140,6 +151,10 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             if queue == "events":
                 bodies = [m.to_body() for m in world.db.announced]
                 world.db.announced.clear()
+                return bodies
+            if queue == "webhooks":
+                bodies = [m.to_body() for m in world.webhook_queue.sent]
+                world.webhook_queue.sent.clear()
                 return bodies
             bodies = [m.message.to_body() for m in world.queue.sent if m.lane == queue]
             world.queue.sent = [m for m in world.queue.sent if m.lane != queue]
@@ -162,6 +177,9 @@ def stores(request: pytest.FixtureRequest) -> Stores:
                 publication_queue=world.publication_queue,
                 events=world.events,
                 event_queue=world.event_queue,
+                webhooks=world.webhooks,
+                webhook_secrets=world.webhook_secrets,
+                webhook_queue=world.webhook_queue,
             ),
         )
     cloud: Cloud = request.getfixturevalue("cloud")
@@ -195,6 +213,9 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             publication_queue=d.publication_queue,
             events=d.events,
             event_queue=d.event_queue,
+            webhooks=d.webhooks,
+            webhook_secrets=d.webhook_secrets,
+            webhook_queue=d.webhook_queue,
         ),
     )
 
@@ -1301,6 +1322,71 @@ def test_the_feed_gives_places_in_order_once_and_never_twice(stores: Stores) -> 
     # deduplication id, as LocalStack does; moto does not once the first is deleted)
     stores.event_queue.send(EventMessage("evt_never_sent", "p"))
     assert stores.sent("events") == [EventMessage("evt_never_sent", "p").to_body()]
+
+
+def _endpoint(n: int, principal: str = "p", **changes: Any) -> Endpoint:
+    return Endpoint(f"whk_{n}", principal, f"https://hooks.example.com/{n}", NOW + n, cursor=0, **changes)
+
+
+def test_an_endpoint_is_its_principals_and_every_write_checks_its_version(stores: Stores) -> None:
+    w = stores.webhooks
+    first = w.create(_endpoint(1, types=(EventType.OPERATION_DEAD,), tenant="acme", description="d"))
+    w.create(_endpoint(2))
+    w.create(_endpoint(3, principal="q"))
+    assert first.version == 1 and w.get("p", "whk_1") == first
+    assert w.get("q", "whk_1") is None and w.get("p", "whk_404") is None and w.get("p", "") is None
+    assert [e.endpoint_id for e in w.owned("p")] == ["whk_1", "whk_2"]
+    assert {e.endpoint_id for e in w.all()} >= {"whk_1", "whk_2", "whk_3"}
+
+    moved = w.save(replace(first, cursor=7, replay=(2, 5), failures=2, next_attempt_at=NOW + 9, failing_since=NOW))
+    assert moved is not None and moved.version == 2 and w.get("p", "whk_1") == moved
+    assert w.save(replace(first, cursor=8)) is None  # a stale version: refused, nothing written
+    assert w.get("p", "whk_1") == moved
+
+    disabled = replace(moved, disabled=Disabled.GONE, disabled_at=NOW + 10, replay=None)
+    event = Event("evt_webhook", EventType.WEBHOOK_DISABLED, "p", None, NOW + 10, detail={"endpoint_id": "whk_1"})
+    saved = w.save(disabled, event)
+    assert saved is not None and saved.disabled == Disabled.GONE and not saved.enabled
+    [stored] = stores.events.get_many(["evt_webhook"])
+    assert stored.event == event and json.loads(stores.sent("events")[-1])["event_id"] == "evt_webhook"
+    assert w.save(disabled, replace(event, event_id="evt_other")) is None  # stale: neither row nor event
+    assert stores.events.get_many(["evt_other"]) == []
+
+    assert w.delete("q", "whk_1") is False and w.delete("p", "whk_1") is True
+    assert w.get("p", "whk_1") is None and w.delete("p", "whk_1") is False
+
+
+def test_a_delivery_keeps_each_attempt_newest_place_first(stores: Stores) -> None:
+    w = stores.webhooks
+    w.create(_endpoint(1))
+    for seq in (1, 2, 3):
+        entry = FeedEntry(seq, Event(f"evt_{seq}", EventType.OPERATION_SUCCEEDED, "p", "s", NOW))
+        w.record("whk_1", entry, Attempt(NOW, None, 0.5, error="refused"))
+        w.record("whk_1", entry, Attempt(NOW + 1, 204, 0.01, response="ok", redelivery=seq == 2))
+    found = w.deliveries("whk_1", None, 2)
+    assert [d.seq for d in found] == [3, 2] and all(d.delivered for d in found)
+    assert [a.status for a in found[1].attempts] == [None, 204] and found[1].attempts[1].redelivery
+    assert found[1].attempts[0].error == "refused" and found[1].event_id == "evt_2"
+    assert [d.seq for d in w.deliveries("whk_1", 2, 10)] == [1]
+    w.delete("p", "whk_1")
+    assert w.deliveries("whk_1", None, 10) == []
+
+
+def test_a_secret_signs_alone_then_beside_its_successor_during_a_rotation(stores: Stores) -> None:
+    secrets = stores.webhook_secrets
+    first = secrets.create("whk_secret")
+    assert first.startswith("whsec_") and secrets.signing("whk_secret", NOW) == [first]
+    second, until = secrets.rotate("whk_secret", NOW)
+    assert second != first and until == NOW + 24 * 3600
+    assert secrets.signing("whk_secret", NOW + 1) == [second, first]
+    assert secrets.signing("whk_secret", until + 1) == [second]
+    secrets.delete("whk_secret")
+    secrets.delete("whk_secret")  # twice: nothing to delete is not an error
+
+
+def test_a_wake_names_its_endpoint(stores: Stores) -> None:
+    stores.webhook_queue.send(WebhookMessage("p", "whk_1", "placed:3"))
+    assert [WebhookMessage.from_body(b) for b in stores.sent("webhooks")] == [WebhookMessage("p", "whk_1")]
 
 
 def test_every_port_method_ran_against_both_implementations(request: pytest.FixtureRequest) -> None:
