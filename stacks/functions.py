@@ -23,6 +23,7 @@ from sitedispatch.domain.resources import (
     FUNCTIONS,
     QUEUES,
     SECRET_NAME_PREFIX,
+    WEBHOOK_SECRET_PREFIX,
     FunctionSpec,
     operation_lanes,
     operation_workers,
@@ -37,7 +38,7 @@ from .tables import DispatchTables
 LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 # Per queue; CDK context overrides. Events: one principal's batches go one at a time whatever the cap (its message
 # group); the cap bounds how many principals' events are placed at once.
-DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20, "events": 5}
+DEFAULT_MAX_CONCURRENCY = {"operations": 20, "bulk": 5, "publications": 20, "events": 5, "webhooks": 10}
 
 # DynamoDB actions by need. TransactWriteItems is authorized per item by the item's own action.
 READ = ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"]
@@ -87,9 +88,10 @@ class DispatchFunctions(Construct):
             self._grant_operations_worker(role)
         self._grant_publication_worker()
         self._grant_events_worker()
+        self._grant_webhooks_worker()
         self._grant_reconciler(operation_lanes())
         self._grant_api(operation_lanes())
-        for role in (*operation_workers(), "publications", "reconciler", "api"):
+        for role in (*operation_workers(), "publications", "reconciler", "api", "webhooks"):
             self._grant_event_writer(role)
 
     def _function(
@@ -191,9 +193,29 @@ class DispatchFunctions(Construct):
         self._allow("events", CONSUME, [self.queues.queues["events"].queue_arn])
         self._allow("events", ["events:PutEvents"], [self.bus.event_bus_arn])
 
+    def _webhook_secrets(self) -> str:
+        stack = Stack.of(self)
+        return f"arn:{stack.partition}:secretsmanager:{stack.region}:{stack.account}:secret:{WEBHOOK_SECRET_PREFIX}*"
+
+    def _grant_webhooks_worker(self) -> None:
+        """Reads its endpoints' feeds and secrets, writes endpoints and deliveries (and a disabling's event), wakes
+        an endpoint again; the events worker wakes the endpoints that want what it placed."""
+        webhooks = self.queues.queues["webhooks"].queue_arn
+        self._allow("webhooks", [*READ, *WRITE], self.table_arns("webhooks", "deliveries"))
+        self._allow("webhooks", READ, self.table_arns("feed"))
+        self._allow("webhooks", ["secretsmanager:GetSecretValue"], [self._webhook_secrets()])
+        self._allow("webhooks", CONSUME, [webhooks])
+        self._allow("webhooks", ["sqs:SendMessage"], [webhooks])
+        self._allow("events", READ, self.table_arns("webhooks"))
+        self._allow("events", ["sqs:SendMessage"], [webhooks])
+
     def _grant_reconciler(self, lanes: list[str]) -> None:
         q = self.queues
         self._allow("reconciler", READ, self.table_arns("events"))  # the undelivered events it sends again
+        # webhook endpoints whose wake was lost (a scan of the endpoints, each principal's last feed place)
+        self._allow("reconciler", [*READ, *SCAN], self.table_arns("webhooks"))
+        self._allow("reconciler", READ, self.table_arns("feed"))
+        self._allow("reconciler", ["sqs:SendMessage"], [q.queues["webhooks"].queue_arn])
         self._allow(
             "reconciler", [*READ, *WRITE, *SCAN], self.table_arns("operations", "sites", "publications", "counters")
         )
@@ -222,3 +244,18 @@ class DispatchFunctions(Construct):
             ],
         )
         self._allow("api", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])
+        # a deleted webhook endpoint's row and its deliveries' rows: the only deletes of any function
+        self._allow(
+            "api", ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"], self.table_arns("webhooks", "deliveries")
+        )
+        # webhook endpoints' signing secrets: created, rotated, deleted and read (for a rotation) by the API only
+        self._allow(
+            "api",
+            [
+                "secretsmanager:CreateSecret",
+                "secretsmanager:PutSecretValue",
+                "secretsmanager:GetSecretValue",
+                "secretsmanager:DeleteSecret",
+            ],
+            [self._webhook_secrets()],
+        )

@@ -10,7 +10,7 @@ from aws_cdk import Acknowledgment, CfnElement, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from sitedispatch.domain.resources import SECRET_NAME_PREFIX, operation_workers
+from sitedispatch.domain.resources import SECRET_NAME_PREFIX, WEBHOOK_SECRET_PREFIX, operation_workers
 
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack
@@ -31,6 +31,10 @@ SECRETS = (
     "WordPress sites' credentials are Secrets Manager secrets named by site, registered at run time; the "
     "wildcard is confined to this account's secrets under the sitedispatch/ prefix, which registration "
     "enforces"
+)
+WEBHOOK_SECRETS = (
+    "each webhook endpoint's signing secret is a Secrets Manager secret named by its endpoint id, created at "
+    "run time; the wildcard is confined to this account's secrets under the sitedispatch-webhooks/ prefix"
 )
 RUNTIME = (
     "Python 3.13, not 3.14: the asset ships bytecode, which only an interpreter of the runtime's version can "
@@ -66,6 +70,13 @@ def apply_nag(stack: SiteDispatchStack) -> None:
                 "IAM5",
                 SECRETS,
                 f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*",
+            )
+        if role in ("api", "webhooks"):
+            acknowledge(
+                policy,
+                "IAM5",
+                WEBHOOK_SECRETS,
+                f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{WEBHOOK_SECRET_PREFIX}*",
             )
     api_nag(stack)
     reconciler = f"<{stack.get_logical_id(_cfn(stack.functions.functions['reconciler']))}.Arn>"

@@ -22,6 +22,7 @@ from sitedispatch.domain.resources import (
     QUEUES,
     SCHEDULES,
     SECRET_NAME_PREFIX,
+    WEBHOOK_SECRET_PREFIX,
 )
 from sitedispatch.observability import Metric
 from stacks.bundling import LAMBDA_PYTHON, import_closure, runtime_interpreter
@@ -84,7 +85,8 @@ def test_event_source_mappings_report_batch_item_failures_with_a_concurrency_cap
             m["Properties"] for m in mappings if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
         ]
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-        # a batch never makes a site wait; events are placed ten at a time (one feed append per principal in it)
+        # a batch never makes a site wait; events are placed ten at a time (one feed append per principal in it); a
+        # webhook wake is one endpoint's
         assert mapping["BatchSize"] == FUNCTIONS[spec.function].batch_size == (10 if spec.carries == EVENT_WORK else 1)
         assert mapping["ScalingConfig"] == {"MaximumConcurrency": DEFAULT_MAX_CONCURRENCY[lane]}
         function = mapping["FunctionName"]["Ref"]
@@ -128,7 +130,7 @@ def test_maximum_concurrency_comes_from_cdk_context(tmp_path: Path) -> None:
         m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
         for m in resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values()
     )
-    others = [DEFAULT_MAX_CONCURRENCY[queue] for queue in ("operations", "publications", "events")]
+    others = [DEFAULT_MAX_CONCURRENCY[queue] for queue in ("operations", "publications", "events", "webhooks")]
     assert caps == sorted([7, *others])
     alarms = resources(synthesized.template, "AWS::CloudWatch::Alarm").values()
     assert all(a["Properties"]["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:ops"] for a in alarms)
@@ -189,8 +191,12 @@ def tables_touched(template: dict[str, Any], statements: list[dict[str, Any]]) -
 def test_the_events_worker_places_events_and_puts_them_on_the_stacks_bus_only(synthesized_stack: Synthesized) -> None:
     template = synthesized_stack.template
     actions, statements = role_actions(template, "EventsWorker")
-    assert tables_touched(template, statements) == {"events", "feed"}
-    assert not any(a.startswith(("s3:", "secretsmanager:")) for a in actions) and "sqs:SendMessage" not in actions
+    assert tables_touched(template, statements) == {"events", "feed", "webhooks"}  # webhooks: read, to wake them
+    assert not any(a.startswith(("s3:", "secretsmanager:")) for a in actions)
+    sends = [s for s in statements if "sqs:SendMessage" in json.dumps(s["Action"])]
+    assert [("WebhooksQueue" in json.dumps(s["Resource"])) for s in sends] == [True]  # it wakes endpoints only
+    webhook_writes = [s for s in statements if "PutItem" in json.dumps(s) and "Webhooks" in json.dumps(s)]
+    assert webhook_writes == []
     [put] = [s for s in statements if "events:PutEvents" in json.dumps(s["Action"])]
     [bus] = resources(template, "AWS::Events::EventBus")
     assert json.dumps(put["Resource"]) == json.dumps({"Fn::GetAtt": [bus, "Arn"]})
@@ -202,6 +208,33 @@ def test_the_events_worker_places_events_and_puts_them_on_the_stacks_bus_only(sy
             "sqs:SendMessage" in json.dumps(s["Action"]) and "EventsQueue" in json.dumps(s["Resource"])
             for s in role_statements
         ), function
+
+
+def test_webhooks_are_sent_by_their_own_worker_and_their_secrets_are_apart(synthesized_stack: Synthesized) -> None:
+    """The webhooks worker reads its endpoints' secrets and feeds and writes endpoints and deliveries; only the API
+    creates, rotates and deletes secrets, under their own prefix (the operations workers read site credentials
+    under another, and no webhook secret); the events worker and the reconciler wake endpoints."""
+    template = synthesized_stack.template
+    actions, statements = role_actions(template, "WebhooksWorker")
+    assert tables_touched(template, statements) == {"webhooks", "deliveries", "feed", "events"}
+    assert not any(a.startswith("s3:") for a in actions) and "dynamodb:Scan" not in actions
+    reads = [s for s in statements if "secretsmanager:" in json.dumps(s["Action"])]
+    assert [s["Action"] for s in reads] == ["secretsmanager:GetSecretValue"]
+    assert f":secret:{WEBHOOK_SECRET_PREFIX}*" in json.dumps(reads[0]["Resource"])
+    _, api_statements = role_actions(template, "Api")
+    managed = [s for s in api_statements if "secretsmanager:CreateSecret" in json.dumps(s["Action"])]
+    assert managed and all(f":secret:{WEBHOOK_SECRET_PREFIX}*" in json.dumps(s["Resource"]) for s in managed)
+    assert not WEBHOOK_SECRET_PREFIX.startswith(SECRET_NAME_PREFIX)  # a site-credential grant reads none of them
+    deletes = [s for s in api_statements if "dynamodb:DeleteItem" in json.dumps(s["Action"])]
+    assert [tables_touched(template, [s]) for s in deletes] == [{"webhooks", "deliveries"}]
+    for function in ("EventsWorker", "Reconciler", "WebhooksWorker"):
+        assert any(
+            "sqs:SendMessage" in json.dumps(s["Action"]) and "WebhooksQueue" in json.dumps(s["Resource"])
+            for s in role_actions(template, function)[1]
+        ), function
+    for function in ("OperationsWorker", "BulkOperationsWorker", "PublicationWorker", "Reconciler", "EventsWorker"):
+        granted = json.dumps(role_actions(template, function)[1])
+        assert WEBHOOK_SECRET_PREFIX not in granted, function
 
 
 def test_schedules_invoke_the_reconciler_by_name_with_retries_and_a_dlq(synthesized_stack: Synthesized) -> None:

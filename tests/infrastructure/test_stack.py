@@ -47,11 +47,18 @@ def test_tables_match_the_models_and_are_protected(synthesized: tuple[dict, obje
         assert {n: i["Projection"]["ProjectionType"] for n, i in indexes.items()} == {
             i.name: i.projection for i in spec.indexes
         }
-        if spec.ttl_attribute:  # per-minute statistics, and events past the feed's retention, expire; nothing else
+        if (
+            spec.ttl_attribute
+        ):  # per-minute statistics, events and deliveries past the feed's retention expire; nothing else
             assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
         else:
             assert "TimeToLiveSpecification" not in props
-    assert {role for role, spec in table_specs().items() if spec.ttl_attribute} == {"counters", "events", "feed"}
+    assert {role for role, spec in table_specs().items() if spec.ttl_attribute} == {
+        "counters",
+        "events",
+        "feed",
+        "deliveries",
+    }
 
 
 def test_bucket_is_private_tls_only_encrypted_versioned_and_retained(synthesized: tuple[dict, object]) -> None:
