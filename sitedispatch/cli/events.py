@@ -58,12 +58,11 @@ def show(event: dict[str, Any], as_json: bool) -> None:
         sys.stdout.write(json_module.dumps(event, sort_keys=True, separators=(",", ":")) + "\n")
         sys.stdout.flush()
         return
-    subject = event.get("operation_id") or ""
+    subject = event.get("operation_id") or event.get("endpoint_id") or ""
     outcome = " ".join(
         str(event[key])
         for key in ("kind", "error_code", "revision_id", "publication_seq", "by", "reason")
         if event.get(key) is not None
     )
-    console.print(
-        f"{event['seq']:>6}  {when(event['time'])}  {event['type']:<22} {event['site_id']}  {subject}  {outcome}"
-    )
+    site = event.get("site_id") or "-"
+    console.print(f"{event['seq']:>6}  {when(event['time'])}  {event['type']:<22} {site}  {subject}  {outcome}")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites
+from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites, webhooks
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.context import client, producer, use_env_file, use_stack
 from sitedispatch.cli.output import console, emit_json, render_status, reported
@@ -21,6 +21,7 @@ app.add_typer(sites.app, name="sites")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(audit.app, name="audit")
 app.add_typer(events.app, name="events")
+app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(quotas.app, name="quotas")
 app.add_typer(local.app, name="local")
 

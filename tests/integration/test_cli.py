@@ -453,3 +453,39 @@ def test_events_tail_prints_the_callers_events_in_order_and_where_to_continue(cl
     assert code == 0 and out == ""  # nobody else's
     code, out = run(cli, "events", "tail", "--as", "tenant-b", "--principal", "tenant-a")
     assert code == 4 and "its own events" in out
+
+
+def test_webhooks_create_show_redeliver_rotate_and_delete_from_the_cli(cli: CliRunner, cloud: Cloud) -> None:
+    from sitedispatch.local.receiver import WebhookReceiver
+    from tests.conftest import pump, wait_for
+
+    receiver = WebhookReceiver()
+    with receiver.serving() as url:
+        code, out = run(cli, "webhooks", "create", url, "--type", "operation.succeeded", "--as", "hooked", "--json")
+        assert code == 0, out
+        created = json.loads(out)
+        endpoint_id, receiver.secrets = created["endpoint"]["endpoint_id"], [created["secret"]]
+        code, out = run(
+            cli, "submit", "provision", "--site", "hooked-site", "--param", "title=T", "--param",
+            "admin_email=a@t.example", "--as", "hooked",
+        )  # fmt: skip
+        assert code == 0, out
+        wait_for(lambda: pump(cloud) >= 0 and receiver.accepted(), what="the delivery")
+        assert receiver.received[0].verified and receiver.received[0].data["type"] == "operation.succeeded"
+
+        code, out = run(cli, "webhooks", "show", endpoint_id, "--as", "hooked")
+        assert code == 0 and url in out and "operation.succeeded" in out and "yes" in out, out
+        seq = receiver.received[0].data["seq"]
+        code, out = run(cli, "webhooks", "redeliver", endpoint_id, "--from", str(seq), "--as", "hooked")
+        assert code == 0 and f"sending places {seq}-{seq} again" in " ".join(out.split()), out
+        wait_for(lambda: pump(cloud) >= 0 and len(receiver.accepted()) == 2, what="the redelivery")
+        code, out = run(cli, "webhooks", "rotate", endpoint_id, "--as", "hooked")
+        assert code == 0 and "new signing secret (shown once): whsec_" in out, out
+        code, out = run(cli, "webhooks", "list", "--as", "someone-else")
+        assert code == 0 and "no webhook endpoints" in out
+        code, out = run(cli, "webhooks", "delete", endpoint_id, "--as", "someone-else")
+        assert code != 0 and "not found" in out and "Traceback" not in out
+        code, out = run(cli, "webhooks", "create", "https://10.0.0.1/hook", "--as", "hooked")
+        assert code != 0 and "webhooks go to public hosts" in " ".join(out.split()) and "Traceback" not in out
+        code, out = run(cli, "webhooks", "delete", endpoint_id, "--as", "hooked")
+        assert code == 0 and f"deleted {endpoint_id}" in out
