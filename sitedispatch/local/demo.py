@@ -25,9 +25,12 @@ from sitedispatch.local.demo_phases import (
     events_phase,
     flow_control_phase,
     import_phase,
+    register_webhook,
     report_imports,
+    webhooks_phase,
     wordpress_phase,
 )
+from sitedispatch.local.receiver import WebhookReceiver
 from sitedispatch.local.supervisor import LocalRuntime
 
 CRON_PERIOD_S = 60.0  # the replaced scheduler: one site (or one publication route) per minute
@@ -63,7 +66,8 @@ def run_demo(
     console = Console(stderr=as_json)
     console.width = max(console.width, 110)
     per_worker = math.ceil(n_sites / WORKER_PROCESSES)
-    with LocalRuntime(workdir) as runtime:
+    receiver = WebhookReceiver()
+    with LocalRuntime(workdir) as runtime, receiver.serving() as hook_url:
         console.print(
             f"[bold]starting the local runtime[/]: moto server, the HTTP API, {WORKER_PROCESSES} workers x "
             f"{per_worker} environments (logs in {workdir}/)"
@@ -80,7 +84,9 @@ def run_demo(
         runtime.start_worker("bulk", IMPORT_SITES)
         runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
         runtime.start_worker("events", 1)
+        runtime.start_worker("webhooks", 2)
         api = DemoApi(runtime.start_api())
+        endpoint_id = register_webhook(api, receiver, hook_url)
         os.environ.update(runtime.env)
         deps = Dependencies(Settings()).warm()  # the report's reads (what an operator sees)
         sites = [f"demo-site-{i:02d}" for i in range(1, n_sites + 1)]
@@ -101,6 +107,7 @@ def run_demo(
         flow = flow_control_phase(deps, api, console, sites[-1], timeout_s)
         dead_letter = dead_letter_phase(deps, api, console, sites[IMPORT_SITES], workdir, timeout_s)
         told = events_phase(api, console, final, timeout_s)
+        hooked = webhooks_phase(api, console, receiver, endpoint_id, final, timeout_s)
         real = wordpress_phase(deps, api, console, workdir, export, timeout_s, wordpress)
 
     runs = [
@@ -124,6 +131,7 @@ def run_demo(
     ok = ok and dead_letter["dead"] and dead_letter["recovered"]
     ok = ok and (real.get("skipped") is not None or bool(real.get("published")))
     ok = ok and not told["missing"]
+    ok = ok and not hooked["missing"] and hooked["all_verified"]
     summary = {
         "sites": n_sites,
         "all_succeeded": ok,
@@ -136,6 +144,7 @@ def run_demo(
         "flow_control": flow,
         "dead_letter": dead_letter,
         "events": told,
+        "webhooks": hooked,
         "wordpress": real,
     }
     if as_json:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.model import Operation, Status
+from sitedispatch.local.receiver import WebhookReceiver
 
 IMPORT_SITES = 3
 EXPORT_POSTS = 60  # the demo's WordPress export (generated, seeded): posts, with categories, tags and comments
@@ -320,3 +321,38 @@ def events_phase(api: DemoApi, console: Console, ops: list[Operation], timeout_s
         + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
     )
     return {"told": len(told), "missing": sorted(wanted - told), "feed_events": len(feed), "by_type": dict(types)}
+
+
+def register_webhook(api: DemoApi, receiver: WebhookReceiver, url: str) -> str:
+    """The producer's endpoint for its provisions' ends, on a receiver that checks every signature."""
+    created = api.producer.call("POST", "/webhooks", body={"url": url, "types": ["operation.succeeded"]})
+    receiver.secrets = [created["secret"]]
+    return str(created["endpoint"]["endpoint_id"])
+
+
+def webhooks_phase(
+    api: DemoApi, console: Console, receiver: WebhookReceiver, endpoint_id: str, ops: list[Operation], timeout_s: float
+) -> dict[str, Any]:
+    """The producer's receiver got a signed POST for each provision's end (its signature checked by the
+    standardwebhooks package, not by sitedispatch)."""
+    wanted = {op.operation_id for op in ops}
+    deadline = time.monotonic() + timeout_s
+
+    def told() -> set[str]:
+        return {str(r.data.get("operation_id")) for r in receiver.accepted() if r.verified} & wanted
+
+    while told() != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    verified = all(r.verified for r in receiver.received)
+    endpoint = api.producer.call("GET", f"/webhooks/{endpoint_id}")
+    console.print(
+        f"webhooks: the producer's receiver got {len(told())} of {len(wanted)} provisions' ends as signed POSTs "
+        f"({len(receiver.received)} deliveries, every signature {'valid' if verified else 'NOT valid'}; the "
+        f"endpoint is done up to feed place {endpoint['cursor']})"
+    )
+    return {
+        "told": len(told()),
+        "missing": sorted(wanted - told()),
+        "deliveries": len(receiver.received),
+        "all_verified": verified,
+    }

@@ -29,6 +29,9 @@ def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) 
     # the producer was told of each provision's end by its event feed
     assert summary["events"]["told"] == 5 and summary["events"]["missing"] == []
     assert summary["events"]["by_type"]["publication.live"] >= 5
+    # and by a signed POST to its receiver (checked by the standardwebhooks package) for each one
+    assert summary["webhooks"]["told"] == 5 and summary["webhooks"]["all_verified"]
+    assert summary["webhooks"]["missing"] == []
     # what reached the core came through the API: its access log holds the demo's submits, uploads and redrive
     requests = [
         json.loads(line)["line"] for line in (workdir / "api.log").read_text().splitlines() if '"request"' in line
@@ -36,3 +39,4 @@ def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) 
     submits = [r for r in requests if "POST /operations " in r]
     assert len(submits) >= 5 + 3 + 1 and any("POST /uploads " in r for r in requests)
     assert any("POST /dead-letters/redrive " in r for r in requests) and any("POST /sites/" in r for r in requests)
+    assert any("POST /webhooks " in r for r in requests)
