@@ -25,9 +25,11 @@ from sitedispatch.domain.model import (
 )
 from sitedispatch.domain.schemas import INTEGRAL, SCHEMAS
 from sitedispatch.domain.settings import Settings
+from sitedispatch.domain.webhooks import MAX_REDELIVERY
 from sitedispatch.drivers.wordpress.credentials import CREDENTIAL_PATTERN
 from sitedispatch.flow.estimates import DelayEstimate
 from sitedispatch.operations.progress import Progress
+from sitedispatch.webhooks.destination import URL_PATTERN
 
 SITE_ID = SITE_ID_PATTERN.pattern
 PRINCIPAL = PRINCIPAL_PATTERN.pattern
@@ -35,6 +37,7 @@ TENANT = TENANT_PATTERN.pattern
 DIGEST = r"^[0-9a-f]{64}$"
 ENDPOINT = ENDPOINT_PATTERN.pattern
 NOT_BLANK = NOT_BLANK_PATTERN.pattern
+WEBHOOK_URL = URL_PATTERN.pattern
 REASON_CHARS = 1000
 
 # JSON's number grammar: a query parameter the document states as an integer or a number is that text and nothing
@@ -346,8 +349,10 @@ EVENT_TYPES: list[Any] = [t.value for t in EventType]
 class WebhookRequest(Body):
     url: str = Field(
         max_length=2048,
-        description="where each event is POSTed: https and a public host (a deployed stack refuses loopback, "
-        "private, link-local and metadata addresses)",
+        description="where each event is POSTed: https and a public host (a deployed stack refuses http and "
+        "hosts that resolve to loopback, private, link-local or metadata addresses; the local runtime allows "
+        "loopback over http)",
+        json_schema_extra={"pattern": WEBHOOK_URL},
     )
     types: list[str] = Field(
         default_factory=list,
@@ -355,13 +360,13 @@ class WebhookRequest(Body):
         description="only these event types (none: every type)",
         json_schema_extra={"items": {"type": "string", "enum": EVENT_TYPES}},
     )
-    tenant: str | None = Field(default=None, max_length=128, json_schema_extra={"pattern": TENANT})
+    tenant: str | None = Field(default=None, pattern=TENANT, description="only this tenant's events")
     description: str = Field(default="", max_length=200)
 
 
 class RedeliverRequest(Body):
-    from_seq: int = Field(ge=1, description="the first feed place to send again")
-    to_seq: int | None = Field(default=None, ge=1, description="the last (default: from_seq alone)")
+    from_seq: Annotated[int, Field(ge=1, description="the first feed place to send again"), INTEGRAL]
+    count: Annotated[int, Field(ge=1, le=MAX_REDELIVERY, description="how many places, from from_seq on"), INTEGRAL] = 1
 
 
 class WebhookBody(BaseModel):

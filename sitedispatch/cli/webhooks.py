@@ -122,9 +122,12 @@ def redeliver(
     json: JsonOpt = False,
 ) -> None:
     """Send the events of feed places FROM..TO again (those the endpoint wants), before what follows."""
+    count = 1 if to_seq is None else to_seq - from_seq + 1
+    if count < 1:
+        raise typer.BadParameter(f"--to {to_seq} is before --from {from_seq}")
     with reported(json):
         endpoint = client(as_).call(
-            "POST", f"/webhooks/{endpoint_id}/redeliver", body={"from_seq": from_seq, "to_seq": to_seq}
+            "POST", f"/webhooks/{endpoint_id}/redeliver", body={"from_seq": from_seq, "count": count}
         )
         emit_json(endpoint) if json else _show(endpoint)
 

@@ -11,12 +11,16 @@ allows loopback and plain `http` (a setting), so a receiver on 127.0.0.1 gets th
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_URL_CHARS = 2048
+# What a webhook URL may look like (the OpenAPI document states it; `parse` enforces it): a host name or an IPv4
+# address, an optional port, an optional path and query of printable ASCII; no user info, no fragment.
+URL_PATTERN = re.compile(r'^https?://[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:[0-9]{1,5})?(/[!"$-~]*)?$')
 Resolver = Callable[[str, int], list[str]]  # (host, port) -> its addresses
 
 
@@ -66,8 +70,11 @@ def parse(url: str, allow_loopback: bool = False) -> Destination:
         raise DestinationRefused("a webhook URL carries no user or password (sitedispatch signs each delivery)")
     if parts.fragment:
         raise DestinationRefused("a webhook URL has no fragment")
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        raise DestinationRefused("a webhook URL has no spaces or control characters")
+    if URL_PATTERN.fullmatch(url) is None:
+        raise DestinationRefused(
+            "a webhook URL is SCHEME://HOST[:PORT][/PATH[?QUERY]]: a host name or an IPv4 address, then printable "
+            "ASCII without spaces"
+        )
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     default = 443 if parts.scheme == "https" else 80
     return Destination(url, parts.scheme, parts.hostname.lower(), port or default, target)

@@ -110,17 +110,16 @@ class Endpoints:
         self._wake(endpoint, "enable")
         return endpoint
 
-    def redeliver(self, caller: Caller, endpoint_id: str, first: int, last: int | None = None) -> Endpoint:
-        """Send the events of feed places `first`..`last` again (those the endpoint's filters want), before what
-        follows its cursor."""
+    def redeliver(self, caller: Caller, endpoint_id: str, first: int, count: int = 1) -> Endpoint:
+        """Send the events of feed places `first`..`first + count - 1` again (those the endpoint's filters want),
+        before what follows its cursor."""
         self.get(caller, endpoint_id)  # another's id: unknown, before anything is said of the range
-        last = first if last is None else last
-        if first < 1 or last < first:
-            raise InvalidInput("a redelivery names places 1 <= from_seq <= to_seq")
-        if last - first + 1 > MAX_REDELIVERY:
-            raise InvalidInput(f"a redelivery names at most {MAX_REDELIVERY} places")
-        if last > self.deps.events.last_seq(caller.identity):
-            raise InvalidInput(f"place {last} is not in {caller.identity}'s feed yet")
+        if first < 1 or not 1 <= count <= MAX_REDELIVERY:
+            raise InvalidInput(f"a redelivery names from_seq >= 1 and 1 to {MAX_REDELIVERY} places")
+        last = first + count - 1
+        known = self.deps.events.last_seq(caller.identity)
+        if last > known:
+            raise Conflict(f"{caller.identity}'s feed holds places up to {known}: place {last} is not there yet")
 
         def replayed(endpoint: Endpoint) -> Endpoint:
             if endpoint.replay is not None:

@@ -89,7 +89,7 @@ def test_a_receiver_down_then_failing_then_up_is_told_of_every_event_in_order(cl
         assert shown["cursor"] == len(expected) and shown["failures"] == 0 and shown["enabled"]
 
         # and a redelivery sends places 1-2 again, with their ids
-        producer.call("POST", f"/webhooks/{endpoint_id}/redeliver", body={"from_seq": 1, "to_seq": 2})
+        producer.call("POST", f"/webhooks/{endpoint_id}/redeliver", body={"from_seq": 1, "count": 2})
         wait_for(lambda: pump(cloud) >= 0 and len(receiver.accepted()) == len(expected) + 2, what="the redelivery")
         assert [r.data["id"] for r in receiver.accepted()[-2:]] == expected[:2]
 

@@ -225,7 +225,7 @@ def test_a_redelivery_sends_a_range_again_before_going_on() -> None:
     s.place(EventType.OPERATION_SUCCEEDED, EventType.SITE_PAUSED, EventType.OPERATION_SUCCEEDED)
     s.wake(endpoint.endpoint_id)
     s.place(EventType.OPERATION_SUCCEEDED)
-    s.endpoints.redeliver(P, endpoint.endpoint_id, 1, 3)
+    s.endpoints.redeliver(P, endpoint.endpoint_id, 1, 3)  # places 1, 2, 3
     assert s.world.webhook_queue.sent[-1].endpoint_id == endpoint.endpoint_id  # woken
     with pytest.raises(Conflict):
         s.endpoints.redeliver(P, endpoint.endpoint_id, 1)  # one at a time
@@ -233,9 +233,11 @@ def test_a_redelivery_sends_a_range_again_before_going_on() -> None:
     assert [b["data"]["seq"] for b in s.bodies()] == [1, 3, 1, 3, 4]  # type: ignore[index]
     [four, three, one] = s.endpoints.deliveries(P, endpoint.endpoint_id, None, 10)
     assert [a.redelivery for a in three.attempts] == [False, True] and four.seq == 4 and one.seq == 1
-    for bad in ((0, 1), (3, 2), (1, 99)):
+    for bad in ((0, 1), (3, 0), (1, 1001)):
         with pytest.raises(InvalidInput):
             s.endpoints.redeliver(P, endpoint.endpoint_id, *bad)
+    with pytest.raises(Conflict, match="not there yet"):
+        s.endpoints.redeliver(P, endpoint.endpoint_id, 4, 2)  # 5 is not in the feed
 
 
 def test_another_principals_endpoints_and_deliveries_are_unknown_to_a_caller() -> None:
@@ -294,12 +296,11 @@ def test_a_person_changing_the_endpoint_during_an_attempt_wins_and_the_wake_look
     [
         ("http://hooks.example.com/", "starts with https://"),
         ("https://127.0.0.1/", "loopback"),
-        ("https://[::1]:8443/", "loopback"),
+        ("https://[::1]:8443/", "IPv4 address"),
         ("https://169.254.169.254/latest/meta-data/", "link-local"),
         ("https://10.1.2.3/", "private"),
         ("https://192.168.0.1/", "private"),
-        ("https://[fd00:ec2::254]/", "private"),
-        ("https://[::ffff:127.0.0.1]/", "loopback"),
+        ("https://[fd00:ec2::254]/", "IPv4 address"),
         ("https://100.64.0.1/", "not public"),
         ("https://0.0.0.0/", "unspecified"),
         ("https://224.0.0.1/", "multicast"),
@@ -307,7 +308,9 @@ def test_a_person_changing_the_endpoint_during_an_attempt_wins_and_the_wake_look
         ("https://user:pw@hooks.example.com/", "no user"),
         ("https://nowhere.invalid/", "does not resolve"),
         ("ftp://hooks.example.com/", "https://"),
-        ("https://hooks.example.com/a b", "spaces"),
+        ("https://hooks.example.com/a b", "without spaces"),
+        ("https://hooks.example.com/\u00e9", "printable ASCII"),
+        ("https://hooks.example.com/#frag", "no fragment"),
     ],
 )
 def test_a_deployed_stack_refuses_what_is_not_a_public_https_host(url: str, why: str) -> None:
@@ -315,6 +318,12 @@ def test_a_deployed_stack_refuses_what_is_not_a_public_https_host(url: str, why:
     with pytest.raises(InvalidInput, match=why.replace("(", r"\(")):
         s.endpoints.register(P, url)
     assert s.endpoints.owned(P) == [] and s.world.webhook_secrets.secrets == {}
+
+
+def test_a_name_resolving_to_an_ipv6_address_is_judged_by_it() -> None:
+    assert refusal("::1", False) == "a loopback address" and refusal("::ffff:127.0.0.1", False) == "a loopback address"
+    assert refusal("fd00:ec2::254", False) == "a private address"  # the metadata service's IPv6 address
+    assert refusal("fe80::1", False) is not None and refusal("2606:4700::6810:84e5", False) is None
 
 
 def test_the_local_runtime_allows_loopback_and_http_only_by_its_setting() -> None:

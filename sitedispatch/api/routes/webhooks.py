@@ -99,7 +99,7 @@ def enable(endpoint_id: str) -> WebhookBody:
     summary="Send the events of a range of feed places again (those the endpoint wants)",
 )
 def redeliver(endpoint_id: str, body: RedeliverRequest) -> WebhookBody:
-    endpoint = dependencies().endpoints().redeliver(caller(), endpoint_id, body.from_seq, body.to_seq)
+    endpoint = dependencies().endpoints().redeliver(caller(), endpoint_id, body.from_seq, body.count)
     return WebhookBody.of(endpoint)
 
 
