@@ -32,6 +32,7 @@ PRICES: dict[str, float] = {
     "lambda_request": 0.20 / 1e6,
     "lambda_gb_second_arm": 0.0000133334,
     "eventbridge_event": 1.00 / 1e6,  # custom events put on a bus (per 64 KB chunk)
+    "secrets_manager_call": 0.05 / 1e4,  # GetSecretValue (a webhook wake reads its endpoint's secret once)
 }
 # Temporal Cloud, for the same dispatch: its list price per million actions (Essentials, first tier, as last read:
 # 2024-11, not re-read offline) and the fewest actions one dispatched operation costs there (start the workflow,
@@ -106,6 +107,8 @@ def cost_per_million(
             dollars += n * PRICES["s3_get"]
         elif service == "events":
             dollars += n * PRICES["eventbridge_event"]  # a PutEvents here carries its events one to a few
+        elif service == "secretsmanager":
+            dollars += n * PRICES["secrets_manager_call"]
     dollars += transact_items * 2 * PRICES["dynamodb_write_unit"]
     dollars += invocations * PRICES["lambda_request"] + lambda_seconds * memory_gb * PRICES["lambda_gb_second_arm"]
     return round(dollars * 1e6, 2)
@@ -117,6 +120,7 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
     import sitedispatch.functions.events_worker as events
     import sitedispatch.functions.operations_worker as operations
     import sitedispatch.functions.publication_worker as publications
+    import sitedispatch.functions.webhooks_worker as webhooks
     from sitedispatch.aws.sqs import queue_arn_from_url
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
@@ -127,6 +131,7 @@ def _pump(deps: Dependencies, counter: RequestCounter, done: Any) -> tuple[int, 
         (s.bulk_queue_url, operations.handler, 1),
         (s.publications_queue_url, publications.handler, 1),
         (s.events_queue_url, events.handler, 10),
+        (s.webhooks_queue_url, webhooks.handler, 1),
     ]
     invocations, inside = 0, 0.0
     deadline = time.monotonic() + 60
@@ -189,10 +194,12 @@ def measure() -> dict[str, Any]:
         import sitedispatch.functions.events_worker as events
         import sitedispatch.functions.operations_worker as operations
         import sitedispatch.functions.publication_worker as publications
+        import sitedispatch.functions.webhooks_worker as webhooks
 
         operations.worker.cache_clear()
         publications.worker.cache_clear()
         events.worker.cache_clear()
+        webhooks.deliverer.cache_clear()
         producer = Dependencies(settings).warm()
         functions_deps = dependencies().warm()
         counter = RequestCounter()
@@ -204,6 +211,7 @@ def measure() -> dict[str, Any]:
             functions_deps.s3,
             functions_deps.models.Operation._get_connection().connection.client,
             functions_deps.event_bus.client,  # type: ignore[attr-defined]
+            functions_deps.webhook_secrets.client,  # type: ignore[attr-defined]
         ):
             client.meta.events.register("provide-client-params.*.*", counter)
         submitter = producer.submitter()
@@ -264,6 +272,18 @@ def measure() -> dict[str, Any]:
             "provide-client-params.dynamodb.TransactWriteItems", throttle_once
         )
         one("provision", "req-retry", PROVISION, "provision_with_one_retry")
+        # told by a webhook: the principal's endpoint wants operation.succeeded (a receiver on 127.0.0.1)
+        from sitedispatch.domain.events import EventType
+        from sitedispatch.local.receiver import WebhookReceiver
+        from sitedispatch.operator.access import Caller
+
+        receiver = WebhookReceiver()
+        with receiver.serving() as url:
+            counter.paused = True
+            producer.endpoints().register(Caller("bench", False), url, [EventType.OPERATION_SUCCEEDED])
+            counter.paused = False
+            one("provision", "req-hooked", PROVISION, "provision_told_by_a_webhook")
+            assert len(receiver.accepted()) == 1, "the webhook was not delivered"
     return results
 
 

@@ -25,8 +25,6 @@ from sitedispatch.domain.webhooks import (
     new_secret,
 )
 
-BATCH_DELETE = 25  # BatchWriteItem's most requests
-
 
 def _endpoint(item: WebhookItem) -> Endpoint:
     replay = None

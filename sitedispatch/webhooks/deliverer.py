@@ -52,6 +52,7 @@ class WebhookDeliverer:
         d = self.deps
         endpoint = d.store.get(message.principal, message.endpoint_id)
         started, attempts = d.clock.now(), 0
+        secrets: list[str] = []  # read once a wake (Secrets Manager bills each read), when an attempt needs them
         while endpoint is not None and endpoint.enabled:
             now = d.clock.now()
             if endpoint.next_attempt_at is not None and endpoint.next_attempt_at > now:
@@ -64,7 +65,8 @@ class WebhookDeliverer:
             if now - started >= WAKE_BUDGET_S:
                 d.queue.send(WebhookMessage(message.principal, message.endpoint_id, f"more:{entry.seq}:{now:.0f}"))
                 return Wake(None, attempts)
-            endpoint = self._attempt(moved, entry)
+            secrets = secrets or d.secrets.signing(moved.endpoint_id, now)
+            endpoint = self._attempt(moved, entry, secrets)
             attempts += 1
             if endpoint is None:
                 return Wake(LOOK_AGAIN_S, attempts)
@@ -72,12 +74,12 @@ class WebhookDeliverer:
                 return Wake(max(0.0, endpoint.next_attempt_at - d.clock.now()), attempts)
         return Wake(None, attempts)
 
-    def _attempt(self, endpoint: Endpoint, entry: FeedEntry) -> Endpoint | None:
+    def _attempt(self, endpoint: Endpoint, entry: FeedEntry, secrets: list[str]) -> Endpoint | None:
         """One attempt of `entry`, recorded; the endpoint as written after it (None: it changed meanwhile)."""
         d = self.deps
         body = payload(entry.event, entry.seq)
         sent_at = d.clock.now()
-        headers = signed_headers(entry.event.event_id, sent_at, body, d.secrets.signing(endpoint.endpoint_id, sent_at))
+        headers = signed_headers(entry.event.event_id, sent_at, body, secrets)
         result = d.sender.send(endpoint.url, headers, body)
         now = d.clock.now()
         d.store.record(endpoint.endpoint_id, entry, Attempt.of(result, sent_at, redelivery=endpoint.replay is not None))
