@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -29,6 +30,7 @@ from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps, wake_
 from sitedispatch.webhooks.destination import DestinationRefused, checked_address, parse, refusal
 from sitedispatch.webhooks.endpoints import Endpoints, EndpointsDeps
 from tests.fakes import FakeClock, MemoryWorld, ScriptedReceiver
+from tests.unit.conftest import Harness, sweep
 
 P, Q = Caller("p", False), Caller("q", False)
 PUBLIC = {"hooks.example.com": ["93.184.216.34"], "rebind.example.com": ["93.184.216.34", "10.0.0.7"]}
@@ -334,3 +336,30 @@ def test_the_local_runtime_allows_loopback_and_http_only_by_its_setting() -> Non
     s = Setup(allow_loopback=True)
     endpoint, _ = s.endpoints.register(P, "http://127.0.0.1:9/")
     assert endpoint.url == "http://127.0.0.1:9/"
+
+
+def test_the_reconciler_wakes_each_endpoint_whose_wake_was_lost_and_no_other(harness: Harness) -> None:
+    w = harness.world
+    endpoints = Endpoints(
+        EndpointsDeps(w.webhooks, w.webhook_secrets, w.events, w.webhook_queue, w.audit, w.clock, False, resolve)
+    )
+    url = "https://hooks.example.com/"
+    behind, due_long_ago, due_later, disabled, redelivering = (endpoints.register(P, url)[0] for _ in range(5))
+    event = Event("evt_x", EventType.OPERATION_SUCCEEDED, "p", "s", w.clock.now())
+    with w.db.lock:
+        w.db.write_event(event)
+    assert w.events.append("p", [event], 0)
+    caught_up, _ = endpoints.register(P, url)  # registered after the event: its cursor is past it
+    now = w.clock.now()
+    for endpoint, change in (
+        (due_long_ago, {"next_attempt_at": now - 120, "cursor": 1}),
+        (due_later, {"next_attempt_at": now + 120, "cursor": 1}),
+        (disabled, {"disabled": Disabled.GONE}),
+        (redelivering, {"replay": (1, 1), "cursor": 1}),
+    ):
+        assert w.webhooks.save(replace(endpoint, **change)) is not None
+    w.webhook_queue.sent.clear()
+    assert sweep(harness)["webhooks_woken"] == 3
+    woken = {m.endpoint_id for m in w.webhook_queue.sent}
+    assert woken == {behind.endpoint_id, due_long_ago.endpoint_id, redelivering.endpoint_id}
+    assert caught_up.endpoint_id not in woken
