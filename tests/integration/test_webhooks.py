@@ -160,3 +160,34 @@ def test_a_deployed_configuration_refuses_loopback_private_and_metadata_urls(
             with pytest.raises(InvalidInput):
                 producer.call("POST", "/webhooks", body={"url": refused})
         assert producer.call("GET", "/webhooks") == {"endpoints": []}
+
+
+def test_an_attempt_connects_to_the_address_it_checked_and_names_the_host_it_was_given() -> None:
+    """DNS rebinding: the sender resolves once, checks every address, and connects to the checked one (the URL's
+    host in `Host`); a name that now resolves to a private address is not connected to at all."""
+    from sitedispatch.webhooks.attempt import HttpSender
+    from sitedispatch.webhooks.destination import DestinationRefused
+
+    answers = {"hooks.test": ["127.0.0.1"], "rebound.test": ["10.0.0.9"]}
+    resolved: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        if host not in answers:
+            raise DestinationRefused(f"{host} does not resolve")
+        return answers[host]
+
+    receiver = WebhookReceiver(answers=[503], then=200)
+    with receiver.serving() as url:
+        port = url.split(":")[2].split("/")[0]
+        sender = HttpSender(allow_loopback=True, resolve=resolve)
+        failed = sender.send(f"http://hooks.test:{port}/in?x=1", {"webhook-id": "evt_1"}, b"{}")
+        sent = sender.send(f"http://hooks.test:{port}/in?x=1", {"webhook-id": "evt_2"}, b"{}")
+        refused = sender.send(f"http://rebound.test:{port}/in", {"webhook-id": "evt_3"}, b"{}")
+    assert (failed.status, sent.status, sent.accepted, failed.accepted) == (503, 200, True, False)
+    assert [r.headers["host"] for r in receiver.received] == [f"hooks.test:{port}"] * 2
+    assert [r.headers["webhook-id"] for r in receiver.received] == ["evt_1", "evt_2"]  # nothing reached for evt_3
+    assert refused.status is None and refused.error is not None and "a private address" in refused.error
+    assert resolved == ["hooks.test", "hooks.test", "rebound.test"]
+    closed = HttpSender(allow_loopback=True).send(f"http://127.0.0.1:{closed_port()}/", {}, b"{}")
+    assert closed.status is None and closed.error and "Connection" in closed.error
