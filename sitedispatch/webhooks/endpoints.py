@@ -107,7 +107,7 @@ class Endpoints:
     def enable(self, caller: Caller, endpoint_id: str) -> Endpoint:
         """A disabled endpoint receives again, from where it stopped (what its feed still holds)."""
         endpoint = self._change(caller, endpoint_id, enabled_again, "webhook.enable")
-        self._wake(endpoint, "enable")
+        self._wake(endpoint, f"enable:{self.deps.clock.now():.3f}")  # SQS drops a repeated id for 5 minutes
         return endpoint
 
     def redeliver(self, caller: Caller, endpoint_id: str, first: int, count: int = 1) -> Endpoint:
