@@ -159,29 +159,17 @@ class Reconciler:
         return resent
 
     def wake_webhooks(self, sweep: Sweep) -> int:
-        """Endpoints whose wake was lost: an attempt due a grace ago, a redelivery asked for, or a cursor behind its
-        principal's feed (the events worker's wake lost, or the endpoint enabled again). A wake of an endpoint that
-        is busy waits behind it in its group and finds nothing to do."""
+        """Endpoints whose wake was lost: an attempt due a grace ago, or a redelivery asked for (a sparse index, as
+        the undelivered events: a quiet fleet reads nothing). A wake of an endpoint that is busy waits behind it in
+        its group and finds nothing to do. A wake lost after events took their places is sent again by the events
+        worker when the batch comes back."""
         d, now = self.deps, self.deps.clock.now()
-        grace = self.policy.orphan_grace_s
-        last: dict[str, int] = {}
         woken = 0
-        for endpoint in d.webhooks.all():
+        for endpoint in d.webhooks.due(before=now - self.policy.orphan_grace_s):
             if self._out_of_time(sweep):
                 break
-            if not endpoint.enabled:
-                continue
-            if endpoint.next_attempt_at is not None:
-                lost = endpoint.next_attempt_at < now - grace
-            elif endpoint.replay is not None:
-                lost = True
-            else:
-                if endpoint.principal not in last:
-                    last[endpoint.principal] = d.events.last_seq(endpoint.principal)
-                lost = endpoint.cursor < last[endpoint.principal]
-            if lost:
-                d.webhook_queue.send(WebhookMessage(endpoint.principal, endpoint.endpoint_id, f"sweep:{now:.0f}"))
-                woken += 1
+            d.webhook_queue.send(WebhookMessage(endpoint.principal, endpoint.endpoint_id, f"sweep:{now:.0f}"))
+            woken += 1
         return woken
 
     def resend_orphans(self, sweep: Sweep, flight: dict[Status, list[Operation]]) -> int:

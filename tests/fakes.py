@@ -1006,9 +1006,14 @@ class MemoryWebhookStore:
             mine = [e for e in self.db.endpoints.values() if e.principal == principal]
             return sorted(mine, key=lambda e: (e.created_at, e.endpoint_id))
 
-    def all(self) -> list[Endpoint]:
+    def due(self, before: float, limit: int = 1000) -> list[Endpoint]:
         with self.db.lock:
-            return list(self.db.endpoints.values())
+            return [
+                e
+                for e in self.db.endpoints.values()
+                if e.enabled
+                and (e.replay is not None or (e.next_attempt_at is not None and e.next_attempt_at < before))
+            ][:limit]
 
     def save(self, endpoint: Endpoint, event: Event | None = None) -> Endpoint | None:
         with self.db.lock:

@@ -30,6 +30,7 @@ INDEX_SHARDS = 8
 LIVE, OPEN, HELD = "live", "open", "held"  # recently promoted sites; unfinished publications; moved counters
 UNSENT = "unsent"  # batch groups written queued whose messages are not yet known sent (by-held's other partitions)
 UNDELIVERED = "undelivered"  # events not yet in their feed and on the bus (the events table's by-undelivered index)
+WEBHOOK_DUE = "due"  # webhook endpoints with an attempt scheduled or a redelivery asked for (by-due)
 
 
 def index_shard(index: str, key: str) -> str:
@@ -291,6 +292,15 @@ class FeedItem(Model):
     expires_at = NumberAttribute(null=True)
 
 
+class WebhooksByDue(GlobalSecondaryIndex):
+    """Endpoints with an attempt scheduled (by when) or a redelivery asked for (0): what the reconciler wakes when the
+    message that should have woken one was lost. Keys only, sparse: a quiet fleet's sweep reads nothing."""
+
+    Meta = _index_meta("by-due", keys_only=True)
+    due = UnicodeAttribute(hash_key=True)
+    due_at = NumberAttribute(range_key=True)
+
+
 class WebhookItem(Model):
     """A principal's webhook endpoint (domain.webhooks.Endpoint): where its cursor in the feed is, and whether an
     attempt failed. Never its secret (Secrets Manager)."""
@@ -311,6 +321,9 @@ class WebhookItem(Model):
     replay_from = NumberAttribute(null=True)
     replay_to = NumberAttribute(null=True)
     version = NumberAttribute()
+    due = UnicodeAttribute(null=True)  # index_shard(WEBHOOK_DUE, endpoint_id) while an attempt or redelivery waits
+    due_at = NumberAttribute(null=True)
+    by_due = WebhooksByDue()
 
 
 class DeliveryItem(Model):

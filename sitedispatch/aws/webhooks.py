@@ -10,8 +10,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sitedispatch.aws.events import RETENTION_S, EventOutbox
-from sitedispatch.aws.tables import DeliveryItem, Models, WebhookItem
-from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, single_write, transaction
+from sitedispatch.aws.tables import WEBHOOK_DUE, DeliveryItem, Models, WebhookItem, index_shard, index_shards
+from sitedispatch.aws.writes import (
+    TransactionFailed,
+    conditionally,
+    get_item,
+    get_items,
+    single_write,
+    transaction,
+)
 from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.events import Event, EventType, FeedEntry
 from sitedispatch.domain.resources import WEBHOOK_SECRET_PREFIX
@@ -49,6 +56,13 @@ def _endpoint(item: WebhookItem) -> Endpoint:
     )
 
 
+def _waiting(endpoint: Endpoint, before: float) -> bool:
+    """An attempt due before `before`, or a redelivery asked for."""
+    if not endpoint.enabled:
+        return False
+    return endpoint.replay is not None or (endpoint.next_attempt_at is not None and endpoint.next_attempt_at < before)
+
+
 class DynamoWebhookStore:
     def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.W: type[WebhookItem] = models.Webhook
@@ -56,6 +70,7 @@ class DynamoWebhookStore:
         self.outbox = outbox
 
     def _item(self, endpoint: Endpoint, version: int) -> WebhookItem:
+        waiting = endpoint.enabled and (endpoint.next_attempt_at is not None or endpoint.replay is not None)
         return self.W(
             endpoint.principal,
             endpoint.endpoint_id,
@@ -73,6 +88,8 @@ class DynamoWebhookStore:
             replay_from=endpoint.replay[0] if endpoint.replay else None,
             replay_to=endpoint.replay[1] if endpoint.replay else None,
             version=version,
+            due=index_shard(WEBHOOK_DUE, endpoint.endpoint_id) if waiting else None,
+            due_at=(endpoint.next_attempt_at or 0.0) if waiting else None,
         )
 
     def create(self, endpoint: Endpoint) -> Endpoint:
@@ -90,8 +107,16 @@ class DynamoWebhookStore:
         found = [_endpoint(item) for item in self.W.query(principal, consistent_read=True)]
         return sorted(found, key=lambda e: (e.created_at, e.endpoint_id))
 
-    def all(self) -> list[Endpoint]:
-        return [_endpoint(item) for item in self.W.scan()]
+    def due(self, before: float, limit: int = 1000) -> list[Endpoint]:
+        W = self.W
+        keys = [
+            (item.principal, item.endpoint_id)
+            for shard in index_shards(WEBHOOK_DUE)
+            for item in W.by_due.query(shard, W.due_at < before, limit=limit)
+        ]
+        rows = get_items(*((W, principal, endpoint_id) for principal, endpoint_id in keys[:limit]))
+        found = [_endpoint(row) for row in rows if isinstance(row, W)]  # the index may lag: read each row
+        return [e for e in found if _waiting(e, before)]
 
     def save(self, endpoint: Endpoint, event: Event | None = None) -> Endpoint | None:
         W = self.W

@@ -83,10 +83,11 @@ def _names_an_item(hash_key: str) -> bool:
 
 
 def _key(model: Any, values: tuple[Any, ...]) -> dict[str, Any]:
-    """An item's key in DynamoDB's JSON: a string hash key, and a numeric range key when given."""
+    """An item's key in DynamoDB's JSON: a string hash key, and a range key (of its attribute's type) when given."""
     key = {model._hash_key_attribute().attr_name: {"S": values[0]}}
     if len(values) > 1:
-        key[model._range_key_attribute().attr_name] = {"N": str(values[1])}
+        sort = model._range_key_attribute()
+        key[sort.attr_name] = {sort.attr_type: str(values[1])}
     return key
 
 
@@ -110,8 +111,8 @@ def _batch_get(connection: Connection, request: dict[str, Any]) -> dict[tuple[st
 
 def get_items(*wanted: tuple[Any, ...]) -> list[Model | None]:
     """Items of several tables in one BatchGetItem, strongly consistent: what a worker reads before it acts, in one
-    round trip instead of one per table. Each wanted item is (model, hash key) or (model, hash key, numeric range
-    key). None for an item that does not exist, or whose key could not name one."""
+    round trip instead of one per table. Each wanted item is (model, hash key) or (model, hash key, range key).
+    None for an item that does not exist, or whose key could not name one."""
     valid = [w for w in wanted if _names_an_item(w[1])]
     if not valid:
         return [None] * len(wanted)

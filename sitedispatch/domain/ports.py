@@ -436,8 +436,9 @@ class WebhookStore(Protocol):
     def owned(self, principal: str) -> list[Endpoint]:
         """The principal's endpoints, oldest first."""
 
-    def all(self) -> list[Endpoint]:
-        """Every endpoint (the reconciler's sweep)."""
+    def due(self, before: float, limit: int = 1000) -> list[Endpoint]:
+        """Enabled endpoints with an attempt due before `before` or a redelivery asked for (a sparse index: one
+        just changed may be missing or still listed as it was; the rows returned are read as they are)."""
 
     def save(self, endpoint: Endpoint, event: Event | None = None) -> Endpoint | None:
         """Write the endpoint if its row is still at `endpoint.version` (then bumped, returned), with `event` in the

@@ -5,7 +5,7 @@ principal's feed: the places it gives are the ones after the feed's last, writte
 still free, and each event's row records its place in the same transaction. A second delivery of the same events
 finds them placed and gives none twice; two deliveries at once (a visibility expired) meet on the condition, and
 the loser looks again. The bus comes before the places: at least once, with the event's id. Once placed, the
-principal's webhook endpoints that want one of them are woken (a wake lost here is sent by the reconciler's sweep).
+principal's webhook endpoints that want one of them are woken (again when the batch comes back, had it stopped first).
 """
 
 from __future__ import annotations
@@ -43,21 +43,33 @@ class EventsWorker:
             found = {s.event.event_id for s in stored}
             obs.logger.warning("event messages name no event", extra={"events": [i for i in ids if i not in found]})
         pending = [s for s in stored if s.seq is None]  # a placed event is on the bus already: a duplicate message
-        if not pending:
-            return 0
-        # The bus first, then the places (which record it on the bus, in the same transaction): a delivery that
-        # stops between the two puts the events on the bus again, with the same ids.
-        self.deps.bus.put([s.event for s in pending])
+        # Placed by an earlier delivery of these messages (which may have stopped before waking the endpoints)
+        entries = [FeedEntry(s.seq, s.event) for s in stored if s.seq is not None]
+        if pending:
+            # The bus first, then the places (which record it on the bus, in the same transaction): a delivery that
+            # stops between the two puts the events on the bus again, with the same ids.
+            self.deps.bus.put([s.event for s in pending])
         by_principal: dict[str, list[StoredEvent]] = {}
         for event in pending:
             by_principal.setdefault(event.event.principal, []).append(event)
         placed = 0
         for principal, events in by_principal.items():
-            entries = self._place(principal, events)
-            placed += len(entries)
-            if entries and self.deps.webhooks is not None and self.deps.webhook_queue is not None:
-                wake_endpoints(self.deps.webhooks, self.deps.webhook_queue, principal, entries)
+            new = self._place(principal, events)
+            placed += len(new)
+            entries += new
+        self._wake(entries)
         return placed
+
+    def _wake(self, entries: list[FeedEntry]) -> None:
+        """Each principal's endpoints that want one of its events placed now or before (a wake again is harmless:
+        it finds nothing to do, or SQS drops it as a duplicate)."""
+        if self.deps.webhooks is None or self.deps.webhook_queue is None:
+            return
+        by_principal: dict[str, list[FeedEntry]] = {}
+        for entry in sorted(entries, key=lambda e: e.seq):
+            by_principal.setdefault(entry.event.principal, []).append(entry)
+        for principal, placed in by_principal.items():
+            wake_endpoints(self.deps.webhooks, self.deps.webhook_queue, principal, placed)
 
     def _place(self, principal: str, stored: list[StoredEvent]) -> list[FeedEntry]:
         events = self.deps.events

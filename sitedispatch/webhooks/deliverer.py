@@ -58,7 +58,8 @@ class WebhookDeliverer:
             if endpoint.next_attempt_at is not None and endpoint.next_attempt_at > now:
                 return Wake(endpoint.next_attempt_at - now, attempts)
             moved, entry = self._head(endpoint)
-            if entry is None:
+            if entry is None:  # caught up: what was scheduled has nothing left to deliver
+                moved = replace(moved, next_attempt_at=None, failing_since=None, failures=0)
                 if moved != endpoint and d.store.save(moved) is None:
                     return Wake(LOOK_AGAIN_S, attempts)
                 return Wake(None, attempts)

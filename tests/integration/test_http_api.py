@@ -244,8 +244,11 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
     provisioned(api, cloud, "a-site")
     dead = dead_import(api, cloud, "a-site")
     b = as_(api, "tenant-b")
-    ids = {"operation_id": dead, "site_id": "a-site"}
-    missing_ids = {"operation_id": "op_" + "0" * 32, "site_id": "zz-site"}
+    hook = as_(api, "tenant-a").call("POST", "/webhooks", body={"url": "http://127.0.0.1:9/hook"})
+    endpoint_id = hook["endpoint"]["endpoint_id"]
+    ids = {"operation_id": dead, "site_id": "a-site", "endpoint_id": endpoint_id}
+    missing_ids = {"operation_id": "op_" + "0" * 32, "site_id": "zz-site", "endpoint_id": "whk_" + "0" * 24}
+    bodies = {"/webhooks/{endpoint_id}/redeliver": {"from_seq": 1}}  # a valid body: the id is what is refused
     checked = set()
     for method, path in routes():
         if (method, path) in OPERATOR_ROUTES:
@@ -256,12 +259,13 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
         if "{" not in path:
             continue
         concrete, missing = path.format(**ids), path.format(**missing_ids)
-        body: dict[str, Any] | None = {} if method == "POST" else None
+        body: dict[str, Any] | None = bodies.get(path, {}) if method == "POST" else None
         theirs, absent = b.request(method, concrete, body=body), b.request(method, missing, body=body)
         assert theirs.status == absent.status == 404, (method, path, theirs, absent)
-        assert theirs.body["message"] == absent.body["message"].replace(missing_ids["operation_id"], dead).replace(
-            "zz-site", "a-site"
-        ), (method, path)
+        said = absent.body["message"]
+        for name, value in missing_ids.items():
+            said = said.replace(value, ids[name])
+        assert theirs.body["message"] == said, (method, path)
         checked.add((method, path))
     # the listing routes show B nothing of A's
     assert b.call("GET", "/operations") == [] and b.call("GET", "/dead-letters") == []
@@ -272,6 +276,7 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
     assert status["backlog_by_principal"] in ({}, {"tenant-b": 0}) and status["delay_by_site"] == []
     assert b.request("GET", "/quotas", query={"principal": "tenant-a"}).status == 403
     assert b.call("POST", "/dead-letters/redrive", body={"all": True})["selected"] == []
+    assert b.call("GET", "/webhooks") == {"endpoints": []}
     taken = b.request("POST", "/sites", body={"site_id": "a-site", "driver": "reference"})
     assert taken.status == 409  # site ids are one namespace: taken, whoever holds it
     assert {r for r in routes() if "{" in r[1]} <= checked

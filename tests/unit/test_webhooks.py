@@ -344,22 +344,40 @@ def test_the_reconciler_wakes_each_endpoint_whose_wake_was_lost_and_no_other(har
         EndpointsDeps(w.webhooks, w.webhook_secrets, w.events, w.webhook_queue, w.audit, w.clock, False, resolve)
     )
     url = "https://hooks.example.com/"
-    behind, due_long_ago, due_later, disabled, redelivering = (endpoints.register(P, url)[0] for _ in range(5))
-    event = Event("evt_x", EventType.OPERATION_SUCCEEDED, "p", "s", w.clock.now())
-    with w.db.lock:
-        w.db.write_event(event)
-    assert w.events.append("p", [event], 0)
-    caught_up, _ = endpoints.register(P, url)  # registered after the event: its cursor is past it
+    quiet, due_long_ago, due_later, disabled, redelivering = (endpoints.register(P, url)[0] for _ in range(5))
     now = w.clock.now()
     for endpoint, change in (
-        (due_long_ago, {"next_attempt_at": now - 120, "cursor": 1}),
-        (due_later, {"next_attempt_at": now + 120, "cursor": 1}),
-        (disabled, {"disabled": Disabled.GONE}),
-        (redelivering, {"replay": (1, 1), "cursor": 1}),
+        (due_long_ago, {"next_attempt_at": now - 120}),
+        (due_later, {"next_attempt_at": now + 120}),
+        (disabled, {"disabled": Disabled.GONE, "next_attempt_at": now - 120}),
+        (redelivering, {"replay": (1, 1)}),
     ):
         assert w.webhooks.save(replace(endpoint, **change)) is not None
     w.webhook_queue.sent.clear()
-    assert sweep(harness)["webhooks_woken"] == 3
+    assert sweep(harness)["webhooks_woken"] == 2
     woken = {m.endpoint_id for m in w.webhook_queue.sent}
-    assert woken == {behind.endpoint_id, due_long_ago.endpoint_id, redelivering.endpoint_id}
-    assert caught_up.endpoint_id not in woken
+    assert woken == {due_long_ago.endpoint_id, redelivering.endpoint_id} and quiet.endpoint_id not in woken
+
+
+def test_a_wake_lost_after_events_took_their_places_is_sent_when_the_batch_comes_back() -> None:
+    from sitedispatch.domain.events import EventMessage
+    from sitedispatch.events.worker import EventsDeps, EventsWorker
+
+    s = Setup()
+    endpoint, _ = s.endpoints.register(P, "https://hooks.example.com/")
+    w = s.world
+    event = Event("evt_lost", EventType.OPERATION_SUCCEEDED, "p", "s", w.clock.now())
+    with w.db.lock:
+        w.db.write_event(event)
+
+    class Failing:
+        def send(self, message: WebhookMessage) -> None:
+            raise RuntimeError("SQS unavailable")
+
+    with pytest.raises(RuntimeError):
+        EventsWorker(EventsDeps(w.events, w.event_bus, w.webhooks, Failing())).process([EventMessage.of(event)])
+    assert w.events.last_seq("p") == 1 and w.webhook_queue.sent == []  # placed, nobody woken
+    again = EventsWorker(EventsDeps(w.events, w.event_bus, w.webhooks, w.webhook_queue))
+    assert again.process([EventMessage.of(event)]) == 0  # the batch again: nothing placed twice
+    assert [m.endpoint_id for m in w.webhook_queue.sent] == [endpoint.endpoint_id]
+    assert s.wake(endpoint.endpoint_id) is None and [b["data"]["id"] for b in s.bodies()] == ["evt_lost"]  # type: ignore[index]
