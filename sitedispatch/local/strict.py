@@ -65,13 +65,14 @@ class Strictness:
     # table name -> item key -> [(when written, the item as it was before: None if absent)], the last lag's writes
     history: dict[str, dict[Any, list[tuple[float, Any]]]] = field(default_factory=dict)
     lagged_reads: int = 0
-    gate: threading.Event | None = None  # while set by `held_open`, what is in progress stays so until it is set
+    gate: threading.Event | None = None  # while set by `held_open`, the first thing in progress stays so until set
+    gated: bool = False  # the gate holds one thing: it is taken
 
     @contextmanager
     def held_open(self) -> Iterator[threading.Event]:
-        """For tests: a transaction or conditional PUT that starts meanwhile stays in progress until the event is
-        set (or the block ends), whatever the machine's load; without it the hold is the seeded `hold_s`."""
-        self.gate = threading.Event()
+        """For tests: the first transaction or conditional PUT that starts meanwhile stays in progress until the
+        event is set (or the block ends), whatever the machine's load; what starts after it has the seeded hold."""
+        self.gate, self.gated = threading.Event(), False
         try:
             yield self.gate
         finally:
@@ -80,12 +81,13 @@ class Strictness:
 
     def hold(self) -> None:
         """Called outside the lock by what is in progress."""
-        gate = self.gate
+        with self.lock:
+            gate = self.gate if not self.gated else None
+            self.gated = self.gated or gate is not None
+            seconds = self.hold_s * (0.5 + 0.5 * self.rng.random())
         if gate is not None:
             gate.wait(GATE_LIMIT_S)
             return
-        with self.lock:
-            seconds = self.hold_s * (0.5 + 0.5 * self.rng.random())
         time.sleep(seconds)
 
     def enable(self, seed: int, hold_s: float = DEFAULT_HOLD_S, index_lag_max_s: float = INDEX_LAG_MAX_S) -> None:
