@@ -94,6 +94,7 @@ from sitedispatch.domain.webhooks import (
     WebhookDelivery,
     WebhookMessage,
     new_secret,
+    signing_secrets,
 )
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key
@@ -1064,8 +1065,7 @@ class MemoryWebhookSecrets:
         return secret
 
     def signing(self, endpoint_id: str, now: float) -> list[str]:
-        current, previous, until = self.secrets[endpoint_id]
-        return [current, previous] if previous is not None and now < until else [current]
+        return signing_secrets(*self.secrets[endpoint_id], now)
 
     def rotate(self, endpoint_id: str, now: float) -> tuple[str, float]:
         current = self.secrets[endpoint_id][0]

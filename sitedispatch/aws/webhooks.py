@@ -3,6 +3,7 @@ queue grouped by endpoint."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from typing import Any
@@ -30,6 +31,7 @@ from sitedispatch.domain.webhooks import (
     WebhookDelivery,
     WebhookMessage,
     new_secret,
+    signing_secrets,
 )
 
 
@@ -136,9 +138,9 @@ class DynamoWebhookStore:
 
     def delete(self, principal: str, endpoint_id: str) -> bool:
         W, D = self.W, self.D
-        if get_item(W, principal, endpoint_id) is None:
-            return False
-        if not conditionally(lambda: W(principal, endpoint_id).delete(condition=W.endpoint_id.exists())):
+        if not endpoint_id or not conditionally(
+            lambda: W(principal, endpoint_id).delete(condition=W.endpoint_id.exists())
+        ):
             return False
         keys = [item.seq for item in D.query(endpoint_id, attributes_to_get=["endpoint_id", "seq"])]
         with D.batch_write() as batch:
@@ -207,8 +209,7 @@ class SecretsManagerWebhookSecrets:
 
     def signing(self, endpoint_id: str, now: float) -> list[str]:
         value = self._read(endpoint_id)
-        previous, until = value.get("previous"), float(value.get("previous_until") or 0)
-        return [value["current"], previous] if previous and now < until else [value["current"]]
+        return signing_secrets(value["current"], value.get("previous"), float(value.get("previous_until") or 0), now)
 
     def rotate(self, endpoint_id: str, now: float) -> tuple[str, float]:
         current = self._read(endpoint_id)["current"]
@@ -231,8 +232,6 @@ class SqsWebhookQueue:
         self.url = url
 
     def send(self, message: WebhookMessage) -> None:
-        import hashlib
-
         dedup = hashlib.sha256(f"{message.endpoint_id}:{message.reason}".encode()).hexdigest()
         self.client.send_message(
             QueueUrl=self.url,

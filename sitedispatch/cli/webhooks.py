@@ -28,6 +28,10 @@ def _show(endpoint: dict[str, Any]) -> None:
     console.print()
 
 
+def _answer(endpoint: dict[str, Any], as_json: bool) -> None:
+    emit_json(endpoint) if as_json else _show(endpoint)
+
+
 @app.command("create")
 def create(
     url: Annotated[str, typer.Argument(help="https URL of a public host (the local runtime also takes loopback)")],
@@ -129,7 +133,7 @@ def redeliver(
         endpoint = client(as_).call(
             "POST", f"/webhooks/{endpoint_id}/redeliver", body={"from_seq": from_seq, "count": count}
         )
-        emit_json(endpoint) if json else _show(endpoint)
+        _answer(endpoint, json)
 
 
 @app.command("rotate")
@@ -149,7 +153,7 @@ def enable(endpoint_id: EndpointArg, as_: AsOpt = None, json: JsonOpt = False) -
     """Enable a disabled endpoint: it goes on from where it stopped."""
     with reported(json):
         endpoint = client(as_).call("POST", f"/webhooks/{endpoint_id}/enable")
-        emit_json(endpoint) if json else _show(endpoint)
+        _answer(endpoint, json)
 
 
 @app.command("delete")

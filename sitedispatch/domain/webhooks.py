@@ -12,6 +12,8 @@ Every delivery of an event carries the event's id as `webhook-id`, so a receiver
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import secrets
 from collections.abc import Sequence
@@ -44,10 +46,18 @@ def new_endpoint_id() -> str:
     return ENDPOINT_ID_PREFIX + secrets.token_hex(12)
 
 
+def accepted(status: int | None) -> bool:
+    """A receiver took a delivery: it answered 2xx."""
+    return status is not None and 200 <= status < 300
+
+
+def signing_secrets(current: str, previous: str | None, previous_until: float, now: float) -> list[str]:
+    """What signs a delivery at `now`: the current secret, and during a rotation's overlap the previous one too."""
+    return [current, previous] if previous and now < previous_until else [current]
+
+
 def new_secret() -> str:
     """24 random bytes, as Standard Webhooks writes a secret (its libraries verify with it as given)."""
-    import base64
-
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
@@ -117,7 +127,7 @@ class AttemptResult:
 
     @property
     def accepted(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
+        return accepted(self.status)
 
     @property
     def gone(self) -> bool:
@@ -152,7 +162,7 @@ class WebhookDelivery:
 
     @property
     def delivered(self) -> bool:
-        return any(a.status is not None and 200 <= a.status < 300 for a in self.attempts)
+        return any(accepted(a.status) for a in self.attempts)
 
 
 @dataclass(frozen=True)
@@ -207,14 +217,10 @@ class WebhookMessage:
     reason: str = ""
 
     def to_body(self) -> str:
-        import json
-
         return json.dumps({"principal": self.principal, "endpoint_id": self.endpoint_id}, separators=(",", ":"))
 
     @classmethod
     def from_body(cls, body: str) -> WebhookMessage:
-        import json
-
         data = json.loads(body)
         if not (
             isinstance(data, dict)

@@ -65,7 +65,7 @@ class HttpSender:
                 assert_same_host=False,
             )
             try:
-                answer = response.read(RESPONSE_KEPT_CHARS * 4, decode_content=False)[: RESPONSE_KEPT_CHARS * 4]
+                answer = response.read(RESPONSE_KEPT_CHARS * 4, decode_content=False)
             finally:
                 response.release_conn()
             return AttemptResult(

@@ -41,7 +41,6 @@ class Wake:
     """How a wake ended: `retry_in` seconds until the endpoint is due again, or None (caught up, or disabled)."""
 
     retry_in: float | None = None
-    attempts: int = 0
 
 
 class WebhookDeliverer:
@@ -51,29 +50,28 @@ class WebhookDeliverer:
     def wake(self, message: WebhookMessage) -> Wake:
         d = self.deps
         endpoint = d.store.get(message.principal, message.endpoint_id)
-        started, attempts = d.clock.now(), 0
+        started = d.clock.now()
         secrets: list[str] = []  # read once a wake (Secrets Manager bills each read), when an attempt needs them
         while endpoint is not None and endpoint.enabled:
             now = d.clock.now()
             if endpoint.next_attempt_at is not None and endpoint.next_attempt_at > now:
-                return Wake(endpoint.next_attempt_at - now, attempts)
+                return Wake(endpoint.next_attempt_at - now)
             moved, entry = self._head(endpoint)
             if entry is None:  # caught up: what was scheduled has nothing left to deliver
                 moved = replace(moved, next_attempt_at=None, failing_since=None, failures=0)
                 if moved != endpoint and d.store.save(moved) is None:
-                    return Wake(LOOK_AGAIN_S, attempts)
-                return Wake(None, attempts)
+                    return Wake(LOOK_AGAIN_S)
+                return Wake()
             if now - started >= WAKE_BUDGET_S:
                 d.queue.send(WebhookMessage(message.principal, message.endpoint_id, f"more:{entry.seq}:{now:.0f}"))
-                return Wake(None, attempts)
+                return Wake(None)
             secrets = secrets or d.secrets.signing(moved.endpoint_id, now)
             endpoint = self._attempt(moved, entry, secrets)
-            attempts += 1
             if endpoint is None:
-                return Wake(LOOK_AGAIN_S, attempts)
+                return Wake(LOOK_AGAIN_S)
             if endpoint.next_attempt_at is not None:
-                return Wake(max(0.0, endpoint.next_attempt_at - d.clock.now()), attempts)
-        return Wake(None, attempts)
+                return Wake(max(0.0, endpoint.next_attempt_at - d.clock.now()))
+        return Wake(None)
 
     def _attempt(self, endpoint: Endpoint, entry: FeedEntry, secrets: list[str]) -> Endpoint | None:
         """One attempt of `entry`, recorded; the endpoint as written after it (None: it changed meanwhile)."""

@@ -113,7 +113,7 @@ class Endpoints:
     def redeliver(self, caller: Caller, endpoint_id: str, first: int, count: int = 1) -> Endpoint:
         """Send the events of feed places `first`..`first + count - 1` again (those the endpoint's filters want),
         before what follows its cursor."""
-        self.get(caller, endpoint_id)  # another's id: unknown, before anything is said of the range
+        endpoint = self.get(caller, endpoint_id)  # another's id: unknown, before anything is said of the range
         if first < 1 or not 1 <= count <= MAX_REDELIVERY:
             raise InvalidInput(f"a redelivery names from_seq >= 1 and 1 to {MAX_REDELIVERY} places")
         last = first + count - 1
@@ -126,7 +126,9 @@ class Endpoints:
                 raise Conflict(f"a redelivery of places {endpoint.replay[0]}-{endpoint.replay[1]} is under way")
             return replace(endpoint, replay=(first, last), next_attempt_at=None, failing_since=None, failures=0)
 
-        endpoint = self._change(caller, endpoint_id, replayed, "webhook.redeliver", {"from": first, "to": last})
+        endpoint = self._change(
+            caller, endpoint_id, replayed, "webhook.redeliver", {"from": first, "to": last}, read=endpoint
+        )
         self._wake(endpoint, f"redeliver:{first}:{last}:{self.deps.clock.now():.3f}")
         return endpoint
 
@@ -135,10 +137,18 @@ class Endpoints:
         return self.deps.store.deliveries(endpoint_id, before, limit)
 
     def _change(
-        self, caller: Caller, endpoint_id: str, change: Any, action: str, detail: dict[str, Any] | None = None
+        self,
+        caller: Caller,
+        endpoint_id: str,
+        change: Any,
+        action: str,
+        detail: dict[str, Any] | None = None,
+        read: Endpoint | None = None,
     ) -> Endpoint:
+        """`change` applied to the endpoint as read (`read`, if the caller read it already), again on a lost race."""
         for _ in range(5):
-            endpoint = self.get(caller, endpoint_id)
+            endpoint = read or self.get(caller, endpoint_id)
+            read = None
             saved = self.deps.store.save(change(endpoint))
             if saved is not None:
                 self._audit(caller, action, endpoint_id, "ok", detail or {})

@@ -5,6 +5,7 @@ confinement and the SSRF guard."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import random
 import time
@@ -40,7 +41,7 @@ def resolve(host: str, port: int) -> list[str]:
     if host in PUBLIC:
         return PUBLIC[host]
     try:
-        return [str(__import__("ipaddress").ip_address(host.strip("[]")))]
+        return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
         raise DestinationRefused(f"{host} does not resolve") from None
 
