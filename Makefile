@@ -12,7 +12,16 @@ LAMBDA_WHEELS := .cache/lambda-wheels/.downloaded-$(shell sha256sum requirements
 LAMBDA_PYTHON := 3.13
 LAMBDA_PLATFORM := --only-binary=:all: --platform manylinux2014_aarch64 --python-version $(LAMBDA_PYTHON) --implementation cp
 
-.PHONY: demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+# The console's browser libraries (htmx, uPlot): npm tarballs checked against tools/console-assets.json's integrity
+# hashes, the files used copied into the package with their licenses (committed; a test checks them against the lock).
+console-assets:  ## download htmx and uPlot again from the npm registry, checked against the lock
+	$(PYTHON) tools/console_assets.py fetch
+
+# Screenshots of every console page under docs/console/ (the README shows them): the browser tests, keeping theirs.
+console-screenshots: $(STAMP)  ## docs/console/*.png from the console's browser tests
+	SITEDISPATCH_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q tests/integration/test_console.py -k every_page
+
+.PHONY: console-assets console-screenshots demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
 
 # The lock is the whole closure, so pip installs it as written (--no-deps) and `pip check` proves nothing is missing:
 # pip's resolver would otherwise look a dependency's extra (pytest-cov's `coverage[toml]`) up on the index and refuse

@@ -1,12 +1,14 @@
-"""AccessPolicies: the two managed policies users attach, exported with stable logical ids.
+"""AccessPolicies: the three managed policies users attach, exported with stable logical ids.
 
-Both grant `execute-api:Invoke` on routes of the HTTP API and nothing on tables, queues or the bucket: only the
+Each grants `execute-api:Invoke` on routes of the HTTP API and nothing on tables, queues or the bucket: only the
 functions' roles touch the data plane, so every guarantee between tenants (admission, validation, idempotency,
 confinement to one's own sites and operations, the audit) runs in the stack, whatever a caller sends.
 - producers: every route but the operators' (quota overrides, sweeps); the core confines them to their own rows;
 - operators: every route; the core recognises an operator by its IAM identity (the stack's `operators` context:
-  ARN patterns, default roles named `sitedispatch-operator*` of this account).
-Both may read the stack's outputs (DescribeStacks), where the CLI finds the API's URL.
+  ARN patterns, default roles named `sitedispatch-operator*` of this account);
+- readers: every read (GET) route; the core recognises a reader by its IAM identity (the `readers` context, default
+  roles named `sitedispatch-reader*`) and refuses, audited, anything but a read even if a broader policy allows it.
+Each may read the stack's outputs (DescribeStacks), where the CLI finds the API's URL.
 """
 
 from __future__ import annotations
@@ -41,5 +43,20 @@ class AccessPolicies(Construct):
                 find_stack,
             ],
         )
-        for policy, logical_id in ((self.producer, "ProducerPolicy"), (self.operator, "OperatorPolicy")):
+        self.reader = iam.ManagedPolicy(
+            self,
+            "ReaderPolicy",
+            description="sitedispatch reader: every read of the API (an operator's view, no action)",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["execute-api:Invoke"], resources=api.invoke_resources(operators=True, reads_only=True)
+                ),
+                find_stack,
+            ],
+        )
+        for policy, logical_id in (
+            (self.producer, "ProducerPolicy"),
+            (self.operator, "OperatorPolicy"),
+            (self.reader, "ReaderPolicy"),
+        ):
             policy.node.default_child.override_logical_id(logical_id)  # type: ignore[union-attr]

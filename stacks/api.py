@@ -23,6 +23,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from sitedispatch.api.app import OPERATOR_ROUTES, routes
+from sitedispatch.operator.access import READS
 
 THROTTLE_RATE = 500  # requests per second across the API (the account's default is 10,000)
 THROTTLE_BURST = 1000
@@ -79,10 +80,11 @@ class DispatchApi(Construct):
         stack = Stack.of(self)
         self.url = f"https://{self.http_api.api_id}.execute-api.{stack.region}.{stack.url_suffix}"
 
-    def invoke_resources(self, *, operators: bool) -> list[str]:
-        """What a producer (every route but the operators') or an operator (every route) may invoke."""
+    def invoke_resources(self, *, operators: bool, reads_only: bool = False) -> list[str]:
+        """What a producer (every route but the operators'), an operator (every route) or a reader (every read)
+        may invoke."""
         return [
             invoke_resource(self.http_api, method, path)
             for method, path in self.routes
-            if operators or (method, path) not in OPERATOR_ROUTES
+            if (operators or (method, path) not in OPERATOR_ROUTES) and (not reads_only or method in READS)
         ]

@@ -81,6 +81,12 @@ class SiteDispatchStack(Stack):
             value=self.access.operator.managed_policy_arn,
             description="attach to operators: every route of the API",
         )
+        CfnOutput(
+            self,
+            "ReaderPolicyArn",
+            value=self.access.reader.managed_policy_arn,
+            description="attach to readers: every read of the API, no action (the console's read-only operators)",
+        )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, "EventBusName", value=self.bus.event_bus_name, description="rules on it receive every event")
         apply_nag(self)
@@ -98,5 +104,8 @@ class SiteDispatchStack(Stack):
         values[EVENT_BUS_FIELD] = self.bus.event_bus_name
         values["operators"] = self.node.try_get_context("operators") or (
             f"arn:{self.partition}:sts::{self.account}:assumed-role/sitedispatch-operator*"
+        )
+        values["readers"] = self.node.try_get_context("readers") or (
+            f"arn:{self.partition}:sts::{self.account}:assumed-role/sitedispatch-reader*"
         )
         return {Settings.env_name(field): value for field, value in values.items()}

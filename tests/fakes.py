@@ -709,6 +709,8 @@ class MemorySiteStore:
                 site,
                 paused=paused,
                 pause_reason=reason if paused else None,
+                paused_by=by if paused else None,
+                paused_at=now if paused else None,
                 consecutive_failures=site.consecutive_failures if paused else 0,
             )
             self.db.sites[site_id] = updated
@@ -728,6 +730,8 @@ class MemorySiteStore:
                 consecutive_failures=failures,
                 paused=site.paused or pause,
                 pause_reason=reason if pause else site.pause_reason,
+                paused_by=AUTOMATIC if pause else site.paused_by,
+                paused_at=now if pause else site.paused_at,
             )
             self.db.sites[site_id] = updated
             if pause:

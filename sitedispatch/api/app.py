@@ -8,7 +8,7 @@ and errors back to HTTP; this module puts them together:
     202 + Location   a new operation            200   the same submit again (same key, same input)
     400              a body that is not JSON    422   a field that is wrong (named in `field`)
     404              missing, or another tenant's (the two are indistinguishable)
-    403              what only operators may do, or an unsigned request
+    403              what only operators may do, anything but a read from a reader, or an unsigned request
     409              an idempotency or state conflict
     413              a body over the route's limit
     429 + Retry-After  backpressure (`retry_after_s`, `estimated_delay_s`, the limit and its value in the body)
@@ -29,7 +29,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 
 from sitedispatch import observability as obs
 from sitedispatch.api.errors import error_response, field_of
-from sitedispatch.api.request import binding
+from sitedispatch.api.request import binding, read_only
 from sitedispatch.api.routes import audit, dead_letters, events, fleet, operations, quotas, sites, uploads, webhooks
 from sitedispatch.domain.errors import (
     InvalidInput,
@@ -66,7 +66,7 @@ ROUTERS = (
 def create_app(deps: Callable[[], Dependencies]) -> APIGatewayHttpResolver:
     """The resolver of every route, its answers to refusals, and `deps` bound to each request it resolves."""
     app = APIGatewayHttpResolver(enable_validation=True)
-    app.use([binding(deps)])
+    app.use([binding(deps), read_only])
     for router in ROUTERS:
         app.include_router(router)
 

@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from sitedispatch.domain.errors import Forbidden
 from sitedispatch.domain.model import stable_identity
-from sitedispatch.operator.access import Caller
+from sitedispatch.operator.access import READS, Caller
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
@@ -39,14 +39,27 @@ def binding(
     return bind
 
 
+def read_only(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:
+    """The app's middleware that refuses (403, audited) every request but a read from a reader, before its route
+    runs: the server enforces a read-only identity, whatever a client hides or shows."""
+    method = app.current_event.http_method
+    if method not in READS and _verified_arn() is not None:
+        dependencies().controls().refuse_reader(caller(), method, app.current_event.path)
+    return next_middleware(app)
+
+
 def dependencies() -> Dependencies:
     return _SERVING.get()[1]()
 
 
 def caller() -> Caller:
     """Who API Gateway verified (`requestContext.authorizer.iam.userArn`), never anything the request says."""
-    iam = _SERVING.get()[0].current_event.request_context.authorizer.iam
-    arn = iam.user_arn if iam is not None else None
+    arn = _verified_arn()
     if not arn:
         raise Forbidden("the request is not signed: sign it with SigV4 (service execute-api)")
     return Caller.of(stable_identity(arn), dependencies().settings)
+
+
+def _verified_arn() -> str | None:
+    iam = _SERVING.get()[0].current_event.request_context.authorizer.iam
+    return (iam.user_arn if iam is not None else None) or None

@@ -32,6 +32,8 @@ def to_site(item: SiteItem) -> Site:
         lease_expires_at=item.lease_expires_at,
         paused=bool(item.paused),
         pause_reason=item.pause_reason,
+        paused_by=item.paused_by,
+        paused_at=None if item.paused_at is None else float(item.paused_at),
         consecutive_failures=int(item.consecutive_failures or 0),
         avg_operation_s=None if item.avg_operation_s is None else float(item.avg_operation_s),
         live_seq=int(item.live_seq or 0),
@@ -157,8 +159,10 @@ class DynamoSiteStore:
         M = self.M
         reason_action = M.pause_reason.set(reason) if paused and reason is not None else M.pause_reason.remove()
         actions: list[Action] = [M.paused.set(paused), reason_action]
-        if not paused:
-            actions.append(M.consecutive_failures.set(0))
+        if paused:
+            actions += [M.paused_by.set(by), M.paused_at.set(now)]
+        else:
+            actions += [M.consecutive_failures.set(0), M.paused_by.remove(), M.paused_at.remove()]
         for _ in range(PAUSE_RACES):
             current = get_item(M, site_id)
             if current is None:
@@ -177,7 +181,14 @@ class DynamoSiteStore:
                 continue  # paused or resumed meanwhile: look again
             site = to_site(current)
             failures = site.consecutive_failures if paused else 0
-            return replace(site, paused=paused, pause_reason=reason if paused else None, consecutive_failures=failures)
+            return replace(
+                site,
+                paused=paused,
+                pause_reason=reason if paused else None,
+                paused_by=by if paused else None,
+                paused_at=now if paused else None,
+                consecutive_failures=failures,
+            )
         raise Conflict(f"site {site_id} was paused and resumed {PAUSE_RACES} times while this request looked")
 
     def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
@@ -193,10 +204,15 @@ class DynamoSiteStore:
         if site.consecutive_failures >= pause_at and not site.paused:
             with contextlib.suppress(TransactionFailed):  # paused meanwhile (by an operator, or a failure at once)
                 with transaction(M) as tx:
-                    paused = [M.paused.set(True), M.pause_reason.set(reason)]
+                    paused = [
+                        M.paused.set(True),
+                        M.pause_reason.set(reason),
+                        M.paused_by.set(AUTOMATIC),
+                        M.paused_at.set(now),
+                    ]
                     tx.update("site", M(site_id), paused, condition=_paused_is(M, False))
                     self.outbox.add(tx, site_paused(site, True, reason, AUTOMATIC, now))
-                return replace(site, paused=True, pause_reason=reason)
+                return replace(site, paused=True, pause_reason=reason, paused_by=AUTOMATIC, paused_at=now)
             return self.get(site_id) or site
         return site
 

@@ -151,6 +151,8 @@ class SiteItem(Model):
     lease_expires_at = NumberAttribute(null=True)
     paused = BooleanAttribute(default=False)
     pause_reason = UnicodeAttribute(null=True)
+    paused_by = UnicodeAttribute(null=True)
+    paused_at = NumberAttribute(null=True)
     consecutive_failures = NumberAttribute(default=0)
     avg_operation_s = NumberAttribute(null=True)
     live_seq = NumberAttribute(default=0)

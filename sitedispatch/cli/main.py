@@ -9,6 +9,7 @@ import typer
 
 from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites, webhooks
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
+from sitedispatch.cli.console import console as console_command
 from sitedispatch.cli.context import client, producer, use_env_file, use_stack
 from sitedispatch.cli.output import console, emit_json, render_status, reported
 from sitedispatch.client import ApiClient, typed
@@ -24,6 +25,7 @@ app.add_typer(events.app, name="events")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(quotas.app, name="quotas")
 app.add_typer(local.app, name="local")
+app.command("console")(console_command)
 
 
 @app.callback()

@@ -252,6 +252,8 @@ class Site:
     lease_expires_at: float | None = None
     paused: bool = False
     pause_reason: str | None = None
+    paused_by: str | None = None  # who paused it last (an identity, or the automatic pause's name), and when
+    paused_at: float | None = None
     consecutive_failures: int = 0
     avg_operation_s: float | None = None
     live_seq: int = 0

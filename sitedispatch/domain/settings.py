@@ -101,6 +101,11 @@ class Settings(BaseModel):
         description="comma-separated caller identities (locally the --as "
         "name; on AWS IAM ARNs, * as a wildcard) that act on every site",
     )
+    readers: str = Field(
+        default="",
+        description="comma-separated caller identities (as operators) that read what operators read and may do "
+        "nothing: every request but a read is refused (403) and audited",
+    )
     reference_latency_s: float = Field(
         default=0.0,
         ge=0,

@@ -70,6 +70,6 @@ class FeedReader:
     def _owner(caller: Caller, principal: str | None) -> str:
         if principal is None or principal == caller.identity:
             return caller.identity
-        if not caller.operator:
+        if not caller.sees_all:
             raise Forbidden(f"{caller.identity} may only read its own events")
         return principal

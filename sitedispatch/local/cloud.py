@@ -100,6 +100,9 @@ def local_environment(
     }
 
 
+LOCAL_READER = "reader"  # the local runtime's read-only identity (`--as reader`), as the stack's `readers` context
+
+
 def create_resources(
     endpoint: str,
     *,
@@ -117,6 +120,7 @@ def create_resources(
     sqs = session.client("sqs", endpoint_url=sqs_s3_endpoint or endpoint)
     fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
     fields["webhooks_allow_loopback"] = True  # a receiver on 127.0.0.1 is told as a public one would be
+    fields.setdefault("readers", LOCAL_READER)
     for spec in QUEUES.values():
         dlq_url = sqs.create_queue(
             QueueName=spec.local_dlq_name(prefix),

@@ -1,7 +1,8 @@
 """Who may see and do what, decided in one place, and every action audited.
 
 A caller is a principal (it sees and acts only on its own sites, operations, dead letters, audit entries and status
-rows) or an operator (all of them). Another principal's site or operation is `NotFound`, word for word what a
+rows), an operator (all of them) or a reader (sees all of them, acts on none: every request but a read is refused,
+audited, by the API). Another principal's site or operation is `NotFound`, word for word what a
 missing one gets, so ids and site names do not leak between tenants; what only operators may do (quotas) is
 `Forbidden`. Every action (cancel, pause, resume, redrive, replay, quota) writes an audit entry with who, what,
 target, reason, time and outcome, including the ones refused."""
@@ -35,15 +36,30 @@ from sitedispatch.domain.ports import (
 from sitedispatch.domain.settings import Settings
 
 
+def _matches(identity: str, patterns: str) -> bool:
+    return any(fnmatch.fnmatchcase(identity, p.strip()) for p in patterns.split(",") if p.strip())
+
+
+READS = frozenset({"GET", "HEAD"})
+
+
 @dataclass(frozen=True)
 class Caller:
     identity: str  # the --as name locally, the STS caller ARN on AWS
     operator: bool
+    reader: bool = False  # reads what an operator reads; may do nothing (named in both lists: a reader)
 
     @classmethod
     def of(cls, identity: str, settings: Settings) -> Caller:
-        patterns = [p.strip() for p in settings.operators.split(",") if p.strip()]
-        return cls(identity, any(fnmatch.fnmatchcase(identity, pattern) for pattern in patterns))
+        reader = _matches(identity, settings.readers)
+        return cls(identity, not reader and _matches(identity, settings.operators), reader)
+
+    @property
+    def sees_all(self) -> bool:
+        return self.operator or self.reader
+
+    def may_see(self, principal: str) -> bool:
+        return self.sees_all or self.identity == principal
 
     def may_act_for(self, principal: str) -> bool:
         return self.operator or self.identity == principal
@@ -91,7 +107,7 @@ class Access:
     @staticmethod
     def visible_principal(caller: Caller) -> str | None:
         """Whose rows a status report may show the caller: its own, or (None) everyone's for an operator."""
-        return None if caller.operator else caller.identity
+        return None if caller.sees_all else caller.identity
 
     def _authorize(
         self,
@@ -103,7 +119,7 @@ class Access:
         reason: str | None = None,
         site_id: str | None = None,
     ) -> None:
-        if caller.may_act_for(owner):
+        if caller.may_act_for(owner) if action is not None else caller.may_see(owner):
             return
         self._deny(
             caller,
@@ -131,6 +147,13 @@ class Access:
             self._record(caller, action, target, site_id, reason, "denied", {"why": message})
         obs.count(obs.Metric.AuthorizationRefused)
         raise hidden or Forbidden(message)
+
+    def refuse_reader(self, caller: Caller, method: str, path: str) -> None:
+        """A reader may read: any other request is refused (403) and audited as denied, whatever it would do."""
+        if caller.reader and method not in READS:
+            self._deny(
+                caller, f"{caller.identity} may only read: it is a reader", "write", f"{method} {path}", None, None
+            )
 
     def _operator_only(self, caller: Caller, action: str, target: str, reason: str) -> None:
         check_principal(target)
@@ -173,7 +196,7 @@ class Access:
                 outcome=outcome,
                 reason=reason or None,
                 site_id=site_id,
-                detail={"operator": caller.operator, **detail},
+                detail={"operator": caller.operator, **({"reader": True} if caller.reader else {}), **detail},
             )
         )
 

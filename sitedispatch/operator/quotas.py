@@ -39,7 +39,7 @@ class Quotas(Access):
         check_principal(principal)
         if tenant is not None:
             check_tenant(tenant)
-        if not caller.may_act_for(principal):  # a principal is not a tenant's resource: its name is no secret
+        if not caller.may_see(principal):  # a principal is not a tenant's resource: its name is no secret
             raise Forbidden(f"{caller.identity} may only read its own limits")
         return self._limits(principal, tenant)
 

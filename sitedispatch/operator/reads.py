@@ -13,11 +13,13 @@ from sitedispatch.domain.model import (
     Commit,
     Operation,
     Publication,
+    Site,
     Status,
 )
 from sitedispatch.operator.access import Access, Caller
 
 DLQ_SCAN = 10_000
+SITE_SCAN = 10_000  # sites a listing reads before it filters (a scan: past this many, which ones is DynamoDB's choice)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,29 @@ class DeadLetterFilter:
 
 
 @dataclass(frozen=True)
+class OperationFilter:
+    kind: str | None = None
+    principal: str | None = None
+    tenant: str | None = None
+    error_code: str | None = None
+    newer_than_s: float | None = None  # created at most this long ago
+
+    @property
+    def narrows(self) -> bool:
+        return any(value is not None for value in vars(self).values())
+
+    def matches(self, op: Operation, now: float) -> bool:
+        code = (op.evidence or {}).get("error_code") or (op.error.code if op.error else None)
+        return (
+            (self.kind is None or op.kind.value == self.kind)
+            and (self.principal is None or op.principal == self.principal)
+            and (self.tenant is None or op.tenant == self.tenant)
+            and (self.error_code is None or code == self.error_code)
+            and (self.newer_than_s is None or now - op.created_at <= self.newer_than_s)
+        )
+
+
+@dataclass(frozen=True)
 class SiteHistory:
     commits: list[Commit]
     publications: list[Publication]
@@ -62,12 +87,35 @@ class Reads(Access):
         return self._act(caller, None, operation_id, None)
 
     def operations(
-        self, caller: Caller, *, site_id: str | None = None, status: Status | None = None, limit: int = 100
+        self,
+        caller: Caller,
+        *,
+        site_id: str | None = None,
+        status: Status | None = None,
+        where: OperationFilter = OperationFilter(),
+        limit: int = 100,
     ) -> list[Operation]:
+        """Newest first: the caller's own (an operator's or reader's: every principal's), by site and status from
+        the store's indexes, then by `where` over up to DLQ_SCAN of them."""
         if site_id is not None:
             self.site(caller, site_id)
-        found = self.deps.operations.list(site_id=site_id, status=status, limit=limit if caller.operator else DLQ_SCAN)
-        return [op for op in found if caller.may_act_for(op.principal)][:limit]
+        scan = limit if caller.sees_all and not where.narrows else DLQ_SCAN
+        found = self.deps.operations.list(site_id=site_id, status=status, limit=scan)
+        now = self.deps.clock.now()
+        return [op for op in found if caller.may_see(op.principal) and where.matches(op, now)][:limit]
+
+    def sites(
+        self, caller: Caller, *, search: str | None = None, paused: bool | None = None, limit: int = 100
+    ) -> list[Site]:
+        """The sites the caller may see, by id: those whose id contains `search`, paused or not."""
+        found = self.deps.sites.list(limit=SITE_SCAN)
+        return [
+            site
+            for site in found
+            if caller.may_see(site.principal)
+            and (search is None or search in site.site_id)
+            and (paused is None or site.paused == paused)
+        ][:limit]
 
     def history(self, caller: Caller, site_id: str, limit: int = 50) -> SiteHistory:
         """The site's commits and publications, newest first."""
@@ -96,7 +144,7 @@ class Reads(Access):
         limit: int = 100,
     ) -> list[AuditEntry]:
         """Audit entries, newest first: a principal reads the entries of its own actions, an operator every one."""
-        if not caller.operator:
+        if not caller.sees_all:
             if actor not in (None, caller.identity):
                 raise Forbidden(f"{caller.identity} may only read its own audit entries")
             actor = caller.identity
@@ -109,7 +157,7 @@ class Reads(Access):
         """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
         now = self.deps.clock.now()
         dead = self.deps.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
-        return [op for op in dead if caller.may_act_for(op.principal) and where.matches(op, now)][:limit]
+        return [op for op in dead if caller.may_see(op.principal) and where.matches(op, now)][:limit]
 
     def evidence(self, caller: Caller, operation_id: str) -> dict[str, Any]:
         op = self.operation(caller, operation_id)

@@ -218,3 +218,62 @@ def test_every_operator_action_is_audited(harness: Harness) -> None:
     ]
     assert all(e.actor == "ops-alice" and e.at > 0 for e in harness.world.audit.entries)
     assert json.dumps([e.detail for e in harness.world.audit.entries])  # details are plain data
+
+
+READER = Caller("auditor", operator=False, reader=True)
+
+
+def test_a_reader_sees_what_an_operator_sees_and_may_do_nothing(harness: Harness) -> None:
+    mine = poisoned_import(harness, "a-site")
+    controls = harness.controls()
+
+    assert controls.operation(READER, mine).operation_id == mine
+    assert controls.site(READER, "a-site").principal == "tenant-a"
+    assert [op.operation_id for op in controls.dead_letters(READER)] == [mine]
+    assert {op.principal for op in controls.operations(READER)} == {"tenant-a"}
+    assert [s.site_id for s in controls.sites(READER)] == ["a-site"] == [s.site_id for s in controls.sites(OPERATOR)]
+    assert controls.sites(TENANT_B) == []
+    assert controls.visible_principal(READER) is None
+    for act in (
+        lambda: controls.cancel(READER, mine, "no"),
+        lambda: controls.set_paused(READER, "a-site", True, "no"),
+        lambda: controls.redrive(READER, operation_id=mine),
+    ):
+        with pytest.raises(NotFound):  # as for any caller that may not act on it
+            act()
+    with pytest.raises(Forbidden):
+        controls.refuse_reader(READER, "POST", "/sites/a-site/pause")
+    controls.refuse_reader(READER, "GET", "/sites")  # a read goes on
+    controls.refuse_reader(OPERATOR, "POST", "/sites/a-site/pause")  # not a reader: the route decides
+    denied = [(e.action, e.target, e.detail.get("reader")) for e in harness.world.audit.entries if e.actor == "auditor"]
+    assert ("write", "POST /sites/a-site/pause", True) in denied
+    assert {e.outcome for e in harness.world.audit.entries if e.actor == "auditor"} == {"denied"}
+    assert harness.world.operations.get(mine).status == Status.DEAD  # type: ignore[union-attr]
+
+
+def test_an_identity_named_reader_and_operator_is_a_reader() -> None:
+    from sitedispatch.domain.settings import Settings
+
+    settings = Settings.model_construct(operators="ops-*,both", readers="audit-*,both")
+    assert Caller.of("ops-alice", settings) == Caller("ops-alice", operator=True, reader=False)
+    assert Caller.of("audit-bob", settings) == Caller("audit-bob", operator=False, reader=True)
+    assert Caller.of("both", settings) == Caller("both", operator=False, reader=True)
+    assert Caller.of("tenant-a", settings) == Caller("tenant-a", operator=False, reader=False)
+
+
+def test_operations_filter_by_kind_tenant_error_code_and_age(harness: Harness) -> None:
+    from sitedispatch.operator.reads import OperationFilter
+
+    dead = poisoned_import(harness, "a-site")
+    controls = harness.controls()
+    every = controls.operations(OPERATOR)
+    assert {op.kind for op in every} == {Kind.PROVISION, Kind.IMPORT}
+    assert [op.operation_id for op in controls.operations(OPERATOR, where=OperationFilter(kind="import"))] == [dead]
+    by_code = OperationFilter(error_code="wxr_malformed")
+    assert [op.operation_id for op in controls.operations(OPERATOR, where=by_code)] == [dead]
+    assert controls.operations(OPERATOR, where=OperationFilter(tenant="shop-9")) == []
+    assert controls.operations(OPERATOR, where=OperationFilter(principal="tenant-b")) == []
+    assert len(controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600))) == len(every)
+    harness.world.clock.advance(7200)
+    assert controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600)) == []
+    assert controls.operations(TENANT_B, where=OperationFilter(kind="import")) == []

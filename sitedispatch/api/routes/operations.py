@@ -13,7 +13,9 @@ from pydantic import Field
 from sitedispatch.api.errors import ERRORS, SUBMIT_RESPONSES
 from sitedispatch.api.models import (
     NUMBER,
+    PRINCIPAL,
     SITE_ID,
+    TENANT,
     BatchAnswer,
     BatchItemAnswer,
     BatchRequest,
@@ -26,9 +28,10 @@ from sitedispatch.api.models import (
 from sitedispatch.api.request import caller, dependencies
 from sitedispatch.api.routes.dead_letters import redrive_one
 from sitedispatch.domain.errors import error_document, http_status
-from sitedispatch.domain.model import Operation, Status
+from sitedispatch.domain.model import Kind, Operation, Status
 from sitedispatch.operations.standing import standing_of
 from sitedispatch.operations.submission import Submitted
+from sitedispatch.operator.reads import OperationFilter
 from sitedispatch.operator.redrive import RedriveReport
 
 router = Router()
@@ -92,9 +95,17 @@ def submit_batch(body: BatchRequest) -> BatchAnswer:
 def list_operations(
     site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
     status: Annotated[Status | None, Query()] = None,
+    kind: Annotated[Kind | None, Query()] = None,
+    principal: Annotated[str | None, Query(pattern=PRINCIPAL, description="whose (operators and readers)")] = None,
+    tenant: Annotated[str | None, Query(pattern=TENANT, description="the fairness key")] = None,
+    error_code: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
+    newer_than_s: Annotated[
+        float | None, Field(ge=0), Query(description="created at most this long ago"), NUMBER
+    ] = None,
     limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 50,
 ) -> list[Operation]:
-    return dependencies().controls().operations(caller(), site_id=site_id, status=status, limit=limit)
+    where = OperationFilter(kind and kind.value, principal, tenant, error_code, newer_than_s)
+    return dependencies().controls().operations(caller(), site_id=site_id, status=status, where=where, limit=limit)
 
 
 @router.get(

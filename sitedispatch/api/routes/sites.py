@@ -23,6 +23,15 @@ def register_site(body: RegisterSiteRequest) -> Site:
     return dependencies().submitter().register_site(body.site_id, caller().identity, connection)
 
 
+@router.get("/sites", responses=ERRORS, summary="The caller's sites (an operator's: every site), by id")
+def list_sites(
+    search: Annotated[str | None, Query(min_length=1, max_length=64, description="only ids containing this")] = None,
+    paused: Annotated[bool | None, Query(description="only paused (true) or running (false) sites")] = None,
+    limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 100,
+) -> list[Site]:
+    return dependencies().controls().sites(caller(), search=search, paused=paused, limit=limit)
+
+
 @router.get("/sites/<site_id>", responses=ERRORS, summary="A site: owner, head, lease, fence, pause")
 def get_site(site_id: str) -> Site:
     return dependencies().controls().site(caller(), site_id)

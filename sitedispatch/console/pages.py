@@ -1,0 +1,477 @@
+"""The console's pages and actions: each a translation of one or a few API calls into HTML, nothing more.
+
+Every number on a page is what the API answered for the page's request (the tests compare them); every action is
+one API call (a bulk one: the API's own selection, or one call per operation it lists) and the API audits it.
+Filters live in the URL, so a view can be shared; a page's live part (`#live`) is fetched again every few seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from sitedispatch.client import ApiClient
+from sitedispatch.console.server import PREVIEW_CSP, Request, Response
+from sitedispatch.domain.errors import InvalidInput, NotFound, SiteDispatchError
+from sitedispatch.domain.model import Kind, Status
+from sitedispatch.publication.live import receipt_key
+
+LIST_LIMIT = 200  # rows a list page shows (the API's limit; the page says when there are more)
+BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
+CHART_MINUTES = 60
+NOTHING = "\u2013"  # an en dash: no value
+STATUS_CLASSES = {
+    "succeeded": "ok",
+    "dead": "bad",
+    "cancelled": "muted",
+    "superseded": "muted",
+    "running": "busy",
+    "queued": "wait",
+    "accepted": "wait",
+}
+OPERATION_FILTERS = ("site_id", "status", "kind", "principal", "tenant", "error_code", "newer_than_s")
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Callable[..., Response]
+
+
+class Console:
+    """The pages of one console: `api` is the caller's client (its identity is whoever the API says it is)."""
+
+    def __init__(self, api: ApiClient, *, read_only: bool = False, caller: str = "") -> None:
+        self.api = api
+        self.read_only = read_only
+        self.caller = caller
+        self.templates = Environment(
+            loader=PackageLoader("sitedispatch.console"), autoescape=select_autoescape(default=True)
+        )
+        self.templates.filters.update(age=_age, when=_when, seconds=_seconds)
+        self.routes = [
+            Route("GET", re.compile(r"/"), self.overview),
+            Route("GET", re.compile(r"/sites"), self.sites),
+            Route("GET", re.compile(r"/sites/(?P<site_id>[a-z0-9-]+)"), self.site),
+            Route("GET", re.compile(r"/sites/(?P<site_id>[a-z0-9-]+)/preview"), self.preview),
+            Route("POST", re.compile(r"/sites/(?P<site_id>[a-z0-9-]+)/(?P<action>pause|resume)"), self.pause),
+            Route("GET", re.compile(r"/operations"), self.operations),
+            Route("GET", re.compile(r"/operations/bulk"), self.bulk_preview),
+            Route("POST", re.compile(r"/operations/bulk"), self.bulk),
+            Route("GET", re.compile(r"/operations/(?P<operation_id>[A-Za-z0-9_-]+)"), self.operation),
+            Route(
+                "POST", re.compile(r"/operations/(?P<operation_id>[A-Za-z0-9_-]+)/(?P<action>cancel|replay)"), self.act
+            ),
+            Route("GET", re.compile(r"/dead-letters"), self.dead_letters),
+            Route("GET", re.compile(r"/dead-letters/redrive"), self.redrive_preview),
+            Route("POST", re.compile(r"/dead-letters/redrive"), self.redrive),
+            Route("GET", re.compile(r"/audit"), self.audit),
+            Route("GET", re.compile(r"/quotas"), self.quotas),
+            Route("POST", re.compile(r"/quotas"), self.set_quota),
+            Route("GET", re.compile(r"/events"), self.events),
+            Route("GET", re.compile(r"/webhooks"), self.webhooks),
+            Route("GET", re.compile(r"/webhooks/(?P<endpoint_id>[A-Za-z0-9_-]+)"), self.webhook),
+            Route("POST", re.compile(r"/webhooks/(?P<endpoint_id>[A-Za-z0-9_-]+)/redeliver"), self.redeliver),
+        ]
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+
+    def route(self, request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        for route in self.routes:
+            match = route.pattern.fullmatch(request.path)
+            if match and route.method == method:
+                return route.handler(request, **match.groupdict())
+        raise NotFound(f"no page {request.path}")
+
+    def render(self, request: Request, template: str, **context: Any) -> Response:
+        page = self.templates.get_template(template).render(
+            request=request,
+            csrf=request.session.csrf,
+            flash=request.session.take_flash(),
+            read_only=self.read_only,
+            caller=self.caller,
+            here=_here(request),
+            status_class=STATUS_CLASSES,
+            receipt_key=receipt_key,
+            **context,
+        )
+        return Response(HTTPStatus.OK, page.encode())
+
+    def error_page(self, status: int, message: str) -> bytes:
+        return self.templates.get_template("error.html").render(status=status, message=message).encode()
+
+    def _act(self, request: Request, back: str, call: Callable[[], str]) -> Response:
+        """Run one action, say how it went on the next page (the API's refusal word for word), and go `back`."""
+        try:
+            request.session.say("ok", call())
+        except SiteDispatchError as exc:
+            request.session.say("bad", f"refused by the API ({type(exc).__name__}): {exc}")
+        return Response.redirect(back)
+
+    # -- overview -------------------------------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        status = self.api.call("GET", "/status")
+        now = time.time()
+        window = {"newer_than_s": CHART_MINUTES * 60, "limit": 10_000}
+        ended = {
+            name: self.api.call("GET", "/operations", query={"status": name, **window})
+            for name in ("succeeded", "dead")
+        }
+        charts = _charts(ended["succeeded"], ended["dead"], now)
+        return self.render(request, "overview.html", status=status, charts=charts, totals=charts["totals"])
+
+    # -- sites ----------------------------------------------------------------------------------------------------
+
+    def sites(self, request: Request) -> Response:
+        search, paused = request.arg("search"), request.arg("paused")
+        query = {"search": search, "paused": paused, "limit": LIST_LIMIT}
+        sites = self.api.call("GET", "/sites", query=query)
+        return self.render(
+            request,
+            "sites.html",
+            sites=sites,
+            search=search or "",
+            paused=paused or "",
+            limit=LIST_LIMIT,
+            now=time.time(),
+        )
+
+    def site(self, request: Request, site_id: str) -> Response:
+        site = self.api.call("GET", f"/sites/{site_id}")
+        history = self.api.call("GET", f"/sites/{site_id}/history", query={"limit": 20})
+        operations = self.api.call("GET", "/operations", query={"site_id": site_id, "limit": 50})
+        audit = self.api.call("GET", "/audit", query={"site_id": site_id, "since_s": 30 * 86400, "limit": 50})
+        route = request.arg("route") or "/"
+        return self.render(
+            request,
+            "site.html",
+            site=site,
+            history=history,
+            operations=operations,
+            audit=audit,
+            route=route,
+            preview=f"/sites/{site_id}/preview?{urlencode({'route': route})}",
+            now=time.time(),
+        )
+
+    def preview(self, request: Request, site_id: str) -> Response:
+        try:
+            live = self.api.call("GET", f"/sites/{site_id}/live", query={"route": request.arg("route") or "/"})
+            body = str(live["content"]).encode()
+        except NotFound as exc:
+            body = f"<p>{_escape(str(exc))}</p>".encode()
+        return Response(HTTPStatus.OK, body, headers={"Content-Security-Policy": PREVIEW_CSP})
+
+    def pause(self, request: Request, site_id: str, action: str) -> Response:
+        reason = request.form.get("reason", "").strip()
+        back = f"/sites/{site_id}"
+        if not reason:
+            request.session.say("bad", f"a reason is required to {action} a site (it goes into the audit trail)")
+            return Response.redirect(back)
+
+        def call() -> str:
+            site = self.api.call("POST", f"/sites/{site_id}/{action}", body={"reason": reason})
+            return f"{site_id} {'paused' if site['paused'] else 'resumed'}: {reason}"
+
+        return self._act(request, back, call)
+
+    # -- operations -----------------------------------------------------------------------------------------------
+
+    def operations(self, request: Request) -> Response:
+        filters = _operation_filters(request)
+        operations = self.api.call("GET", "/operations", query={**filters, "limit": LIST_LIMIT})
+        return self.render(
+            request,
+            "operations.html",
+            operations=operations,
+            filters=filters,
+            kinds=[k.value for k in Kind],
+            statuses=[s.value for s in Status],
+            limit=LIST_LIMIT,
+            filter_query=urlencode(filters),
+        )
+
+    def operation(self, request: Request, operation_id: str) -> Response:
+        op = self.api.call("GET", f"/operations/{operation_id}")
+        evidence = self.api.call("GET", f"/dead-letters/{operation_id}") if op["status"] == "dead" else None
+        audit = self.api.call("GET", "/audit", query={"target": operation_id, "since_s": 30 * 86400, "limit": 50})
+        return self.render(
+            request, "operation.html", op=op, evidence=evidence, audit=audit, timeline=_timeline(op), now=time.time()
+        )
+
+    def act(self, request: Request, operation_id: str, action: str) -> Response:
+        reason = request.form.get("reason", "").strip()
+
+        def call() -> str:
+            answer = self.api.call("POST", f"/operations/{operation_id}/{action}", body={"reason": reason})
+            if action == "cancel":
+                return f"{operation_id}: {answer['status']}" + (
+                    " (cancel requested)" if answer.get("cancel_requested") else ""
+                )
+            return f"{operation_id}: replayed ({len(answer['redriven'])} queued again)"
+
+        return self._act(request, f"/operations/{operation_id}", call)
+
+    def bulk_preview(self, request: Request) -> Response:
+        action = request.arg("action")
+        if action not in ("cancel", "replay"):
+            raise InvalidInput("action must be cancel or replay", field="action")
+        filters = _operation_filters(request)
+        if action == "replay":
+            filters["status"] = Status.DEAD.value
+        selected = self._bulk_selection(action, filters)
+        return self.render(
+            request,
+            "bulk.html",
+            action=action,
+            filters=filters,
+            selected=selected,
+            limit=BULK_LIMIT,
+            filter_query=urlencode(filters),
+        )
+
+    def bulk(self, request: Request) -> Response:
+        action = request.form.get("action", "")
+        if action not in ("cancel", "replay"):
+            raise InvalidInput("action must be cancel or replay", field="action")
+        filters = {k: v for k in OPERATION_FILTERS if (v := request.form.get(k, "").strip())}
+        reason = request.form.get("reason", "").strip()
+        expected = int(request.form.get("expected") or -1)
+        back = f"/operations?{urlencode(filters)}"
+        selected = self._bulk_selection(action, filters)
+        if len(selected) != expected:
+            request.session.say(
+                "bad", f"the selection changed ({expected} previewed, {len(selected)} now): look again and confirm"
+            )
+            return Response.redirect(f"/operations/bulk?{urlencode({'action': action, **filters})}")
+        done: Counter[str] = Counter()
+        refusals: list[str] = []
+        for op in selected:
+            try:
+                self.api.call("POST", f"/operations/{op['operation_id']}/{action}", body={"reason": reason})
+                done["done"] += 1
+            except SiteDispatchError as exc:
+                done["refused"] += 1
+                refusals.append(f"{op['operation_id']}: {exc}")
+        verb = "cancelled" if action == "cancel" else "replayed"
+        message = f"{done['done']} of {len(selected)} {verb}" + (
+            f"; {done['refused']} refused ({refusals[0]}{' …' if len(refusals) > 1 else ''})" if refusals else ""
+        )
+        request.session.say("bad" if refusals else "ok", message)
+        return Response.redirect(back)
+
+    def _bulk_selection(self, action: str, filters: dict[str, str]) -> list[dict[str, Any]]:
+        found = self.api.call("GET", "/operations", query={**filters, "limit": BULK_LIMIT})
+        if action == "cancel":
+            return [op for op in found if not Status(op["status"]).terminal]
+        return [op for op in found if op["status"] == Status.DEAD.value]
+
+    # -- dead letters ---------------------------------------------------------------------------------------------
+
+    def dead_letters(self, request: Request) -> Response:
+        site_id, kind = request.arg("site_id"), request.arg("kind")
+        dead = self.api.call("GET", "/dead-letters", query={"site_id": site_id, "kind": kind, "limit": 10_000})
+        classes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for op in dead:
+            classes[_error_code(op)].append(op)
+        grouped = sorted(classes.items(), key=lambda item: (-len(item[1]), item[0]))
+        return self.render(
+            request, "dead_letters.html", classes=grouped, total=len(dead), site_id=site_id or "", kind=kind or ""
+        )
+
+    def redrive_preview(self, request: Request) -> Response:
+        selection = _redrive_selection(request.query)
+        report = self.api.call("POST", "/dead-letters/redrive", body={**selection, "dry_run": True})
+        return self.render(request, "redrive.html", selection=selection, report=report)
+
+    def redrive(self, request: Request) -> Response:
+        selection = _redrive_selection(request.form)
+        expected = int(request.form.get("expected") or -1)
+        reason = request.form.get("reason", "").strip()
+
+        def call() -> str:
+            preview = self.api.call("POST", "/dead-letters/redrive", body={**selection, "dry_run": True})
+            if len(preview["selected"]) != expected:
+                raise InvalidInput(
+                    f"the selection changed ({expected} previewed, {len(preview['selected'])} now): look again"
+                )
+            report = self.api.call("POST", "/dead-letters/redrive", body={**selection, "reason": reason})
+            refused = f", {len(report['refused'])} refused" if report["refused"] else ""
+            return f"redrove {len(report['redriven'])} of {len(report['selected'])}{refused} ({_describe(selection)})"
+
+        return self._act(request, "/dead-letters", call)
+
+    # -- audit, quotas, events, webhooks --------------------------------------------------------------------------
+
+    def audit(self, request: Request) -> Response:
+        filters = {name: request.arg(name) for name in ("actor", "action", "target", "site_id")}
+        since_s = float(request.arg("since_s") or 86400)
+        entries = self.api.call("GET", "/audit", query={**filters, "since_s": since_s, "limit": LIST_LIMIT})
+        return self.render(request, "audit.html", entries=entries, filters=filters, since_s=since_s, limit=LIST_LIMIT)
+
+    def quotas(self, request: Request) -> Response:
+        principal, tenant = request.arg("principal"), request.arg("tenant")
+        status = self.api.call("GET", "/status")
+        principals = sorted(set(status["backlog_by_principal"]) | ({principal} if principal else set()))
+        if not principals and self.caller:
+            principals = [self.caller]
+        limits = []
+        for name in principals:
+            try:
+                limits.append(self.api.call("GET", "/quotas", query={"principal": name, "tenant": tenant}))
+            except SiteDispatchError as exc:
+                request.session.say("bad", f"{name}: {exc}")
+        return self.render(request, "quotas.html", limits=limits, principal=principal or "", tenant=tenant or "")
+
+    def set_quota(self, request: Request) -> Response:
+        form = request.form
+        principal, tenant = form.get("principal", "").strip(), form.get("tenant", "").strip() or None
+        reason = form.get("reason", "").strip()
+        back = f"/quotas?{urlencode({'principal': principal})}"
+
+        def call() -> str:
+            if form.get("clear"):
+                self.api.call("DELETE", "/quotas", query={"principal": principal, "tenant": tenant, "reason": reason})
+                return f"{principal}: override cleared"
+            body: dict[str, Any] = {"principal": principal, "tenant": tenant, "reason": reason}
+            for name in ("max_outstanding", "max_running"):
+                if form.get(name, "").strip():
+                    body[name] = int(form[name])
+            self.api.call("PUT", "/quotas", body=body)
+            return f"{principal}: limits set"
+
+        return self._act(request, back, call)
+
+    def events(self, request: Request) -> Response:
+        principal = request.arg("principal")
+        after = int(request.arg("after") or 0)
+        page = self.api.call(
+            "GET",
+            "/events",
+            query={"after": after, "principal": principal, "tenant": request.arg("tenant"), "limit": 100},
+        )
+        return self.render(request, "events.html", page=page, after=after, principal=principal or "")
+
+    def webhooks(self, request: Request) -> Response:
+        endpoints = self.api.call("GET", "/webhooks")["endpoints"]
+        return self.render(request, "webhooks.html", endpoints=endpoints, now=time.time())
+
+    def webhook(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = self.api.call("GET", f"/webhooks/{endpoint_id}")
+        deliveries = self.api.call("GET", f"/webhooks/{endpoint_id}/deliveries", query={"limit": 50})
+        return self.render(request, "webhook.html", endpoint=endpoint, deliveries=deliveries, now=time.time())
+
+    def redeliver(self, request: Request, endpoint_id: str) -> Response:
+        def call() -> str:
+            body = {"from_seq": int(request.form["from_seq"]), "count": int(request.form.get("count") or 1)}
+            self.api.call("POST", f"/webhooks/{endpoint_id}/redeliver", body=body)
+            return f"{endpoint_id}: places {body['from_seq']}..{body['from_seq'] + body['count'] - 1} sent again"
+
+        return self._act(request, f"/webhooks/{endpoint_id}", call)
+
+
+def _operation_filters(request: Request) -> dict[str, str]:
+    return {name: value for name in OPERATION_FILTERS if (value := request.arg(name))}
+
+
+def _redrive_selection(values: dict[str, str]) -> dict[str, Any]:
+    selection: dict[str, Any] = {
+        name: value.strip() for name in ("error_code", "site_id") if (value := values.get(name, "")).strip()
+    }
+    if not selection:
+        if values.get("all") != "true":
+            raise InvalidInput("name an error class or a site (or all=true) to redrive", field="error_code")
+        selection["all"] = True
+    return selection
+
+
+def _describe(selection: dict[str, Any]) -> str:
+    return ", ".join("every dead operation" if k == "all" else f"{k}={v}" for k, v in selection.items())
+
+
+def _error_code(op: dict[str, Any]) -> str:
+    evidence = op.get("evidence") or {}
+    return str(evidence.get("error_code") or (op.get("error") or {}).get("code") or "unknown")
+
+
+def _timeline(op: dict[str, Any]) -> list[tuple[str, float]]:
+    steps = [(name, float(op[key])) for name, key in _TIMELINE if op.get(key)]
+    return sorted(steps, key=lambda step: step[1])
+
+
+_TIMELINE = (
+    ("accepted", "created_at"),
+    ("queued", "queued_at"),
+    ("attempt started", "started_at"),
+    ("finished", "finished_at"),
+)
+
+
+def _charts(succeeded: Iterable[dict[str, Any]], dead: Iterable[dict[str, Any]], now: float) -> dict[str, Any]:
+    """Per minute of the last hour: operations finished, those that needed a retry, and terminal failures."""
+    start = int(now // 60) * 60 - (CHART_MINUTES - 1) * 60
+    minutes = [start + 60 * i for i in range(CHART_MINUTES)]
+    series = {name: [0] * CHART_MINUTES for name in ("succeeded", "retried", "dead")}
+    for name, ops in (("succeeded", succeeded), ("dead", dead)):
+        for op in ops:
+            at = op.get("finished_at") or op.get("updated_at") or 0
+            index = int((at - start) // 60)
+            if 0 <= index < CHART_MINUTES:
+                series[name][index] += 1
+                if name == "succeeded" and int(op.get("attempt") or 0) > 1:
+                    series["retried"][index] += 1
+    totals: dict[str, float | None] = {name: sum(values) for name, values in series.items()}
+    ok, retried, failed = (sum(series[name]) for name in ("succeeded", "retried", "dead"))
+    totals["success_rate"] = round(100 * ok / (ok + failed), 1) if ok + failed else None
+    totals["retry_rate"] = round(100 * retried / ok, 1) if ok else None
+    return {"minutes": minutes, **series, "totals": totals}
+
+
+def _here(request: Request) -> str:
+    return request.path + (f"?{urlencode(request.query)}" if request.query else "")
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _age(at: float | None, now: float | None = None) -> str:
+    if at is None:
+        return NOTHING
+    return _seconds((now or time.time()) - float(at)) + " ago"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return NOTHING
+    s = max(0.0, float(value))
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return NOTHING
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at))) + "Z"
+
+
+def link(path: str, **query: Any) -> str:
+    """A console URL with its filters (None and empty ones left out)."""
+    kept = {k: v for k, v in query.items() if v not in (None, "")}
+    return quote(path) + (f"?{urlencode(kept)}" if kept else "")
