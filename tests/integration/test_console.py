@@ -326,7 +326,9 @@ def test_the_console_command_prints_a_url_that_serves_the_console_and_stops_on_c
 
     env = {**os.environ, API_URL_VARIABLE: seeded["api"], "NO_COLOR": "1", "COLUMNS": "200"}
     command = [sys.executable, "-m", "sitedispatch", "console", "--as", "operator", "--read-only"]
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(2)]
