@@ -342,7 +342,7 @@ def test_the_console_command_prints_a_url_that_serves_the_console_and_stops_on_c
         assert overview.status == 200 and "read-only" in overview.data.decode()
     finally:
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=10)
+        _, err = process.communicate(timeout=10)
     assert process.returncode == 0 and "Traceback" not in err, err
 
 
