@@ -11,6 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
 from sitedispatch.domain.resources import SECRET_NAME_PREFIX, WEBHOOK_SECRET_PREFIX, operation_workers
+from sitedispatch.operator.access import READS
 
 if TYPE_CHECKING:
     from .dispatch_stack import SiteDispatchStack
@@ -94,9 +95,10 @@ ROUTE_PARAMETERS = (
 
 def api_nag(stack: SiteDispatchStack) -> None:
     api = f"<{stack.get_logical_id(_cfn(stack.api.http_api))}>"
-    for policy in (_cfn(stack.access.producer), _cfn(stack.access.operator)):
+    readers = _cfn(stack.access.reader)
+    for policy in (_cfn(stack.access.producer), _cfn(stack.access.operator), readers):
         for method, path in stack.api.routes:
-            if "{" in path:
+            if "{" in path and (policy is not readers or method in READS):
                 resource = "/".join("*" if part.startswith("{") else part for part in path.split("/"))
                 acknowledge(
                     policy,

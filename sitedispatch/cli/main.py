@@ -168,9 +168,20 @@ def demo(
             help="include a real WordPress site (default: when Debian's packages are installed)",
         ),
     ] = None,
+    hold: Annotated[
+        bool | None,
+        typer.Option(
+            "--hold/--no-hold",
+            help="keep the fleet and the operator console up after the report, until Ctrl-C (default: in a terminal)",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Start the local runtime, provision a fleet at once, compare with the cron round-robin it replaces."""
+    """Start the local runtime, provision a fleet at once, compare with the cron round-robin it replaces; follow it
+    in the operator console (its URL is printed first)."""
+    import sys
+
     from sitedispatch.local.demo import run_demo
 
-    raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress))
+    keep = sys.stdin.isatty() if hold is None else hold
+    raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress, hold=keep))

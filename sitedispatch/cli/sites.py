@@ -1,4 +1,4 @@
-"""`sitedispatch sites get|history`."""
+"""`sitedispatch sites register|list|get|history|read|pause|resume`."""
 
 from __future__ import annotations
 
@@ -47,6 +47,36 @@ def register(
             )
 
 
+def _paused(site: Site) -> str:
+    if not site.paused:
+        return "no"
+    by = f" (by {site.paused_by}, {when(site.paused_at)})" if site.paused_by else ""
+    return f"yes: {site.pause_reason}{by}"
+
+
+@app.command("list")
+def list_sites(
+    search: Annotated[str | None, typer.Option(help="only sites whose id contains this")] = None,
+    paused: Annotated[bool | None, typer.Option("--paused/--running", help="only paused (or running) sites")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Your sites (an operator's or reader's: every site), by id."""
+    with reported(json):
+        query = {"search": search, "paused": paused, "limit": limit}
+        body = client(as_).call("GET", "/sites", query=query)
+        if json:
+            emit_json(body)
+            return
+        sites = [typed(Site, item) for item in body]
+        table(
+            f"{len(sites)} sites",
+            ["site", "principal", "paused", "live seq", "live since"],
+            [[s.site_id, s.principal, _paused(s), s.live_seq, when(s.live_at)] for s in sites],
+        )
+
+
 @app.command("get")
 def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
     """Show a site: owner, head version and revision, lease and fence."""
@@ -68,7 +98,7 @@ def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
                 ["head revision", site.head_revision or "-"],
                 ["fence", site.fence],
                 ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}" if site.lease_owner else "free"],
-                ["paused", f"yes: {site.pause_reason}" if site.paused else "no"],
+                ["paused", _paused(site)],
                 ["consecutive failures", site.consecutive_failures],
                 ["average operation", f"{site.avg_operation_s:.2f}s" if site.avg_operation_s else "-"],
                 ["live revision", site.live_revision or "-"],

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sitedispatch.console import running_console
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.model import Operation, Status
 from sitedispatch.domain.settings import Settings
@@ -61,13 +66,15 @@ def run_demo(
     as_json: bool = False,
     timeout_s: float = 120.0,
     wordpress: bool | None = None,
+    hold: bool = False,
 ) -> int:
-    """`wordpress`: include a real WordPress site (None: when this machine has the packages)."""
+    """`wordpress`: include a real WordPress site (None: when this machine has the packages). `hold`: keep the
+    runtime and the console up after the report, until Ctrl-C."""
     console = Console(stderr=as_json)
     console.width = max(console.width, 110)
     per_worker = math.ceil(n_sites / WORKER_PROCESSES)
     receiver = WebhookReceiver()
-    with LocalRuntime(workdir) as runtime, receiver.serving() as hook_url:
+    with LocalRuntime(workdir) as runtime, receiver.serving() as hook_url, ExitStack() as later:
         console.print(
             f"[bold]starting the local runtime[/]: moto server, the HTTP API, {WORKER_PROCESSES} workers x "
             f"{per_worker} environments (logs in {workdir}/)"
@@ -86,6 +93,8 @@ def run_demo(
         runtime.start_worker("events", 1)
         runtime.start_worker("webhooks", 2)
         api = DemoApi(runtime.start_api())
+        board = later.enter_context(running_console(api.operator, caller=api.operator.identity or ""))
+        console.print(f"[bold]watch it in the operator console[/]: {board.gate.url}", soft_wrap=True)
         endpoint_id = register_webhook(api, receiver, hook_url)
         os.environ.update(runtime.env)
         deps = Dependencies(Settings()).warm()  # the report's reads (what an operator sees)
@@ -109,7 +118,34 @@ def run_demo(
         told = events_phase(api, console, final, timeout_s)
         hooked = webhooks_phase(api, console, receiver, endpoint_id, final, timeout_s)
         real = wordpress_phase(deps, api, console, workdir, export, timeout_s, wordpress)
+        phases = {
+            "imports": imports,
+            "flow_control": flow,
+            "dead_letter": dead_letter,
+            "events": told,
+            "webhooks": hooked,
+            "wordpress": real,
+        }
+        code = _summarize(console, final, t0, phases, as_json)
+        if hold and not as_json:
+            console.print(f"the fleet and the console ({board.gate.url}) stay up: Ctrl-C stops them", soft_wrap=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                threading.Event().wait()
 
+    return code
+
+
+def _summarize(
+    console: Console,
+    final: list[Operation],
+    t0: float,
+    phases: dict[str, Any],
+    as_json: bool,
+) -> int:
+    """The demo's report (a table, or JSON) and its exit code: 0 when every phase did what it shows."""
+    n_sites = len(final)
+    imports, flow, dead_letter = phases["imports"], phases["flow_control"], phases["dead_letter"]
+    told, hooked, real = phases["events"], phases["webhooks"], phases["wordpress"]
     runs = [
         SiteRun(
             op.site_id,
@@ -140,12 +176,7 @@ def run_demo(
         "cron_fleet_ready_s": round(cron_total, 1),
         "speedup": round(cron_total / ours, 1),
         "runs": [r.__dict__ for r in runs],
-        "imports": imports,
-        "flow_control": flow,
-        "dead_letter": dead_letter,
-        "events": told,
-        "webhooks": hooked,
-        "wordpress": real,
+        **phases,
     }
     if as_json:
         print(json.dumps(summary, indent=2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,5 @@ def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) 
     assert len(submits) >= 5 + 3 + 1 and any("POST /uploads " in r for r in requests)
     assert any("POST /dead-letters/redrive " in r for r in requests) and any("POST /sites/" in r for r in requests)
     assert any("POST /webhooks " in r for r in requests)
+    # the operator console ran beside it, its URL (with its token) printed first
+    assert re.search(r"operator console\S*: http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", run.stderr), run.stderr[:2000]

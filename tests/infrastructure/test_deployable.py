@@ -281,13 +281,14 @@ def test_dashboard_and_alarms_cover_the_failure_signals(synthesized_stack: Synth
     assert all("AlarmActions" not in a for a in alarms)  # no topic in context: no actions
 
 
-def test_producer_and_operator_policies_are_exported_with_stable_ids(synthesized_stack: Synthesized) -> None:
+def test_producer_operator_and_reader_policies_are_exported_with_stable_ids(synthesized_stack: Synthesized) -> None:
     template = synthesized_stack.template
     policies = resources(template, "AWS::IAM::ManagedPolicy")
-    assert set(policies) == {"ProducerPolicy", "OperatorPolicy"}
+    assert set(policies) == {"ProducerPolicy", "OperatorPolicy", "ReaderPolicy"}
     outputs = template["Outputs"]
     assert outputs["ProducerPolicyArn"]["Value"] == {"Ref": "ProducerPolicy"}
     assert outputs["OperatorPolicyArn"]["Value"] == {"Ref": "OperatorPolicy"}
+    assert outputs["ReaderPolicyArn"]["Value"] == {"Ref": "ReaderPolicy"}
     assert outputs["ApiUrl"]["Description"] == API_URL_VARIABLE
     assert not [
         name for name, o in outputs.items() if o.get("Description", "").startswith("SITEDISPATCH_") and name != "ApiUrl"
@@ -312,8 +313,9 @@ def _invoked_routes(policy: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def test_the_api_is_the_only_way_in(synthesized_stack: Synthesized) -> None:
-    """Every route is authorized by IAM; the producer and operator policies grant execute-api:Invoke on routes and
-    nothing on the tables, queues or bucket; producers do not get the operators' routes."""
+    """Every route is authorized by IAM; the producer, operator and reader policies grant execute-api:Invoke on
+    routes and nothing on the tables, queues or bucket; producers do not get the operators' routes, readers only
+    the reads (and the core refuses a reader anything else, whatever another policy grants)."""
     import re
 
     template = synthesized_stack.template
@@ -323,7 +325,7 @@ def test_the_api_is_the_only_way_in(synthesized_stack: Synthesized) -> None:
     assert "$default" not in {r["Properties"]["RouteKey"] for r in routes.values()}  # no catch-all, unsigned or not
 
     policies = resources(template, "AWS::IAM::ManagedPolicy")
-    for name in ("ProducerPolicy", "OperatorPolicy"):
+    for name in ("ProducerPolicy", "OperatorPolicy", "ReaderPolicy"):
         actions = {
             a
             for st in _statements(policies[name])
@@ -335,6 +337,7 @@ def test_the_api_is_the_only_way_in(synthesized_stack: Synthesized) -> None:
     operators_only = {(m, re.sub(r"\{[^}]+\}", "*", p)) for m, p in OPERATOR_ROUTES}
     assert _invoked_routes(policies["OperatorPolicy"]) == wildcard
     assert _invoked_routes(policies["ProducerPolicy"]) == wildcard - operators_only
+    assert _invoked_routes(policies["ReaderPolicy"]) == {(m, p) for m, p in wildcard if m == "GET"}
     assert operators_only  # quotas and sweeps
 
 

@@ -489,3 +489,26 @@ def test_webhooks_create_show_redeliver_rotate_and_delete_from_the_cli(cli: CliR
         assert code != 0 and "webhooks go to public hosts" in " ".join(out.split()) and "Traceback" not in out
         code, out = run(cli, "webhooks", "delete", endpoint_id, "--as", "hooked")
         assert code == 0 and f"deleted {endpoint_id}" in out
+
+
+def test_sites_list_shows_a_principal_its_own_and_an_operator_or_reader_every_one(cli: CliRunner) -> None:
+    for site, principal in (("list-a1", "tenant-a"), ("list-a2", "tenant-a"), ("list-b1", "tenant-b")):
+        code, out = run_cli(cli, "sites", "register", site, "--driver", "reference", "--as", principal, "--json")
+        assert code == 0, out
+
+    def listed(*args: str) -> list[str]:
+        code, out = run_cli(cli, "sites", "list", *args, "--json")
+        assert code == 0, out
+        return [s["site_id"] for s in json.loads(out)]
+
+    assert listed("--as", "tenant-a") == ["list-a1", "list-a2"]
+    assert listed("--as", "operator") == listed("--as", "reader") == ["list-a1", "list-a2", "list-b1"]
+    assert listed("--as", "operator", "--search", "b1") == ["list-b1"]
+    code, out = run_cli(cli, "sites", "pause", "list-a2", "--reason", "disk full", "--as", "operator", "--json")
+    assert code == 0 and json.loads(out)["paused_by"] == "operator", out
+    assert listed("--as", "tenant-a", "--paused") == ["list-a2"]
+    assert listed("--as", "tenant-a", "--running") == ["list-a1"]
+    code, out = run_cli(cli, "sites", "pause", "list-a1", "--reason", "curious", "--as", "reader", "--json")
+    assert code != 0 and json.loads(out)["error"] == "forbidden", out
+    code, out = run_cli(cli, "sites", "list", "--as", "tenant-a")
+    assert code == 0 and "disk full (by operator" in out, out
