@@ -133,6 +133,9 @@ def check_redrive(page: Any, api: ApiClient) -> None:
 # What each page shows, against what the API answers the same caller (the seeded fleet's figures pinned too).
 CHECKS: dict[str, Any] = {
     "overview": check_overview,
+    "site": lambda page, api: (  # the live route's preview shows the site's own home page
+        page.frame_locator("iframe.preview").locator("h1").inner_text(timeout=5000) == "T"
+    ),
     "sites": lambda page, api: number(page, '[data-count="sites"]') == len(api.call("GET", "/sites")) == 3,
     "operations": lambda page, api: (
         number(page, '[data-count="operations"]') == len(api.call("GET", "/operations", query={"limit": 200})) == 5
@@ -166,9 +169,9 @@ def test_every_page_renders_its_numbers_are_the_apis_and_axe_finds_nothing_serio
             assert response is not None and response.status == 200, f"{name}: {response and response.status}"
             assert page.locator("h1").count() == 1
             assert serious_violations(page) == [], name
-            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
             check = CHECKS.get(name)
             assert check is None or check(page, operator) in (None, True), name
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         assert errors == []  # nothing the CSP refused, no script error
 
 
