@@ -9,11 +9,12 @@ exceptions, rebuilt from the API's one error body, so a caller handles `Backpres
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 import urllib3
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 IDENTITY_HEADER = "X-Sitedispatch-As"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+NEXT_CURSOR = re.compile(r'<[^>]*[?&]cursor=([^&>]+)[^>]*>\s*;\s*rel="next"')
 
 
 def is_local(url: str) -> bool:
@@ -119,6 +121,26 @@ class ApiClient:
                 body = {"error": "", "message": f"API Gateway: {body['message']}"}
             raise error_from_document(body, reply.status)
         return reply.body
+
+    def page(self, path: str, query: Mapping[str, Any] | None = None) -> tuple[list[Any], str | None]:
+        """One page of a paged listing and the cursor of the next (None: nothing follows), from its Link header."""
+        reply = self.request("GET", path, query=query)
+        if reply.status >= 400:
+            self.call("GET", path, query=query)  # raises the error the body stands for
+        link = {k.lower(): v for k, v in reply.headers.items()}.get("link", "")
+        found = NEXT_CURSOR.search(link)
+        return list(reply.body), (unquote(found.group(1)) if found else None)
+
+    def every(self, path: str, query: Mapping[str, Any] | None = None, *, limit: int, pages: int = 100) -> list[Any]:
+        """Up to `limit` items of a paged listing, following its next pages (at most `pages` of them)."""
+        items: list[Any] = []
+        cursor: str | None = None
+        for _ in range(pages):
+            found, cursor = self.page(path, {**(query or {}), "limit": limit - len(items), "cursor": cursor})
+            items += found
+            if cursor is None or len(items) >= limit:
+                break
+        return items[:limit]
 
     def upload(self, site_id: str, path: Path) -> dict[str, Any]:
         """Stage a file for an import (hash it, ask for an upload, PUT it unless the same file is there): the

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
     )
     from sitedispatch.events.worker import EventsWorker
     from sitedispatch.flow.minute_counts import MinuteCounts
+    from sitedispatch.flow.outcomes import Outcomes
     from sitedispatch.flow.pace import Pace
     from sitedispatch.flow.retry_budget import RetryBudget
     from sitedispatch.kinds.contract import SiteDriver
@@ -167,6 +168,12 @@ class Dependencies:
         from sitedispatch.flow.retry_budget import RetryBudget
 
         return RetryBudget(self.minute_counts, self.settings.retry_budget_ratio, self.settings.retry_budget_min_retries)
+
+    @cached_property
+    def outcomes(self) -> Outcomes:
+        from sitedispatch.flow.outcomes import Outcomes
+
+        return Outcomes(self.minute_counts)
 
     @cached_property
     def pace(self) -> Pace:
@@ -361,6 +368,7 @@ class Dependencies:
                 self.retry_budget,
                 self.pace,
                 self.drivers,
+                self.outcomes,
             )
         )
 

@@ -54,6 +54,7 @@ from sitedispatch.domain.model import (
     SiteConnection,
     Status,
 )
+from sitedispatch.domain.paging import Page, decode_cursor, encode_cursor, take
 from sitedispatch.domain.ports import (
     AuditLog,
     BlobStore,
@@ -646,6 +647,41 @@ class MemoryOperationStore:
         if status is not None and site_id is None:
             return sorted(ops, key=lambda op: op.updated_at, reverse=True)[:limit]
         return sorted(ops, key=lambda op: op.created_at, reverse=True)[:limit]
+
+    def page(
+        self,
+        *,
+        site_id: str | None = None,
+        status: Status | None = None,
+        accept: Callable[[Operation], bool] = lambda op: True,
+        cursor: str | None = None,
+        limit: int = 100,
+        reads: int = 1000,
+    ) -> Page[Operation]:
+        """In DynamoDB's orders (a site's by creation, a status's by last update, newest first; the table by id),
+        reading rows one by one from after the cursor's row, as the store does."""
+        read = "site" if site_id is not None else "status" if status is not None else "scan"
+        orders: dict[str, Callable[[Operation], tuple[Any, ...]]] = {
+            "site": lambda op: (-op.created_at, op.operation_id),
+            "status": lambda op: (-op.updated_at, op.operation_id),
+            "scan": lambda op: ("", op.operation_id),
+        }
+        order = orders[read]
+        with self.db.lock:
+            rows = list(self.db.indexed().values() if read != "scan" else self.db.operations.values())
+        rows = [
+            op for op in rows if (read != "site" or op.site_id == site_id) and (read != "status" or op.status == status)
+        ]
+        ordered = sorted(rows, key=order)
+        if cursor is not None:
+            position = decode_cursor(cursor, read).get("after")
+            if not isinstance(position, list) or len(position) != 2:
+                raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
+            ordered = [op for op in ordered if order(op) > tuple(position)]
+        wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
+        found, last = take(ordered, wanted, limit, reads)
+        more = last is not None and last is not ordered[-1]
+        return Page(found, encode_cursor(read, {"after": list(order(last))}) if more and last else None)
 
 
 class MemorySiteStore:

@@ -47,8 +47,11 @@ if TYPE_CHECKING:
 
 API_TITLE = "sitedispatch"
 API_VERSION = "1"
-# What only operators may call: the producer policy does not grant these routes at all (and the core refuses them).
-OPERATOR_ROUTES = frozenset({("PUT", "/quotas"), ("DELETE", "/quotas"), ("POST", "/reconcile")})
+# What only operators (and, of these, the reads: readers) may call: the producer policy does not grant these routes
+# at all (and the core refuses them).
+OPERATOR_ROUTES = frozenset(
+    {("PUT", "/quotas"), ("DELETE", "/quotas"), ("POST", "/reconcile"), ("GET", "/status/minutes")}
+)
 BODY_OVERHEAD_BYTES = 16 * 1024  # a submit's envelope around its input
 ROUTERS = (
     operations.router,

@@ -17,6 +17,14 @@ SUBMIT_RESPONSES = {
     202: {"description": "accepted: a new operation (Location names it)"},
 }
 
+LISTED = {
+    **ERRORS,
+    200: {
+        "description": 'a page; when more may follow, its Link header names the next (rel="next", with a cursor)',
+        "headers": {"Link": {"description": '<URL>; rel="next"', "schema": {"type": "string"}}},
+    },
+}
+
 
 def answering(status: int, description: str) -> dict[int, Any]:
     """A route's responses when it succeeds with `status` instead of 200."""

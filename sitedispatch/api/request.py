@@ -48,6 +48,11 @@ def read_only(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> R
     return next_middleware(app)
 
 
+def query() -> dict[str, str]:
+    """The current request's query parameters (the last value of a repeated one), as it sent them."""
+    return dict(_SERVING.get()[0].current_event.query_string_parameters or {})
+
+
 def dependencies() -> Dependencies:
     return _SERVING.get()[1]()
 

@@ -137,11 +137,12 @@ def list_(
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """List operations, newest first (a principal sees its own)."""
+    """List operations (a principal sees its own): a site's or a status's newest first, else in the table's order;
+    the API's pages are followed up to --limit."""
     with reported(json):
         if status is not None and status not in {s.value for s in Status}:
             raise InvalidInput(f"unknown status {status!r}", field="status")
-        ops = client(as_).call("GET", "/operations", query={"site_id": site, "status": status, "limit": limit})
+        ops = client(as_).every("/operations", {"site_id": site, "status": status}, limit=limit)
         if json:
             emit_json(ops)
             return

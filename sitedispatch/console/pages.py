@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -20,11 +20,14 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sitedispatch.client import ApiClient
 from sitedispatch.console.server import PREVIEW_CSP, Request, Response
-from sitedispatch.domain.errors import InvalidInput, NotFound, SiteDispatchError
+from sitedispatch.domain.errors import Forbidden, InvalidInput, NotFound, SiteDispatchError
 from sitedispatch.domain.model import Kind, Status
 from sitedispatch.publication.live import receipt_key
 
-LIST_LIMIT = 200  # rows a list page shows (the API's limit; the page says when there are more)
+LIST_LIMIT = 50  # rows a list page shows at most (one API page: it links the next when there is more)
+SITES = 100  # sites a search shows
+SITE_OPERATIONS = 20  # a site's newest operations on its page
+DEAD_LETTERS = 1000  # the newest dead letters the dead-letters page groups (the page says when there are more)
 BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
 CHART_MINUTES = 60
 NOTHING = "\u2013"  # an en dash: no value
@@ -122,20 +125,18 @@ class Console:
 
     def overview(self, request: Request) -> Response:
         status = self.api.call("GET", "/status")
-        now = time.time()
-        window = {"newer_than_s": CHART_MINUTES * 60, "limit": 10_000}
-        ended = {
-            name: self.api.call("GET", "/operations", query={"status": name, **window})
-            for name in ("succeeded", "dead")
-        }
-        charts = _charts(ended["succeeded"], ended["dead"], now)
-        return self.render(request, "overview.html", status=status, charts=charts, totals=charts["totals"])
+        try:
+            minutes = self.api.call("GET", "/status/minutes", query={"minutes": CHART_MINUTES})["minutes"]
+        except Forbidden:  # a principal reads its own rows, not the fleet's counts
+            minutes = None
+        charts = _charts(minutes) if minutes is not None else None
+        return self.render(request, "overview.html", status=status, charts=charts)
 
     # -- sites ----------------------------------------------------------------------------------------------------
 
     def sites(self, request: Request) -> Response:
         search, paused = request.arg("search"), request.arg("paused")
-        query = {"search": search, "paused": paused, "limit": LIST_LIMIT}
+        query = {"search": search, "paused": paused, "limit": SITES}
         sites = self.api.call("GET", "/sites", query=query)
         return self.render(
             request,
@@ -150,7 +151,7 @@ class Console:
     def site(self, request: Request, site_id: str) -> Response:
         site = self.api.call("GET", f"/sites/{site_id}")
         history = self.api.call("GET", f"/sites/{site_id}/history", query={"limit": 20})
-        operations = self.api.call("GET", "/operations", query={"site_id": site_id, "limit": 50})
+        operations, _ = self.api.page("/operations", {"site_id": site_id, "limit": SITE_OPERATIONS})
         audit = self.api.call("GET", "/audit", query={"site_id": site_id, "since_s": 30 * 86400, "limit": 50})
         route = request.arg("route") or "/"
         return self.render(
@@ -190,7 +191,8 @@ class Console:
 
     def operations(self, request: Request) -> Response:
         filters = _operation_filters(request)
-        operations = self.api.call("GET", "/operations", query={**filters, "limit": LIST_LIMIT})
+        cursor = request.arg("cursor")
+        operations, following = self.api.page("/operations", {**filters, "limit": LIST_LIMIT, "cursor": cursor})
         return self.render(
             request,
             "operations.html",
@@ -200,6 +202,8 @@ class Console:
             statuses=[s.value for s in Status],
             limit=LIST_LIMIT,
             filter_query=urlencode(filters),
+            first=cursor is None,
+            following=f"/operations?{urlencode({**filters, 'cursor': following})}" if following else None,
         )
 
     def operation(self, request: Request, operation_id: str) -> Response:
@@ -272,7 +276,7 @@ class Console:
         return Response.redirect(back)
 
     def _bulk_selection(self, action: str, filters: dict[str, str]) -> list[dict[str, Any]]:
-        found = self.api.call("GET", "/operations", query={**filters, "limit": BULK_LIMIT})
+        found = self.api.every("/operations", filters, limit=BULK_LIMIT)
         if action == "cancel":
             return [op for op in found if not Status(op["status"]).terminal]
         return [op for op in found if op["status"] == Status.DEAD.value]
@@ -281,13 +285,19 @@ class Console:
 
     def dead_letters(self, request: Request) -> Response:
         site_id, kind = request.arg("site_id"), request.arg("kind")
-        dead = self.api.call("GET", "/dead-letters", query={"site_id": site_id, "kind": kind, "limit": 10_000})
+        dead = self.api.call("GET", "/dead-letters", query={"site_id": site_id, "kind": kind, "limit": DEAD_LETTERS})
         classes: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for op in dead:
             classes[_error_code(op)].append(op)
         grouped = sorted(classes.items(), key=lambda item: (-len(item[1]), item[0]))
         return self.render(
-            request, "dead_letters.html", classes=grouped, total=len(dead), site_id=site_id or "", kind=kind or ""
+            request,
+            "dead_letters.html",
+            classes=grouped,
+            total=len(dead),
+            limit=DEAD_LETTERS,
+            site_id=site_id or "",
+            kind=kind or "",
         )
 
     def redrive_preview(self, request: Request) -> Response:
@@ -418,24 +428,14 @@ _TIMELINE = (
 )
 
 
-def _charts(succeeded: Iterable[dict[str, Any]], dead: Iterable[dict[str, Any]], now: float) -> dict[str, Any]:
-    """Per minute of the last hour: operations finished, those that needed a retry, and terminal failures."""
-    start = int(now // 60) * 60 - (CHART_MINUTES - 1) * 60
-    minutes = [start + 60 * i for i in range(CHART_MINUTES)]
-    series = {name: [0] * CHART_MINUTES for name in ("succeeded", "retried", "dead")}
-    for name, ops in (("succeeded", succeeded), ("dead", dead)):
-        for op in ops:
-            at = op.get("finished_at") or op.get("updated_at") or 0
-            index = int((at - start) // 60)
-            if 0 <= index < CHART_MINUTES:
-                series[name][index] += 1
-                if name == "succeeded" and int(op.get("attempt") or 0) > 1:
-                    series["retried"][index] += 1
+def _charts(minutes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The overview's series (per minute: succeeded, dead, attempts, retries) and their totals over the window."""
+    series = {name: [int(m[name]) for m in minutes] for name in ("succeeded", "dead", "attempts", "retries")}
     totals: dict[str, float | None] = {name: sum(values) for name, values in series.items()}
-    ok, retried, failed = (sum(series[name]) for name in ("succeeded", "retried", "dead"))
+    ok, failed, attempts, retries = (sum(series[name]) for name in ("succeeded", "dead", "attempts", "retries"))
     totals["success_rate"] = round(100 * ok / (ok + failed), 1) if ok + failed else None
-    totals["retry_rate"] = round(100 * retried / ok, 1) if ok else None
-    return {"minutes": minutes, **series, "totals": totals}
+    totals["retry_rate"] = round(100 * retries / attempts, 1) if attempts else None
+    return {"minutes": [int(m["minute"]) for m in minutes], **series, "totals": totals}
 
 
 def _here(request: Request) -> str:

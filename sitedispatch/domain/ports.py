@@ -23,6 +23,7 @@ from sitedispatch.domain.model import (
     SiteConnection,
     Status,
 )
+from sitedispatch.domain.paging import Page
 from sitedispatch.domain.webhooks import Attempt, AttemptResult, Endpoint, WebhookDelivery, WebhookMessage
 
 
@@ -283,6 +284,20 @@ class OperationStore(Protocol):
         """Newest first: a site's by creation, a status's by last update, all by creation. A site's and a status's
         are index reads, eventually consistent on AWS: whatever the core does on what one shows is re-checked by a
         conditional write on the row itself."""
+
+    def page(
+        self,
+        *,
+        site_id: str | None = None,
+        status: Status | None = None,
+        accept: Callable[[Operation], bool] = lambda op: True,
+        cursor: str | None = None,
+        limit: int = 100,
+        reads: int = 1000,
+    ) -> Page[Operation]:
+        """Up to `limit` operations `accept` takes, reading at most `reads` rows from `cursor` on: a site's newest
+        first by creation (the by-site index), a status's newest first by last update (by-status), all of them in
+        the table's order (a scan). A page may be short with a cursor: the next read goes on from there."""
 
 
 class SiteStore(Protocol):

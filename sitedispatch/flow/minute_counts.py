@@ -68,12 +68,27 @@ class MinuteCounts:
         minute = minute_of(now)
         return Tally(bucket_id(name, minute, self.rng.randrange(self.shards)), minute, count, amount)
 
-    def totals(self, name: str, now: float, minutes: int) -> tuple[int, int]:
-        """(count, amount) over the current minute and the `minutes - 1` before it."""
-        assert 0 < minutes <= KEEP_MINUTES and minutes * self.shards <= READ_KEYS
+    def series(self, names: Sequence[str], now: float, minutes: int) -> dict[str, dict[int, tuple[int, int]]]:
+        """Per name, per minute of the last `minutes` (the current one included): (count, amount), 0 where none;
+        read READ_KEYS keys a round trip."""
+        assert 0 < minutes <= KEEP_MINUTES
         current = minute_of(now)
         window = range(current - minutes + 1, current + 1)
-        ids = {(m, shard): bucket_id(name, m, shard) for m in window for shard in range(self.shards)}
-        found = self.buckets.read(list(ids.values()))
-        inside = [b for (m, _), key in ids.items() if (b := found.get(key)) is not None and b.minute == m]
-        return sum(b.count for b in inside), sum(b.amount for b in inside)
+        keys = {bucket_id(n, m, shard): (n, m) for n in names for m in window for shard in range(self.shards)}
+        ids = list(keys)
+        found: dict[str, Bucket] = {}
+        for start in range(0, len(ids), READ_KEYS):
+            found.update(self.buckets.read(ids[start : start + READ_KEYS]))
+        out = {n: dict.fromkeys(window, (0, 0)) for n in names}
+        for key, (n, m) in keys.items():
+            bucket = found.get(key)
+            if bucket is not None and bucket.minute == m:
+                count, amount = out[n][m]
+                out[n][m] = (count + bucket.count, amount + bucket.amount)
+        return out
+
+    def totals(self, name: str, now: float, minutes: int) -> tuple[int, int]:
+        """(count, amount) over the current minute and the `minutes - 1` before it, in one round trip."""
+        assert minutes * self.shards <= READ_KEYS
+        per_minute = self.series((name,), now, minutes)[name].values()
+        return sum(count for count, _ in per_minute), sum(amount for _, amount in per_minute)

@@ -50,6 +50,7 @@ from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.flow.counters import SHARE_SHARDS, share_group
+from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
@@ -79,6 +80,7 @@ class WorkerDeps:
     retry_budget: RetryBudget
     pace: Pace  # each principal's measured pace, recorded at every completion
     drivers: Mapping[str, SiteDriver]
+    outcomes: Outcomes | None = None  # the fleet's successes and deaths per minute (the console's overview)
 
 
 class OperationsWorker:
@@ -289,7 +291,7 @@ class OperationsWorker:
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
-            prepared = prepare_commit(op, site, lease, mutation, now, d.pace)
+            prepared = prepare_commit(op, site, lease, mutation, now, d.pace, d.outcomes)
             d.commits.commit(prepared, now)
             commit, publication = prepared.commit, prepared.publication
         except ContinueLater:
@@ -433,6 +435,8 @@ class OperationsWorker:
         count_towards_pause(self.deps, op, error, driver)
         if not dead_letter(self.deps, op, fence, error, message, self.request_id, exc):
             return self._ack("dead_race_lost", message)
+        if self.deps.outcomes is not None:
+            self.deps.outcomes.dead(self.deps.clock.now())  # a statistic: lost with a crash here, and that is all
         return Result(Outcome.DEAD, error.code)
 
     def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:

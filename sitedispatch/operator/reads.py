@@ -16,9 +16,11 @@ from sitedispatch.domain.model import (
     Site,
     Status,
 )
+from sitedispatch.domain.paging import Page
 from sitedispatch.operator.access import Access, Caller
 
 DLQ_SCAN = 10_000
+PAGE_READS = 250  # rows a page of operations reads at least (a page of `limit` more reads `limit`)
 SITE_SCAN = 10_000  # sites a listing reads before it filters (a scan: past this many, which ones is DynamoDB's choice)
 
 
@@ -94,15 +96,22 @@ class Reads(Access):
         status: Status | None = None,
         where: OperationFilter = OperationFilter(),
         limit: int = 100,
-    ) -> list[Operation]:
-        """Newest first: the caller's own (an operator's or reader's: every principal's), by site and status from
-        the store's indexes, then by `where` over up to DLQ_SCAN of them."""
+        cursor: str | None = None,
+    ) -> Page[Operation]:
+        """A page of the operations the caller may see that match: a site's newest first by creation, a status's
+        newest first by last update, else in the table's order. Each page reads at most `limit` or PAGE_READS rows,
+        whichever is more, so a page may be short while its cursor goes on (a filter the rows do not match much)."""
         if site_id is not None:
             self.site(caller, site_id)
-        scan = limit if caller.sees_all and not where.narrows else DLQ_SCAN
-        found = self.deps.operations.list(site_id=site_id, status=status, limit=scan)
         now = self.deps.clock.now()
-        return [op for op in found if caller.may_see(op.principal) and where.matches(op, now)][:limit]
+        return self.deps.operations.page(
+            site_id=site_id,
+            status=status,
+            accept=lambda op: caller.may_see(op.principal) and where.matches(op, now),
+            cursor=cursor,
+            limit=limit,
+            reads=max(limit, PAGE_READS),
+        )
 
     def sites(
         self, caller: Caller, *, search: str | None = None, paused: bool | None = None, limit: int = 100

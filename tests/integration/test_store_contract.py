@@ -15,6 +15,7 @@ from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
     Conflict,
+    InvalidInput,
     LeaseHeld,
     LimitReached,
     NotFound,
@@ -1164,6 +1165,40 @@ def test_history_and_publications_are_newest_first(stores: Stores) -> None:
     assert [c.version for c in stores.commits.history("acme-blog", limit=1)] == [2]
     assert [p.seq for p in stores.publications.list("acme-blog")] == [2]
     assert stores.commits.history("ghost-site") == []
+
+
+def _every_page(stores: Stores, limit: int, reads: int, **read: Any) -> list[list[str]]:
+    pages, cursor = [], None
+    for _ in range(50):
+        page = stores.operations.page(cursor=cursor, limit=limit, reads=reads, **read)
+        pages.append([op.operation_id for op in page.items])
+        cursor = page.cursor
+        if cursor is None:
+            return pages
+    raise AssertionError("the cursor never ended")
+
+
+def test_pages_of_a_listing_hold_every_match_once_in_order_with_bounded_reads(stores: Stores) -> None:
+    ops = stores.operations
+    for n in range(7):
+        site = "acme-blog" if n % 2 == 0 else "other-site"
+        ops.create(replace(new_op(f"op_{n}", site), created_at=NOW + n, updated_at=NOW + n, principal=f"p{n % 3}"))
+    by_site = [p for p in _every_page(stores, limit=2, reads=10, site_id="acme-blog") if p]
+    assert by_site == [["op_6", "op_4"], ["op_2", "op_0"]]
+    by_status = [op for page in _every_page(stores, limit=3, reads=10, status=Status.QUEUED) for op in page]
+    assert by_status == ["op_6", "op_5", "op_4", "op_3", "op_2", "op_1", "op_0"]
+    # a filter applied to the rows read: a page may be short (or empty) while the cursor goes on; no row is missed
+    short = _every_page(stores, limit=10, reads=2, status=Status.QUEUED, accept=lambda op: op.principal == "p0")
+    assert [op for page in short for op in page] == ["op_6", "op_3", "op_0"] and len(short) >= 4
+    everything = [op for page in _every_page(stores, limit=2, reads=3) for op in page]
+    assert sorted(everything) == [f"op_{n}" for n in range(7)] and len(everything) == 7
+    # a cursor belongs to its listing
+    cursor = ops.page(site_id="acme-blog", limit=1).cursor
+    assert cursor is not None
+    with pytest.raises(InvalidInput):
+        ops.page(status=Status.QUEUED, cursor=cursor)
+    with pytest.raises(InvalidInput):
+        ops.page(cursor="not-a-cursor")
 
 
 def test_listing_by_status_is_newest_update_first(stores: Stores) -> None:

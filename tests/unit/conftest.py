@@ -13,6 +13,7 @@ from sitedispatch.drivers.reference.driver import reference_only
 from sitedispatch.drivers.wordpress.credentials import Credentials
 from sitedispatch.drivers.wordpress.driver import WordPressDriver
 from sitedispatch.flow.minute_counts import MinuteCounts
+from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.retry_budget import RetryBudget
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
@@ -65,6 +66,7 @@ class Harness:
                 self.retry_budget(),
                 self.pace(),
                 self.drivers,
+                Outcomes(MinuteCounts(MemoryMinuteBuckets(self.world.db))),
             )
         )
 

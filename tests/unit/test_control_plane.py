@@ -78,7 +78,7 @@ def test_outstanding_limits_and_quotas_apply_per_tenant_and_confinement_stays_by
     from sitedispatch.operator.access import Caller
 
     caller = Caller(CONTROL_PLANE, operator=False)
-    assert {op.tenant for op in controls.operations(caller)} == {"customer-a", "customer-b"}
+    assert {op.tenant for op in controls.operations(caller).items} == {"customer-a", "customer-b"}
 
 
 def test_a_quota_lowered_to_what_is_held_refuses_the_next_submit_whichever_shard_it_tries() -> None:

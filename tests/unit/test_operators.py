@@ -188,7 +188,7 @@ def test_a_principal_sees_and_acts_only_on_its_own_sites(harness: Harness) -> No
     with pytest.raises(Forbidden):
         controls.audit_entries(TENANT_B, 0, actor="tenant-a")
     assert {e.actor for e in controls.audit_entries(TENANT_B, 0)} <= {"tenant-b"}
-    assert controls.dead_letters(TENANT_B) == [] and controls.operations(TENANT_B) == []
+    assert controls.dead_letters(TENANT_B) == [] and controls.operations(TENANT_B).items == []
     assert controls.redrive(TENANT_B, where=DeadLetterFilter()).selected == []  # --all sees only its own: none
 
     assert [op.operation_id for op in controls.dead_letters(TENANT_A)] == [mine]
@@ -230,7 +230,7 @@ def test_a_reader_sees_what_an_operator_sees_and_may_do_nothing(harness: Harness
     assert controls.operation(READER, mine).operation_id == mine
     assert controls.site(READER, "a-site").principal == "tenant-a"
     assert [op.operation_id for op in controls.dead_letters(READER)] == [mine]
-    assert {op.principal for op in controls.operations(READER)} == {"tenant-a"}
+    assert {op.principal for op in controls.operations(READER).items} == {"tenant-a"}
     assert [s.site_id for s in controls.sites(READER)] == ["a-site"] == [s.site_id for s in controls.sites(OPERATOR)]
     assert controls.sites(TENANT_B) == []
     assert controls.visible_principal(READER) is None
@@ -266,14 +266,33 @@ def test_operations_filter_by_kind_tenant_error_code_and_age(harness: Harness) -
 
     dead = poisoned_import(harness, "a-site")
     controls = harness.controls()
-    every = controls.operations(OPERATOR)
+    every = controls.operations(OPERATOR).items
     assert {op.kind for op in every} == {Kind.PROVISION, Kind.IMPORT}
-    assert [op.operation_id for op in controls.operations(OPERATOR, where=OperationFilter(kind="import"))] == [dead]
+    imports = controls.operations(OPERATOR, where=OperationFilter(kind="import")).items
+    assert [op.operation_id for op in imports] == [dead]
     by_code = OperationFilter(error_code="wxr_malformed")
-    assert [op.operation_id for op in controls.operations(OPERATOR, where=by_code)] == [dead]
-    assert controls.operations(OPERATOR, where=OperationFilter(tenant="shop-9")) == []
-    assert controls.operations(OPERATOR, where=OperationFilter(principal="tenant-b")) == []
-    assert len(controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600))) == len(every)
+    assert [op.operation_id for op in controls.operations(OPERATOR, where=by_code).items] == [dead]
+    assert controls.operations(OPERATOR, where=OperationFilter(tenant="shop-9")).items == []
+    assert controls.operations(OPERATOR, where=OperationFilter(principal="tenant-b")).items == []
+    assert len(controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600)).items) == len(every)
     harness.world.clock.advance(7200)
-    assert controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600)) == []
-    assert controls.operations(TENANT_B, where=OperationFilter(kind="import")) == []
+    assert controls.operations(OPERATOR, where=OperationFilter(newer_than_s=3600)).items == []
+    assert controls.operations(TENANT_B, where=OperationFilter(kind="import")).items == []
+
+
+def test_the_fleets_outcomes_per_minute_count_successes_deaths_attempts_and_retries(harness: Harness) -> None:
+    from sitedispatch.flow.minute_counts import MinuteCounts
+    from sitedispatch.flow.outcomes import Outcomes
+    from tests.fakes import MemoryMinuteBuckets
+
+    harness.provisioned("a-site")
+    poisoned_import(harness, "b-site")
+    outcomes = Outcomes(MinuteCounts(MemoryMinuteBuckets(harness.world.db)))
+    now = harness.world.clock.now()
+    minutes = outcomes.last(now, 60)
+    assert len(minutes) == 60 and minutes[-1].minute == int(now // 60) * 60
+    assert sum(m.succeeded for m in minutes) == 2  # the two provisions (the commit's tally)
+    assert sum(m.dead for m in minutes) == 1 and sum(m.attempts for m in minutes) == 3
+    assert sum(m.retries for m in minutes) == 0
+    harness.world.clock.advance(3600)
+    assert sum(m.succeeded + m.dead + m.attempts for m in outcomes.last(harness.world.clock.now(), 60)) == 0

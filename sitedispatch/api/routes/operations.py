@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from typing import Annotated
+from urllib.parse import urlencode
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from pydantic import Field
 
-from sitedispatch.api.errors import ERRORS, SUBMIT_RESPONSES
+from sitedispatch.api.errors import ERRORS, LISTED, SUBMIT_RESPONSES
 from sitedispatch.api.models import (
     NUMBER,
     PRINCIPAL,
@@ -25,10 +26,11 @@ from sitedispatch.api.models import (
     SubmitRequest,
     SubmittedOperation,
 )
-from sitedispatch.api.request import caller, dependencies
+from sitedispatch.api.request import caller, dependencies, query
 from sitedispatch.api.routes.dead_letters import redrive_one
 from sitedispatch.domain.errors import error_document, http_status
 from sitedispatch.domain.model import Kind, Operation, Status
+from sitedispatch.domain.paging import MAX_CURSOR_CHARS
 from sitedispatch.operations.standing import standing_of
 from sitedispatch.operations.submission import Submitted
 from sitedispatch.operator.reads import OperationFilter
@@ -91,7 +93,11 @@ def submit_batch(body: BatchRequest) -> BatchAnswer:
     )
 
 
-@router.get("/operations", responses=ERRORS, summary="List operations, newest first (a principal's own)")
+@router.get(
+    "/operations",
+    responses=LISTED,
+    summary="A page of operations (a principal's own): a site's or a status's newest first, else in table order",
+)
 def list_operations(
     site_id: Annotated[str | None, Query(pattern=SITE_ID)] = None,
     status: Annotated[Status | None, Query()] = None,
@@ -102,10 +108,22 @@ def list_operations(
     newer_than_s: Annotated[
         float | None, Field(ge=0), Query(description="created at most this long ago"), NUMBER
     ] = None,
+    cursor: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS, description="the next page's (its Link header)")
+    ] = None,
     limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 50,
-) -> list[Operation]:
+) -> Response[list[Operation]]:
     where = OperationFilter(kind and kind.value, principal, tenant, error_code, newer_than_s)
-    return dependencies().controls().operations(caller(), site_id=site_id, status=status, where=where, limit=limit)
+    page = (
+        dependencies()
+        .controls()
+        .operations(caller(), site_id=site_id, status=status, where=where, limit=limit, cursor=cursor)
+    )
+    headers = {}
+    if page.cursor is not None:
+        following = {**query(), "cursor": page.cursor}
+        headers["Link"] = f'</operations?{urlencode(following)}>; rel="next"'
+    return Response(200, content_types.APPLICATION_JSON, page.items, headers=headers)
 
 
 @router.get(

@@ -20,10 +20,11 @@
         series: [
           {},
           { label: "succeeded", stroke: "#116329", width: 2 },
-          { label: "after a retry", stroke: "#7d4e00", width: 2 },
-          { label: "dead", stroke: "#a40e26", width: 2 }
+          { label: "dead", stroke: "#a40e26", width: 2 },
+          { label: "attempts", stroke: "#0550ae", width: 1 },
+          { label: "retries", stroke: "#7d4e00", width: 1 }
         ]
-      }, [data.minutes, data.succeeded, data.retried, data.dead], target));
+      }, [data.minutes, data.succeeded, data.dead, data.attempts, data.retries], target));
     });
   }
 
