@@ -17,6 +17,7 @@ from sitedispatch.domain.errors import InvalidInput
 
 T = TypeVar("T")
 MAX_CURSOR_CHARS = 2048
+CURSOR = r"^[A-Za-z0-9_-]+$"  # base64url without padding
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from sitedispatch.api.request import caller, dependencies, query
 from sitedispatch.api.routes.dead_letters import redrive_one
 from sitedispatch.domain.errors import error_document, http_status
 from sitedispatch.domain.model import Kind, Operation, Status
-from sitedispatch.domain.paging import MAX_CURSOR_CHARS
+from sitedispatch.domain.paging import CURSOR, MAX_CURSOR_CHARS
 from sitedispatch.operations.standing import standing_of
 from sitedispatch.operations.submission import Submitted
 from sitedispatch.operator.reads import OperationFilter
@@ -109,7 +109,13 @@ def list_operations(
         float | None, Field(ge=0), Query(description="created at most this long ago"), NUMBER
     ] = None,
     cursor: Annotated[
-        str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS, description="the next page's (its Link header)")
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CURSOR_CHARS,
+            pattern=CURSOR,
+            description="the next page's, from the Link header of the page before (opaque)",
+        ),
     ] = None,
     limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 50,
 ) -> Response[list[Operation]]:
