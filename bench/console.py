@@ -38,6 +38,7 @@ PAGES = (
     "/sites/site-0007",
     "/operations",
     "/operations?status=dead",
+    "/operations?site_id=site-0007",
     "/operations?principal=control-plane&tenant=customer-1",
     "/operations?error_code=timeout",
     "/dead-letters",

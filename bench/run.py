@@ -24,6 +24,7 @@ from sitedispatch.publication.live import receipt_key
 
 from . import (
     coldstart,
+    console,
     control_plane,
     emulators,
     fairness,
@@ -281,6 +282,7 @@ def main() -> None:
     )
     (RESULTS / "sweeps.json").write_text(json.dumps({**meta, "quiet_fleet": sweeps.measure()}, indent=2))
     (RESULTS / "control-plane.json").write_text(json.dumps({**meta, **control_plane.measure()}, indent=2))
+    (RESULTS / "console.json").write_text(json.dumps({**meta, **console.measure()}, indent=2))
     cold = coldstart.measure(dict(os.environ))
     (RESULTS / "coldstart.json").write_text(json.dumps({**meta, **cold, "asset": asset_size()}, indent=2))
     with tempfile.TemporaryDirectory() as tmp:

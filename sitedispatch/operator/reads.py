@@ -165,8 +165,13 @@ class Reads(Access):
     ) -> list[Operation]:
         """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
         now = self.deps.clock.now()
-        dead = self.deps.operations.list(site_id=where.site_id, status=Status.DEAD, limit=DLQ_SCAN)
-        return [op for op in dead if caller.may_see(op.principal) and where.matches(op, now)][:limit]
+        return self.deps.operations.page(
+            site_id=where.site_id,
+            status=Status.DEAD,
+            accept=lambda op: caller.may_see(op.principal) and where.matches(op, now),
+            limit=limit,
+            reads=DLQ_SCAN,
+        ).items
 
     def evidence(self, caller: Caller, operation_id: str) -> dict[str, Any]:
         op = self.operation(caller, operation_id)
