@@ -361,3 +361,68 @@ def test_the_console_command_with_nothing_running_says_what_to_do_in_one_line(
         code, out = run_cli(runner, "console")
     assert code == 1 and "sitedispatch local up" in out and "Traceback" not in out
     assert out.startswith("error (not_configured): ") and out.count("error (") == 1  # one message (rich wraps it)
+
+
+def test_a_page_updates_without_a_reload(context: Any, seeded: dict[str, Any]) -> None:
+    operator: ApiClient = seeded["operator"]
+    with running_console(operator, caller="operator") as server:
+        page = open_console(context, server)
+        page.goto(f"{server.gate.origin}/sites/acme-shop")
+        assert page.locator('[data-field="paused"]').inner_text().strip() == "no"
+        page.evaluate("window.__sameDocument = true")  # gone if the page were loaded again
+        operator.call("POST", "/sites/acme-shop/pause", body={"reason": "noticed live"})
+        from playwright.sync_api import expect
+
+        expect(page.locator('[data-field="paused"]')).to_contain_text("noticed live", timeout=10_000)
+        assert page.evaluate("window.__sameDocument") is True
+
+
+def test_bulk_cancel_by_filter_shows_the_count_first_then_cancels_each_audited(
+    context: Any, seeded: dict[str, Any]
+) -> None:
+    operator: ApiClient = seeded["operator"]
+    tenant = as_(seeded["api"], "tenant-b")
+    operator.call("POST", "/sites/beta-news/pause", body={"reason": "hold the queue"})
+    for n in range(3):
+        tenant.call("POST", "/operations", body={"kind": "publish", "site_id": "beta-news", "params": {}})
+    unfinished = [
+        op
+        for op in operator.every("/operations", {"site_id": "beta-news"}, limit=100)
+        if op["status"] not in ("succeeded", "dead", "cancelled", "superseded")
+    ]
+    assert len(unfinished) == 3
+    with running_console(operator, caller="operator") as server:
+        page = open_console(context, server)
+        page.goto(f"{server.gate.origin}/operations?site_id=beta-news")
+        page.click("text=Cancel every unfinished one matching")
+        assert number(page, '[data-count="selected"]') == len(unfinished)
+        page.fill("input[name=reason]", "wrong content pushed")
+        page.click("button.danger")
+        assert "3 of 3 cancelled" in page.locator(".flash.ok").inner_text()
+    statuses = {operator.call("GET", f"/operations/{op['operation_id']}")["status"] for op in unfinished}
+    assert statuses == {"cancelled"}
+    audit = operator.call("GET", "/audit", query={"action": "cancel", "since_s": 600})
+    assert len(audit) == 3 and {e["actor"] for e in audit} == {"operator"}
+    assert {e["reason"] for e in audit} == {"wrong content pushed"}
+
+
+def test_the_apis_pages_follow_their_link_header_to_every_operation_once(seeded: dict[str, Any]) -> None:
+    operator: ApiClient = seeded["operator"]
+    reply = operator.request("GET", "/operations", query={"limit": 2})
+    assert reply.status == 200 and len(reply.body) == 2
+    assert reply.headers["Link"].startswith("</operations?limit=2&cursor=") and 'rel="next"' in reply.headers["Link"]
+    seen, cursor, pages = [], None, 0
+    while True:
+        found, cursor = operator.page("/operations", {"limit": 2, "cursor": cursor})
+        seen += [op["operation_id"] for op in found]
+        pages += 1
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(op["operation_id"] for op in operator.every("/operations", limit=100))
+    assert len(seen) == len(set(seen)) == 5 and pages >= 3
+    dead, cursor = operator.page("/operations", {"status": "dead", "limit": 1})
+    assert len(dead) == 1 and cursor is not None
+    refused = operator.request("GET", "/operations", query={"site_id": "acme-blog", "cursor": cursor})
+    assert refused.status == 422 and refused.body["field"] == "cursor"  # a cursor belongs to its listing
+    tenant_b = as_(seeded["api"], "tenant-b")
+    assert {op["principal"] for op in tenant_b.every("/operations", limit=100)} == {"tenant-b"}
