@@ -383,7 +383,7 @@ def test_bulk_cancel_by_filter_shows_the_count_first_then_cancels_each_audited(
     operator: ApiClient = seeded["operator"]
     tenant = as_(seeded["api"], "tenant-b")
     operator.call("POST", "/sites/beta-news/pause", body={"reason": "hold the queue"})
-    for n in range(3):
+    for _ in range(3):
         tenant.call("POST", "/operations", body={"kind": "publish", "site_id": "beta-news", "params": {}})
     unfinished = [
         op
