@@ -24,6 +24,11 @@ PAGE_READS = 250  # rows a page of operations reads at least (a page of `limit` 
 SITE_SCAN = 10_000  # sites a listing reads before it filters (a scan: past this many, which ones is DynamoDB's choice)
 
 
+def error_code_of(op: Operation) -> str | None:
+    """A dead operation's error class (its evidence's), else its last attempt's error code."""
+    return (op.evidence or {}).get("error_code") or (op.error.code if op.error else None)
+
+
 @dataclass(frozen=True)
 class DeadLetterFilter:
     site_id: str | None = None
@@ -33,13 +38,11 @@ class DeadLetterFilter:
     newer_than_s: float | None = None
 
     def matches(self, op: Operation, now: float) -> bool:
-        evidence = op.evidence or {}
         age = now - (op.finished_at or op.updated_at)
-        code = evidence.get("error_code") or (op.error.code if op.error else None)
         return (
             (self.site_id is None or op.site_id == self.site_id)
             and (self.kind is None or op.kind.value == self.kind)
-            and (self.error_code is None or code == self.error_code)
+            and (self.error_code is None or error_code_of(op) == self.error_code)
             and (self.older_than_s is None or age >= self.older_than_s)
             and (self.newer_than_s is None or age <= self.newer_than_s)
         )
@@ -53,17 +56,12 @@ class OperationFilter:
     error_code: str | None = None
     newer_than_s: float | None = None  # created at most this long ago
 
-    @property
-    def narrows(self) -> bool:
-        return any(value is not None for value in vars(self).values())
-
     def matches(self, op: Operation, now: float) -> bool:
-        code = (op.evidence or {}).get("error_code") or (op.error.code if op.error else None)
         return (
             (self.kind is None or op.kind.value == self.kind)
             and (self.principal is None or op.principal == self.principal)
             and (self.tenant is None or op.tenant == self.tenant)
-            and (self.error_code is None or code == self.error_code)
+            and (self.error_code is None or error_code_of(op) == self.error_code)
             and (self.newer_than_s is None or now - op.created_at <= self.newer_than_s)
         )
 
