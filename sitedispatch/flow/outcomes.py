@@ -1,12 +1,12 @@
 """How the fleet fares, per minute of the last hour: attempts and retries (the retry budget's counts), operations
-succeeded (a tally in each commit's transaction) and gone dead (counted as each goes). What the console's overview
+succeeded and gone dead (each a write of its own once the commit, or the dead transition, is done: in the commit's
+transaction, the fleet-wide items would make concurrent commits conflict). What the console's overview
 draws, read in a few BatchGetItems whatever the number of operations. Statistics, not state (minute_counts.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sitedispatch.domain.ports import Tally
 from sitedispatch.flow.minute_counts import KEEP_MINUTES, MinuteCounts
 from sitedispatch.flow.retry_budget import RetryBudget
 
@@ -27,9 +27,8 @@ class Outcomes:
     def __init__(self, counts: MinuteCounts) -> None:
         self.counts = counts
 
-    def succeeded(self, now: float) -> Tally:
-        """The count of one success, for the commit's transaction to write."""
-        return self.counts.tally(SUCCEEDED, now)
+    def succeeded(self, now: float) -> None:
+        self.counts.add(SUCCEEDED, now)
 
     def dead(self, now: float) -> None:
         self.counts.add(DEAD, now)

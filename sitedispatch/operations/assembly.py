@@ -6,7 +6,6 @@ from sitedispatch.domain.events import operation_ended
 from sitedispatch.domain.model import Commit, Lease, Operation, Publication, PublicationStatus, Site, Status, lane_for
 from sitedispatch.domain.ports import PreparedCommit
 from sitedispatch.flow.admission import held_by
-from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.kinds.contract import Mutation
 
@@ -20,11 +19,10 @@ def prepare_commit(
     mutation: Mutation,
     now: float,
     pace: Pace | None = None,
-    outcomes: Outcomes | None = None,
 ) -> PreparedCommit:
     """The commit record (version = head + 1, under our fence), the publication it asks for (its outbox row), the
     operation's result, what the operation holds (as its row says) to release, the site's updated pace and due
-    time, and the completion counted on its fairness key's `pace` and among the fleet's `outcomes`."""
+    time, and the completion counted on its fairness key's `pace`."""
     commit = Commit(
         operation_id=op.operation_id,
         site_id=op.site_id,
@@ -65,9 +63,6 @@ def prepare_commit(
         avg_operation_s=round(average, 3),
         slot=op.running_slot,
         next_due_at=mutation.next_due_at,
-        tallies=(
-            *((pace.tally(lane_for(op.kind), op.principal, op.tenant_key, took, now),) if pace is not None else ()),
-            *((outcomes.succeeded(now),) if outcomes is not None else ()),
-        ),
+        tallies=(pace.tally(lane_for(op.kind), op.principal, op.tenant_key, took, now),) if pace is not None else (),
         event=operation_ended(op, Status.SUCCEEDED, now, revision_id=mutation.revision_id, version=commit.version),
     )

@@ -80,7 +80,7 @@ class WorkerDeps:
     retry_budget: RetryBudget
     pace: Pace  # each principal's measured pace, recorded at every completion
     drivers: Mapping[str, SiteDriver]
-    outcomes: Outcomes | None = None  # the fleet's successes and deaths per minute (the console's overview)
+    outcomes: Outcomes  # the fleet's successes and deaths per minute (the console's overview)
 
 
 class OperationsWorker:
@@ -291,8 +291,9 @@ class OperationsWorker:
             mutation = handler(ctx, payload)
             lease = ctx.lease
             now = d.clock.now()
-            prepared = prepare_commit(op, site, lease, mutation, now, d.pace, d.outcomes)
+            prepared = prepare_commit(op, site, lease, mutation, now, d.pace)
             d.commits.commit(prepared, now)
+            d.outcomes.succeeded(now)  # a write of its own: in the commit, fleet-wide items would be contended
             commit, publication = prepared.commit, prepared.publication
         except ContinueLater:
             # The step's checkpoint is recorded as a continuation: the lease stays ours until it lapses, and the
@@ -435,8 +436,7 @@ class OperationsWorker:
         count_towards_pause(self.deps, op, error, driver)
         if not dead_letter(self.deps, op, fence, error, message, self.request_id, exc):
             return self._ack("dead_race_lost", message)
-        if self.deps.outcomes is not None:
-            self.deps.outcomes.dead(self.deps.clock.now())  # a statistic: lost with a crash here, and that is all
+        self.deps.outcomes.dead(self.deps.clock.now())  # a statistic: lost with a crash here, and that is all
         return Result(Outcome.DEAD, error.code)
 
     def _not_runnable(self, operation_id: str, lease: Lease, message: QueueMessage, visibility: Visibility) -> Result:
