@@ -777,6 +777,26 @@ class MemorySiteStore:
     def list(self, limit: int = 100) -> list[Site]:
         return sorted(self.db.sites.values(), key=lambda s: s.site_id)[:limit]
 
+    def page(
+        self,
+        *,
+        accept: Callable[[Site], bool] = lambda site: True,
+        cursor: str | None = None,
+        limit: int = 100,
+        reads: int = 1000,
+    ) -> Page[Site]:
+        """By id (the fake's table order), from after the cursor's site."""
+        with self.db.lock:
+            ordered = sorted(self.db.sites.values(), key=lambda s: s.site_id)
+        if cursor is not None:
+            after = decode_cursor(cursor, "sites").get("after")
+            if not isinstance(after, str):
+                raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
+            ordered = [site for site in ordered if site.site_id > after]
+        found, last = take(ordered, accept, limit, reads)
+        more = last is not None and last is not ordered[-1]
+        return Page(found, encode_cursor("sites", {"after": last.site_id}) if more and last else None)
+
 
 class MemoryCommitStore:
     def __init__(self, db: MemoryDb) -> None:

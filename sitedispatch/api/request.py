@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from sitedispatch.domain.errors import Forbidden
 from sitedispatch.domain.model import stable_identity
+from sitedispatch.domain.paging import CURSOR, MAX_CURSOR_CHARS, Page
 from sitedispatch.operator.access import READS, Caller
 
 if TYPE_CHECKING:
@@ -68,3 +71,21 @@ def caller() -> Caller:
 def _verified_arn() -> str | None:
     iam = _SERVING.get()[0].current_event.request_context.authorizer.iam
     return (iam.user_arn if iam is not None else None) or None
+
+
+# A listing's cursor parameter, as every paged route declares it.
+CURSOR_QUERY = Query(
+    min_length=1,
+    max_length=MAX_CURSOR_CHARS,
+    pattern=CURSOR,
+    description="the next page's, from the Link header of the page before (opaque)",
+)
+
+
+def paged(page: Page[Any], path: str) -> Response[Any]:
+    """A page as the API answers it: its items, and a Link header naming the next page when one may follow."""
+    headers = {}
+    if page.cursor is not None:
+        following = {**query(), "cursor": page.cursor}
+        headers["Link"] = f'<{path}?{urlencode(following)}>; rel="next"'
+    return Response(200, content_types.APPLICATION_JSON, page.items, headers=headers)

@@ -25,6 +25,7 @@ from sitedispatch.aws.operation_rows import (
     to_operation,
     unsent_record,
 )
+from sitedispatch.aws.paging import PAGE_ROWS, read_page, start_key
 from sitedispatch.aws.sites import new_site, to_site
 from sitedispatch.aws.tables import UNSENT, Models, OperationItem, index_shard, index_shards
 from sitedispatch.aws.writes import (
@@ -34,9 +35,9 @@ from sitedispatch.aws.writes import (
     read_all,
     transaction,
 )
-from sitedispatch.domain.errors import AlreadyExists, InvalidInput, SiteRegistered
+from sitedispatch.domain.errors import AlreadyExists, SiteRegistered
 from sitedispatch.domain.model import Operation, Status
-from sitedispatch.domain.paging import Page, decode_cursor, encode_cursor, take
+from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, UnsentGroup
 
 
@@ -245,7 +246,7 @@ class DynamoOperationStore(AttemptTransitions):
         cursor is the key of the last row read (pynamodb rebuilds it mid-page), so the next read starts after it."""
         M = self.M
         read = "site" if site_id is not None else "status" if status is not None else "scan"
-        start = _start_key(decode_cursor(cursor, read), _KEYS[read]) if cursor is not None else None
+        start = start_key(cursor, read, _KEYS[read])
         size = min(reads, PAGE_ROWS)
         items: Any
         if site_id is not None:  # a status is filtered here, not by DynamoDB: every row read counts
@@ -255,9 +256,7 @@ class DynamoOperationStore(AttemptTransitions):
         else:
             items = M.scan(last_evaluated_key=start, page_size=size)
         wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
-        found, _ = take((to_operation(item) for item in items), wanted, limit, reads)
-        following = items.last_evaluated_key
-        return Page(found, encode_cursor(read, following) if following else None)
+        return read_page(items, to_operation, wanted, limit, reads, read)
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         """Newest first: by creation for a site (the by-site index), by last update for a status (by-status) and for
@@ -280,21 +279,9 @@ class DynamoOperationStore(AttemptTransitions):
         return out
 
 
-PAGE_ROWS = 100  # rows a page's DynamoDB requests read at most each
 # The key attributes of each read's rows (a cursor's position): the table's, and its index's.
 _KEYS = {
     "site": {"operation_id": "S", "site_id": "S", "created_at": "N"},
     "status": {"operation_id": "S", "status": "S", "updated_at": "N"},
     "scan": {"operation_id": "S"},
 }
-
-
-def _start_key(position: dict[str, Any], keys: dict[str, str]) -> dict[str, dict[str, str]]:
-    """A cursor's position as DynamoDB's ExclusiveStartKey: exactly the read's key attributes, each a string of its
-    type (anything else is a cursor this API did not give)."""
-    if set(position) != set(keys) or not all(
-        isinstance(value, dict) and set(value) == {kind} and isinstance(value[kind], str) and len(value[kind]) <= 300
-        for value, kind in ((position[name], keys[name]) for name in keys)
-    ):
-        raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
-    return dict(position)

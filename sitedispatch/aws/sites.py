@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -10,11 +11,13 @@ from typing import Any
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.events import EventOutbox
+from sitedispatch.aws.paging import PAGE_ROWS, read_page, start_key
 from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, read_all, transaction
 from sitedispatch.domain.errors import Conflict, LeaseHeld, NotFound, StaleFence
 from sitedispatch.domain.events import AUTOMATIC, site_paused
 from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
+from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import checked_registration
 
 PAUSE_RACES = 5  # a pause or resume looks again this often when the site's state changed under it
@@ -148,6 +151,20 @@ class DynamoSiteStore:
         until the next minute's sweep, and a stale entry is harmless because wp_cron is idempotent per minute)."""
         M = self.M
         return [to_site(item) for item in M.by_due.query(DUE_PARTITION, M.next_due_at <= now, limit=limit)]
+
+    def page(
+        self,
+        *,
+        accept: Callable[[Site], bool] = lambda site: True,
+        cursor: str | None = None,
+        limit: int = 100,
+        reads: int = 1000,
+    ) -> Page[Site]:
+        """The table's order (a scan), at most `reads` rows read (aws/paging.py)."""
+        items = self.M.scan(
+            last_evaluated_key=start_key(cursor, "sites", {"site_id": "S"}), page_size=min(reads, PAGE_ROWS)
+        )
+        return read_page(items, to_site, accept, limit, reads, "sites")
 
     def list(self, limit: int = 100) -> list[Site]:
         """Up to `limit` sites, by id. A scan reads in hash order, so past `limit` sites which ones are listed is

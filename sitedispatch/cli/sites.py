@@ -62,10 +62,10 @@ def list_sites(
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Your sites (an operator's or reader's: every site), by id."""
+    """Your sites (an operator's or reader's: every site), in the table's order; the API's pages are followed up to
+    --limit."""
     with reported(json):
-        query = {"search": search, "paused": paused, "limit": limit}
-        body = client(as_).call("GET", "/sites", query=query)
+        body = client(as_).every("/sites", {"search": search, "paused": paused}, limit=limit)
         if json:
             emit_json(body)
             return

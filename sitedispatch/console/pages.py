@@ -25,7 +25,7 @@ from sitedispatch.domain.model import Kind, Status
 from sitedispatch.publication.live import receipt_key
 
 LIST_LIMIT = 50  # rows a list page shows at most (one API page: it links the next when there is more)
-SITES = 100  # sites a search shows
+SITES = 50  # sites a page shows at most
 SITE_OPERATIONS = 20  # a site's newest operations on its page
 DEAD_LETTERS = 250  # the newest dead letters the dead-letters page groups (the page says when there are more)
 BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
@@ -135,17 +135,19 @@ class Console:
     # -- sites ----------------------------------------------------------------------------------------------------
 
     def sites(self, request: Request) -> Response:
-        search, paused = request.arg("search"), request.arg("paused")
-        query = {"search": search, "paused": paused, "limit": SITES}
-        sites = self.api.call("GET", "/sites", query=query)
+        search, paused, cursor = request.arg("search"), request.arg("paused"), request.arg("cursor")
+        filters = {k: v for k, v in (("search", search), ("paused", paused)) if v}
+        sites, following = self.api.page("/sites", {**filters, "limit": SITES, "cursor": cursor})
         return self.render(
             request,
             "sites.html",
             sites=sites,
             search=search or "",
             paused=paused or "",
-            limit=LIST_LIMIT,
             now=time.time(),
+            first=cursor is None,
+            filter_query=urlencode(filters),
+            following=f"/sites?{urlencode({**filters, 'cursor': following})}" if following else None,
         )
 
     def site(self, request: Request, site_id: str) -> Response:

@@ -323,6 +323,16 @@ class SiteStore(Protocol):
         """Sites whose live pointer moved at or after `since` (an index: a promotion of a moment ago may be
         missing until the index catches up)."""
 
+    def page(
+        self,
+        *,
+        accept: Callable[[Site], bool] = lambda site: True,
+        cursor: str | None = None,
+        limit: int = 100,
+        reads: int = 1000,
+    ) -> Page[Site]:
+        """Up to `limit` sites `accept` takes, reading at most `reads` rows from `cursor` on, in the table's order."""
+
     def list(self, limit: int = 100) -> list[Site]:
         """Up to `limit` sites, ordered by id."""
 

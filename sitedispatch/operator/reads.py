@@ -20,8 +20,7 @@ from sitedispatch.domain.paging import Page
 from sitedispatch.operator.access import Access, Caller
 
 DLQ_SCAN = 10_000
-PAGE_READS = 250  # rows a page of operations reads at least (a page of `limit` more reads `limit`)
-SITE_SCAN = 10_000  # sites a listing reads before it filters (a scan: past this many, which ones is DynamoDB's choice)
+PAGE_READS = 250  # rows a page of operations or sites reads at least (a page of `limit` more reads `limit`)
 
 
 def error_code_of(op: Operation) -> str | None:
@@ -112,17 +111,26 @@ class Reads(Access):
         )
 
     def sites(
-        self, caller: Caller, *, search: str | None = None, paused: bool | None = None, limit: int = 100
-    ) -> list[Site]:
-        """The sites the caller may see, by id: those whose id contains `search`, paused or not."""
-        found = self.deps.sites.list(limit=SITE_SCAN)
-        return [
-            site
-            for site in found
-            if caller.may_see(site.principal)
-            and (search is None or search in site.site_id)
-            and (paused is None or site.paused == paused)
-        ][:limit]
+        self,
+        caller: Caller,
+        *,
+        search: str | None = None,
+        paused: bool | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Site]:
+        """A page of the sites the caller may see whose id contains `search`, paused or not, in the table's order;
+        each page reads at most `limit` or PAGE_READS rows (a page may be short while its cursor goes on)."""
+        return self.deps.sites.page(
+            accept=lambda site: (
+                caller.may_see(site.principal)
+                and (search is None or search in site.site_id)
+                and (paused is None or site.paused == paused)
+            ),
+            cursor=cursor,
+            limit=limit,
+            reads=max(limit, PAGE_READS),
+        )
 
     def history(self, caller: Caller, site_id: str, limit: int = 50) -> SiteHistory:
         """The site's commits and publications, newest first."""

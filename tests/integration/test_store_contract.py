@@ -1201,6 +1201,23 @@ def test_pages_of_a_listing_hold_every_match_once_in_order_with_bounded_reads(st
         ops.page(cursor="not-a-cursor")
 
 
+def test_pages_of_sites_hold_every_match_once_with_bounded_reads(stores: Stores) -> None:
+    for n in range(5):
+        stores.sites.register(f"page-site-{n}", f"p{n % 2}", NOW)
+    pages, cursor = [], None
+    for _ in range(20):
+        page = stores.sites.page(accept=lambda site: site.principal == "p0", cursor=cursor, limit=5, reads=2)
+        pages.append([site.site_id for site in page.items])
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert sorted(s for p in pages for s in p) == ["page-site-0", "page-site-2", "page-site-4"] and len(pages) >= 3
+    from sitedispatch.domain.paging import encode_cursor
+
+    with pytest.raises(InvalidInput):  # another listing's cursor
+        stores.sites.page(cursor=encode_cursor("scan", {"operation_id": {"S": "op_1"}}))
+
+
 def test_listing_by_status_is_newest_update_first(stores: Stores) -> None:
     """The by-status index sorts by `updated_at` (what the stale-lease and orphan sweeps read), not by creation."""
     ops = stores.operations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from typing import Annotated
-from urllib.parse import urlencode
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -26,11 +25,10 @@ from sitedispatch.api.models import (
     SubmitRequest,
     SubmittedOperation,
 )
-from sitedispatch.api.request import caller, dependencies, query
+from sitedispatch.api.request import CURSOR_QUERY, caller, dependencies, paged
 from sitedispatch.api.routes.dead_letters import redrive_one
 from sitedispatch.domain.errors import error_document, http_status
 from sitedispatch.domain.model import Kind, Operation, Status
-from sitedispatch.domain.paging import CURSOR, MAX_CURSOR_CHARS
 from sitedispatch.operations.standing import standing_of
 from sitedispatch.operations.submission import Submitted
 from sitedispatch.operator.reads import OperationFilter
@@ -108,15 +106,7 @@ def list_operations(
     newer_than_s: Annotated[
         float | None, Field(ge=0), Query(description="created at most this long ago"), NUMBER
     ] = None,
-    cursor: Annotated[
-        str | None,
-        Query(
-            min_length=1,
-            max_length=MAX_CURSOR_CHARS,
-            pattern=CURSOR,
-            description="the next page's, from the Link header of the page before (opaque)",
-        ),
-    ] = None,
+    cursor: Annotated[str | None, CURSOR_QUERY] = None,
     limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 50,
 ) -> Response[list[Operation]]:
     where = OperationFilter(kind and kind.value, principal, tenant, error_code, newer_than_s)
@@ -125,11 +115,7 @@ def list_operations(
         .controls()
         .operations(caller(), site_id=site_id, status=status, where=where, limit=limit, cursor=cursor)
     )
-    headers = {}
-    if page.cursor is not None:
-        following = {**query(), "cursor": page.cursor}
-        headers["Link"] = f'</operations?{urlencode(following)}>; rel="next"'
-    return Response(200, content_types.APPLICATION_JSON, page.items, headers=headers)
+    return paged(page, "/operations")
 
 
 @router.get(

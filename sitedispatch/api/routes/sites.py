@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import Field
 
-from sitedispatch.api.errors import ERRORS
+from sitedispatch.api.errors import ERRORS, LISTED
 from sitedispatch.api.models import NUMBER, ReasonRequest, RegisterSiteRequest
-from sitedispatch.api.request import caller, dependencies
+from sitedispatch.api.request import CURSOR_QUERY, caller, dependencies, paged
 from sitedispatch.domain.model import Site, SiteConnection
 from sitedispatch.operator.reads import LiveRoute, SiteHistory
 
@@ -23,13 +24,15 @@ def register_site(body: RegisterSiteRequest) -> Site:
     return dependencies().submitter().register_site(body.site_id, caller().identity, connection)
 
 
-@router.get("/sites", responses=ERRORS, summary="The caller's sites (an operator's: every site), by id")
+@router.get("/sites", responses=LISTED, summary="A page of the caller's sites (an operator's: every site)")
 def list_sites(
     search: Annotated[str | None, Query(min_length=1, max_length=64, description="only ids containing this")] = None,
     paused: Annotated[bool | None, Query(description="only paused (true) or running (false) sites")] = None,
+    cursor: Annotated[str | None, CURSOR_QUERY] = None,
     limit: Annotated[int, Field(ge=1, le=10_000), Query(), NUMBER] = 100,
-) -> list[Site]:
-    return dependencies().controls().sites(caller(), search=search, paused=paused, limit=limit)
+) -> Response[list[Site]]:
+    page = dependencies().controls().sites(caller(), search=search, paused=paused, limit=limit, cursor=cursor)
+    return paged(page, "/sites")
 
 
 @router.get("/sites/<site_id>", responses=ERRORS, summary="A site: owner, head, lease, fence, pause")
