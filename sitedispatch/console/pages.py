@@ -27,7 +27,7 @@ from sitedispatch.publication.live import receipt_key
 LIST_LIMIT = 50  # rows a list page shows at most (one API page: it links the next when there is more)
 SITES = 50  # sites a page shows at most
 SITE_OPERATIONS = 20  # a site's newest operations on its page
-DEAD_LETTERS = 250  # the newest dead letters the dead-letters page groups (the page says when there are more)
+DEAD_LETTERS = 100  # the newest dead letters the dead-letters page groups (the page says when there are more)
 BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
 CHART_MINUTES = 60
 NOTHING = "\u2013"  # an en dash: no value

@@ -20,7 +20,7 @@ from sitedispatch.domain.paging import Page
 from sitedispatch.operator.access import Access, Caller
 
 DLQ_SCAN = 10_000
-PAGE_READS = 250  # rows a page of operations or sites reads at least (a page of `limit` more reads `limit`)
+PAGE_READS = 150  # rows a page of operations or sites reads at least (a page of `limit` more reads `limit`)
 
 
 def error_code_of(op: Operation) -> str | None:
