@@ -114,19 +114,12 @@ class ApiClient:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """One call; its JSON body, or the core's exception the error body stands for."""
-        reply = self.request(method, path, **kwargs)
-        if reply.status >= 400:
-            body = reply.body if isinstance(reply.body, dict) else {}
-            if "error" not in body and "message" in body:  # API Gateway's own refusals: {"message": "Forbidden"}
-                body = {"error": "", "message": f"API Gateway: {body['message']}"}
-            raise error_from_document(body, reply.status)
-        return reply.body
+        return _answered(self.request(method, path, **kwargs))
 
     def page(self, path: str, query: Mapping[str, Any] | None = None) -> tuple[list[Any], str | None]:
         """One page of a paged listing and the cursor of the next (None: nothing follows), from its Link header."""
         reply = self.request("GET", path, query=query)
-        if reply.status >= 400:
-            self.call("GET", path, query=query)  # raises the error the body stands for
+        _answered(reply)
         link = {k.lower(): v for k, v in reply.headers.items()}.get("link", "")
         found = NEXT_CURSOR.search(link)
         return list(reply.body), (unquote(found.group(1)) if found else None)
@@ -161,6 +154,16 @@ class ApiClient:
             if response.status >= 300:
                 raise Unreachable(f"S3 refused the upload ({response.status}): {response.data[:300]!r}")
         return dict(grant["import_params"])
+
+
+def _answered(reply: Reply) -> Any:
+    """A reply's JSON body, or the core's exception its error body stands for."""
+    if reply.status >= 400:
+        body = reply.body if isinstance(reply.body, dict) else {}
+        if "error" not in body and "message" in body:  # API Gateway's own refusals: {"message": "Forbidden"}
+            body = {"error": "", "message": f"API Gateway: {body['message']}"}
+        raise error_from_document(body, reply.status)
+    return reply.body
 
 
 def typed(cls: type[T], value: Any) -> T:

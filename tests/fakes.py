@@ -13,7 +13,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
@@ -100,6 +100,8 @@ from sitedispatch.domain.webhooks import (
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
+
+T = TypeVar("T")
 
 
 class FakeClock:
@@ -672,16 +674,30 @@ class MemoryOperationStore:
         rows = [
             op for op in rows if (read != "site" or op.site_id == site_id) and (read != "status" or op.status == status)
         ]
-        ordered = sorted(rows, key=order)
-        if cursor is not None:
-            position = decode_cursor(cursor, read).get("after")
-            if not isinstance(position, list) or len(position) != 2:
-                raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
-            ordered = [op for op in ordered if order(op) > tuple(position)]
         wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
-        found, last = take(ordered, wanted, limit, reads)
-        more = last is not None and last is not ordered[-1]
-        return Page(found, encode_cursor(read, {"after": list(order(last))}) if more and last else None)
+        return page_in_order(rows, order, read, wanted, cursor, limit, reads)
+
+
+def page_in_order(
+    rows: Sequence[T],
+    order: Callable[[T], tuple[Any, ...]],
+    read: str,
+    accept: Callable[[T], bool],
+    cursor: str | None,
+    limit: int,
+    reads: int,
+) -> Page[T]:
+    """A page of `rows` in `order` from after the cursor's position (the last row read's sort key), as a DynamoDB
+    read goes on from its ExclusiveStartKey whether or not that row is still there."""
+    ordered = sorted(rows, key=order)
+    if cursor is not None:
+        position = decode_cursor(cursor, read).get("after")
+        if not isinstance(position, list) or len(position) != 2:
+            raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
+        ordered = [row for row in ordered if order(row) > tuple(position)]
+    found, last = take(ordered, accept, limit, reads)
+    more = last is not None and last is not ordered[-1]
+    return Page(found, encode_cursor(read, {"after": list(order(last))}) if more and last is not None else None)
 
 
 class MemorySiteStore:
@@ -787,15 +803,8 @@ class MemorySiteStore:
     ) -> Page[Site]:
         """By id (the fake's table order), from after the cursor's site."""
         with self.db.lock:
-            ordered = sorted(self.db.sites.values(), key=lambda s: s.site_id)
-        if cursor is not None:
-            after = decode_cursor(cursor, "sites").get("after")
-            if not isinstance(after, str):
-                raise InvalidInput("cursor: not one this listing gave (start again without it)", field="cursor")
-            ordered = [site for site in ordered if site.site_id > after]
-        found, last = take(ordered, accept, limit, reads)
-        more = last is not None and last is not ordered[-1]
-        return Page(found, encode_cursor("sites", {"after": last.site_id}) if more and last else None)
+            rows = list(self.db.sites.values())
+        return page_in_order(rows, lambda site: ("", site.site_id), "sites", accept, cursor, limit, reads)
 
 
 class MemoryCommitStore:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import escape
 
 from sitedispatch.client import ApiClient
 from sitedispatch.console.server import PREVIEW_CSP, Request, Response
@@ -173,7 +174,7 @@ class Console:
             live = self.api.call("GET", f"/sites/{site_id}/live", query={"route": request.arg("route") or "/"})
             body = str(live["content"]).encode()
         except NotFound as exc:
-            body = f"<p>{_escape(str(exc))}</p>".encode()
+            body = f"<p>{escape(str(exc))}</p>".encode()
         return Response(HTTPStatus.OK, body, headers={"Content-Security-Policy": PREVIEW_CSP})
 
     def pause(self, request: Request, site_id: str, action: str) -> Response:
@@ -444,10 +445,6 @@ def _here(request: Request) -> str:
     return request.path + (f"?{urlencode(request.query)}" if request.query else "")
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _age(at: float | None, now: float | None = None) -> str:
     if at is None:
         return NOTHING
@@ -471,9 +468,3 @@ def _when(at: float | None) -> str:
     if at is None:
         return NOTHING
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at))) + "Z"
-
-
-def link(path: str, **query: Any) -> str:
-    """A console URL with its filters (None and empty ones left out)."""
-    kept = {k: v for k, v in query.items() if v not in (None, "")}
-    return quote(path) + (f"?{urlencode(kept)}" if kept else "")
