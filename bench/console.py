@@ -13,15 +13,18 @@ import json
 import os
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 import urllib3
 
+from sitedispatch.aws.tables import HELD, index_shard
 from sitedispatch.client import ApiClient
 from sitedispatch.console import running_console
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.model import ErrorInfo, Kind, Operation, Status
 from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.admission import limits_for, recount, running_group_for, share_group_for
 from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
 
 from .stamp import RESULTS, meta
@@ -72,12 +75,32 @@ def _operation(n: int, now: float) -> Operation:
     )
 
 
+def holding(op: Operation, settings: Settings) -> Operation:
+    """An unfinished operation holding what admission and a start would have given it (each group's home shard)."""
+    if op.status.terminal:
+        return op
+    holds = tuple(limit.group.home_slot(limit.placed_by).counter for limit in limits_for(settings, op))
+    share = share_group_for(settings, op).home_slot(op.operation_id).counter
+    running = (
+        running_group_for(settings, op).home_slot(op.operation_id).counter if op.status == Status.RUNNING else None
+    )
+    return replace(op, holds=holds, share=share, running_slot=running)
+
+
 def seed(deps: Dependencies) -> None:
+    """The operations, and the flow counters their rows say they hold (as admission would have moved them)."""
     now = time.time()
     store: Any = deps.operations
+    ops = [holding(_operation(n, now), deps.settings) for n in range(OPERATIONS)]
     with store.M.batch_write() as batch:
-        for n in range(OPERATIONS):
-            batch.save(store._item(_operation(n, now)))
+        for op in ops:
+            batch.save(store._item(op))
+    owners = {f"site-{n:04d}": PRINCIPALS[n % len(PRINCIPALS)] for n in range(SITES)}
+    C = store.flow.C
+    with C.batch_write() as batch:
+        for counter, value in recount(op for op in ops if not op.status.terminal).items():
+            site = counter.removeprefix("site#")
+            batch.save(C(counter, value=value, held=index_shard(HELD, counter), owner=owners.get(site), changed_at=now))
     for n in range(SITES):
         deps.sites.register(f"site-{n:04d}", PRINCIPALS[n % len(PRINCIPALS)], now)
 

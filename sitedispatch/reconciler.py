@@ -334,7 +334,7 @@ class Reconciler:
         quiet_since = started - self.policy.counter_quiet_s
         # Only counters moved since a recount last found them at zero and quiet can have drifted (by-held); those
         # found so again leave the index, so a quiet fleet's recount reads nothing.
-        observed = {k: v for k, v in d.operations.held_counters().items() if is_flow_counter(k)}
+        observed = {k: r.value for k, r in d.operations.held_counters().items() if is_flow_counter(k)}
         if outstanding is None:
             outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
         expected = recount(outstanding)

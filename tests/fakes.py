@@ -11,7 +11,7 @@ import hashlib
 import io
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, TypeVar
 
@@ -43,6 +43,7 @@ from sitedispatch.domain.model import (
     AuditEntry,
     Commit,
     ErrorInfo,
+    Kind,
     Lease,
     Operation,
     Publication,
@@ -340,7 +341,12 @@ class MemoryOperationStore:
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         with self.db.lock:
             return {
-                c: CounterReading(self.db.counters.get(c, 0), self.db.counter_maximum.get(c), self.db.waiting.get(c, 0))
+                c: CounterReading(
+                    self.db.counters.get(c, 0),
+                    self.db.counter_maximum.get(c),
+                    self.db.waiting.get(c, 0),
+                    self.db.counter_owner.get(c),
+                )
                 for c in counter_ids
                 if c in self.db.counters or c in self.db.counter_maximum or c in self.db.waiting
             }
@@ -361,9 +367,10 @@ class MemoryOperationStore:
             (self.db.held.discard if value == 0 else self.db.held.add)(counter_id)
             return True
 
-    def held_counters(self) -> dict[str, int]:
+    def held_counters(self) -> dict[str, CounterReading]:
         with self.db.lock:
-            return {counter: self.db.counters.get(counter, 0) for counter in self.db.held}
+            readings = self.read_counters(sorted(self.db.held))
+            return {counter: readings.get(counter, CounterReading(0)) for counter in sorted(self.db.held)}
 
     def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
         with self.db.lock:
@@ -677,6 +684,19 @@ class MemoryOperationStore:
         wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
         return page_in_order(rows, order, read, wanted, cursor, limit, reads)
 
+    def oldest(self, status: Status, groups: Mapping[str, Collection[Kind]], reads: int = 500) -> dict[str, Operation]:
+        with self.db.lock:
+            rows = sorted(
+                (op for op in self.db.indexed().values() if op.status == status),
+                key=lambda op: (op.updated_at, op.operation_id),
+            )
+        found: dict[str, Operation] = {}
+        for op in rows[:reads]:
+            for group, kinds in groups.items():
+                if op.kind in kinds:
+                    found.setdefault(group, op)
+        return found
+
 
 def page_in_order(
     rows: Sequence[T],
@@ -706,6 +726,10 @@ class MemorySiteStore:
 
     def get(self, site_id: str) -> Site | None:
         return self.db.sites.get(site_id)
+
+    def get_many(self, site_ids: Sequence[str]) -> dict[str, Site]:
+        with self.db.lock:
+            return {site_id: self.db.sites[site_id] for site_id in site_ids if site_id in self.db.sites}
 
     def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         with self.db.lock:

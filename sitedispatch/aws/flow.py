@@ -143,6 +143,7 @@ class FlowCounters:
                 int(item.value or 0),
                 None if item.maximum is None else int(item.maximum),
                 int(item.waiting or 0),
+                item.owner,
             )
             for item in read_all(self.C, list(dict.fromkeys(counter_ids)))
         }
@@ -150,9 +151,8 @@ class FlowCounters:
     def scan(self, prefix: str = "") -> dict[str, int]:
         return {item.counter_id: int(item.value or 0) for item in self.C.scan() if item.counter_id.startswith(prefix)}
 
-    def held(self) -> dict[str, int]:
-        ids = [item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)]
-        return {item.counter_id: int(item.value or 0) for item in read_all(self.C, ids)}
+    def held(self) -> dict[str, CounterReading]:
+        return self.read([item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)])
 
     def repair(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         C = self.C

@@ -7,7 +7,7 @@ Every guard is a condition expression evaluated by DynamoDB; a failed one is map
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -36,7 +36,7 @@ from sitedispatch.aws.writes import (
     transaction,
 )
 from sitedispatch.domain.errors import AlreadyExists, SiteRegistered
-from sitedispatch.domain.model import Operation, Status
+from sitedispatch.domain.model import Kind, Operation, Status
 from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, UnsentGroup
 
@@ -193,7 +193,7 @@ class DynamoOperationStore(AttemptTransitions):
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         return self.flow.read(counter_ids)
 
-    def held_counters(self) -> dict[str, int]:
+    def held_counters(self) -> dict[str, CounterReading]:
         return self.flow.held()
 
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
@@ -257,6 +257,26 @@ class DynamoOperationStore(AttemptTransitions):
             items = M.scan(last_evaluated_key=start, page_size=size)
         wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
         return read_page(items, to_operation, wanted, limit, reads, read)
+
+    def oldest(self, status: Status, groups: Mapping[str, Collection[Kind]], reads: int = 500) -> dict[str, Operation]:
+        M = self.M
+        group_of = {kind: group for group, kinds in groups.items() for kind in kinds}
+        found: dict[str, Operation] = {}
+        if not group_of:
+            return found
+        rows = M.by_status.query(
+            status.value,
+            scan_index_forward=True,
+            filter_condition=M.kind.is_in(*sorted(kind.value for kind in group_of)),
+            page_size=PAGE_ROWS,
+        ).page_iter  # page by page: the read stops once every group has its oldest, or at `reads` rows
+        for page in rows:
+            for raw in page.get("Items", ()):
+                op = to_operation(M.from_raw_data(raw))
+                found.setdefault(group_of[op.kind], op)
+            if len(found) == len(groups) or rows.total_scanned_count >= reads:
+                break
+        return found
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         """Newest first: by creation for a site (the by-site index), by last update for a status (by-status) and for

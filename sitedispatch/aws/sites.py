@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -87,6 +87,9 @@ class DynamoSiteStore:
     def get(self, site_id: str) -> Site | None:
         item = get_item(self.M, site_id)
         return None if item is None else to_site(item)
+
+    def get_many(self, site_ids: Sequence[str]) -> dict[str, Site]:
+        return {item.site_id: to_site(item) for item in read_all(self.M, list(dict.fromkeys(site_ids)))}
 
     def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         M = self.M

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -12,6 +12,7 @@ from sitedispatch.domain.model import (
     AuditEntry,
     Commit,
     ErrorInfo,
+    Kind,
     Lease,
     Operation,
     Publication,
@@ -106,12 +107,13 @@ class UnsentGroup:
 
 @dataclass(frozen=True)
 class CounterReading:
-    """A counter as read: its value, the maximum an operator's quota keeps on it (None: the deployment's), and how
-    many operations wait counted on it (a share's shard)."""
+    """A counter as read: its value, the maximum an operator's quota keeps on it (None: the deployment's), how
+    many operations wait counted on it (a share's shard), and the principal owning the site (a site's counter)."""
 
     value: int
     maximum: int | None = None
     waiting: int = 0
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,10 @@ class OperationStore(Protocol):
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         """The counters named (absent ones as zero), consistently, in one round trip per 100."""
 
-    def held_counters(self) -> dict[str, int]:
-        """Every counter moved up since a recount last found it at zero and quiet, with its value: what a recount
-        compares (a counter nobody moved cannot have drifted). Grows with recent traffic, not with the fleet."""
+    def held_counters(self) -> dict[str, CounterReading]:
+        """Every counter moved up since a recount last found it at zero and quiet, as read (consistently): what a
+        recount compares (a counter nobody moved cannot have drifted) and what the fleet's status sums, since
+        every counter above zero is among them. Grows with recent traffic, not with the fleet."""
 
     def repair_counter(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         """Set a drifted counter to `value`, only if it still holds `observed` and has not moved since
@@ -299,9 +302,17 @@ class OperationStore(Protocol):
         first by creation (the by-site index), a status's newest first by last update (by-status), all of them in
         the table's order (a scan). A page may be short with a cursor: the next read goes on from there."""
 
+    def oldest(self, status: Status, groups: Mapping[str, Collection[Kind]], reads: int = 500) -> dict[str, Operation]:
+        """Per group of kinds (a lane's), its operation longest in `status` (by its last update: when it entered the
+        status), reading the status's rows from the oldest until each group has one or about `reads` rows were
+        read (DynamoDB filters the kinds: only matches are returned). A group none was found for is absent."""
+
 
 class SiteStore(Protocol):
     def get(self, site_id: str) -> Site | None: ...
+
+    def get_many(self, site_ids: Sequence[str]) -> dict[str, Site]:
+        """The sites named that exist, consistently, in one round trip per 100."""
 
     def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         """Create the site owned by `principal` if absent (with `connection`, default the reference driver);

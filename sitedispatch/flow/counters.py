@@ -128,6 +128,23 @@ def quota_key(principal: str, tenant: str | None = None) -> str:
     return key(QUOTA, principal) if tenant is None or tenant == principal else key(QUOTA, principal, tenant)
 
 
+# What a flow counter's id names besides its group and shard: global#k, principal#P#k, tenant#P#T#k,
+# running#LANE#P#T#k, queued#LANE#P#T#k (all sharded) and site#SITE (one counter).
+NAMED_PARTS = {GLOBAL: 0, PRINCIPAL: 1, TENANT: 2, RUNNING: 3, SHARE: 3}
+
+
+def named_by(counter_id: str) -> tuple[str, tuple[str, ...]] | None:
+    """A flow counter's group name and what it names (a principal, a tenant, a lane, a site), its shard dropped;
+    None for any other counter."""
+    name, *parts = counter_id.split(SEPARATOR)
+    if name == SITE:
+        return (name, tuple(parts)) if len(parts) == 1 else None
+    size = NAMED_PARTS.get(name)
+    if size is None or len(parts) != size + 1 or not parts[-1].isdigit():
+        return None
+    return name, tuple(parts[:-1])
+
+
 def is_flow_counter(counter_id: str) -> bool:
     """Whether a counter is one an operation holds (what the recount compares)."""
     return counter_id.startswith(tuple(key(name, "") for name in (GLOBAL, PRINCIPAL, TENANT, SITE, RUNNING, SHARE)))

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sitedispatch.domain.model import Operation, Status, lane_for
-from sitedispatch.domain.ports import OperationStore, SiteStore
-from sitedispatch.domain.resources import QUEUES
+from sitedispatch.domain.model import Kind, Status, lane_for
+from sitedispatch.domain.ports import CounterReading, OperationStore, SiteStore
+from sitedispatch.domain.resources import QUEUES, operation_lanes
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import estimated_wait_s
+from sitedispatch.flow.counters import PRINCIPAL, RUNNING, SHARE, SITE, named_by
 from sitedispatch.flow.estimates import principal_operation_s
 from sitedispatch.flow.pace import Pace
 
@@ -56,18 +57,60 @@ class StatusReport:
 
 
 SITES_SHOWN = 20
+OLDEST_READS = 500  # rows of a status read from its oldest to find a lane's oldest operation
 
 
-def _oldest_by_lane(stamped: Iterable[tuple[float, Operation]]) -> dict[str, float]:
-    oldest: dict[str, float] = {}
-    for at, op in stamped:
-        lane = lane_for(op.kind)
-        oldest[lane] = min(at, oldest.get(lane, at))
-    return oldest
+@dataclass
+class FlowCounts:
+    """What the flow counters hold (flow/counters.py), their shards summed: the backlog without reading one
+    operation. Each unfinished operation holds one place of its principal's (and tenant's) outstanding count and
+    of its site's; in its lane, a place of its fairness key's share while it is in the queue or running (a
+    `waiting` count on the share while it waits for one), and a running slot while it runs."""
 
+    outstanding: Counter[str] = field(default_factory=Counter)  # principal -> its unfinished operations
+    sites: Counter[str] = field(default_factory=Counter)  # site -> its unfinished operations
+    owners: dict[str, str] = field(default_factory=dict)  # site -> the principal owning it
+    placed: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (lane, principal, tenant) -> in its queue
+    waiting: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # ... -> waiting for its share
+    running: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # ... -> running
 
-def _count(attributes: dict[str, str], name: str) -> int:
-    return int(attributes.get(name, "0"))
+    @classmethod
+    def read(cls, readings: dict[str, CounterReading], principal: str | None = None) -> FlowCounts:
+        """The counts of the counters read, a principal's only when one is given."""
+        counts = cls()
+        for counter_id, reading in readings.items():
+            named = named_by(counter_id)
+            if named is None or named[0] not in (SITE, PRINCIPAL, RUNNING, SHARE):
+                continue  # the global and tenant counts: the principal's and the shares' say it per key
+            name, parts = named
+            if name == SITE:
+                if principal is None or reading.owner == principal:
+                    counts.sites[parts[0]] += reading.value
+                    counts.owners[parts[0]] = reading.owner or ""
+            elif principal is not None and parts[-2 if name in (RUNNING, SHARE) else 0] != principal:
+                continue
+            elif name == PRINCIPAL:
+                counts.outstanding[parts[0]] += reading.value
+            elif name in (RUNNING, SHARE):
+                lane, owner, tenant = parts
+                (counts.running if name == RUNNING else counts.placed)[lane, owner, tenant] += reading.value
+                counts.waiting[lane, owner, tenant] += reading.waiting
+        return counts
+
+    def in_lane(self, counts: Counter[tuple[str, str, str]], lane: str) -> int:
+        return sum(value for (at, _, _), value in counts.items() if at == lane)
+
+    def by_status(self) -> dict[str, int]:
+        running = sum(self.running.values())
+        return {
+            Status.ACCEPTED.value: sum(self.waiting.values()),
+            Status.QUEUED.value: max(sum(self.placed.values()) - running, 0),
+            Status.RUNNING.value: running,
+        }
+
+    def backlog(self) -> Counter[tuple[str, str, str]]:
+        """Unfinished operations per lane and fairness key (running ones included)."""
+        return +(self.placed + self.waiting)
 
 
 def collect_status(
@@ -79,71 +122,87 @@ def collect_status(
     now: float,
     principal: str | None = None,
 ) -> StatusReport:
-    """One GetQueueAttributes per queue and DLQ, plus the operation index by status. Given a `principal`, the rows
-    that name principals and sites are that principal's only (the queue rows are the deployment's: counts and ages
-    that name no tenant).
+    """One GetQueueAttributes per queue and DLQ, the flow counters (the by-held index and one BatchGetItem per 100
+    counters), the busiest sites (one BatchGetItem), and the oldest waiting and oldest dead operation of each lane
+    holding some (an ascending read of each status, stopped when each lane has its oldest). No unfinished
+    operation is read, so the report costs the same with 10 or 100,000 of them. Given a `principal`, the rows that
+    name principals and sites are that principal's only (the queue rows are the deployment's: counts and ages that
+    name no tenant).
 
     SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
-    age is its oldest waiting operation's queue time and each DLQ's is its oldest dead operation's, read from the
-    operations table; the publications queue has no per-message record, so its age is left to CloudWatch.
+    age is how long its oldest waiting operation has been waiting (since it was accepted, or last queued) and each
+    DLQ's, while it holds messages, is its oldest dead operation's, read from the operations table; the
+    publications queue has no per-message record, so its age is left to CloudWatch.
     """
-    waiting = [
-        op
-        for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
-        for op in operations.list(status=status, limit=10_000)
-    ]
-    dead = operations.list(status=Status.DEAD, limit=10_000)
-    queues = _queue_rows(sqs, settings, waiting, dead, now)
-    shown = waiting if principal is None else [op for op in waiting if op.principal == principal]
-    backlog_by_status = {
-        status.value: sum(op.status == status for op in shown)
-        for status in (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
-    }
-    by_principal = Counter(op.principal for op in shown)
+    readings = operations.held_counters()
+    fleet = FlowCounts.read(readings)
+    shown = fleet if principal is None else FlowCounts.read(readings, principal)
     return StatusReport(
-        queues,
-        backlog_by_status,
-        dict(sorted(by_principal.items())),
+        _queue_rows(sqs, settings, operations, fleet, now),
+        shown.by_status(),
+        dict(sorted((+shown.outstanding).items())),
         _site_delays(shown, sites, settings),
         _principal_delays(shown, pace, settings, now),
     )
 
 
+def _lane_kinds(lanes: Iterable[str]) -> dict[str, set[Kind]]:
+    return {lane: {kind for kind in Kind if lane_for(kind) == lane} for lane in lanes}
+
+
+def _oldest_ages(operations: OperationStore, statuses: dict[Status, list[str]], now: float) -> dict[str, float]:
+    """Per lane, how long its oldest operation has been in one of the statuses (each status read once, for the
+    lanes listed with it: those whose counts say it holds some)."""
+    ages: dict[str, float] = {}
+    for status, lanes in statuses.items():
+        for lane, op in operations.oldest(status, _lane_kinds(lanes), OLDEST_READS).items() if lanes else ():
+            ages[lane] = max(ages.get(lane, 0.0), now - (op.finished_at or op.updated_at))
+    return ages
+
+
 def _queue_rows(
-    sqs: Any, settings: Settings, waiting: list[Operation], dead: list[Operation], now: float
+    sqs: Any, settings: Settings, operations: OperationStore, fleet: FlowCounts, now: float
 ) -> list[QueueStatus]:
-    oldest_waiting = _oldest_by_lane(
-        (op.queued_at or op.created_at, op) for op in waiting if op.status != Status.RUNNING
-    )
-    oldest_dead = _oldest_by_lane((op.finished_at or op.updated_at, op) for op in dead)
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    queues = []
+    depths = {}
     for role, spec in QUEUES.items():
         attrs = sqs.get_queue_attributes(QueueUrl=getattr(settings, spec.url_field), AttributeNames=names)["Attributes"]
         dlq = sqs.get_queue_attributes(
             QueueUrl=getattr(settings, spec.dlq_url_field), AttributeNames=["ApproximateNumberOfMessages"]
         )["Attributes"]
-        queues.append(
-            QueueStatus(
-                role,
-                _count(attrs, names[0]),
-                _count(attrs, names[1]),
-                _count(dlq, "ApproximateNumberOfMessages"),
-                (now - oldest_waiting[role]) if role in oldest_waiting else None,
-                (now - oldest_dead[role]) if role in oldest_dead else None,
-            )
-        )
-    return queues
+        depths[role] = (_count(attrs, names[0]), _count(attrs, names[1]), _count(dlq, names[0]))
+    lanes = operation_lanes()
+    waiting = _oldest_ages(
+        operations,
+        {
+            Status.QUEUED: [
+                lane for lane in lanes if fleet.in_lane(fleet.placed, lane) > fleet.in_lane(fleet.running, lane)
+            ],
+            Status.ACCEPTED: [lane for lane in lanes if fleet.in_lane(fleet.waiting, lane) > 0],
+        },
+        now,
+    )
+    dead = _oldest_ages(operations, {Status.DEAD: [lane for lane in lanes if depths[lane][2] > 0]}, now)
+    return [
+        QueueStatus(role, visible, in_flight, dlq_depth, waiting.get(role), dead.get(role))
+        for role, (visible, in_flight, dlq_depth) in depths.items()
+    ]
+
+
+def _count(attributes: dict[str, str], name: str) -> int:
+    return int(attributes.get(name, "0"))
 
 
 def _busiest(counts: Counter[Any]) -> list[tuple[Any, int]]:
-    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
+    return sorted((+counts).items(), key=lambda item: (-item[1], item[0]))[:SITES_SHOWN]
 
 
-def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings) -> list[SiteDelay]:
+def _site_delays(counts: FlowCounts, sites: SiteStore, settings: Settings) -> list[SiteDelay]:
     delays = []
-    for site_id, backlog in _busiest(Counter(op.site_id for op in waiting)):
-        site = sites.get(site_id)  # one read: its measured pace and whether it is paused
+    busiest = _busiest(counts.sites)
+    known = sites.get_many([site_id for site_id, _ in busiest])  # their measured pace and whether they are paused
+    for site_id, backlog in busiest:
+        site = known.get(site_id)
         site_s = site.avg_operation_s if site is not None and site.avg_operation_s else settings.default_operation_s
         if site is not None and site.paused:
             reason = f"paused: {site.pause_reason or 'no reason given'}"
@@ -153,10 +212,9 @@ def _site_delays(waiting: list[Operation], sites: SiteStore, settings: Settings)
     return delays
 
 
-def _principal_delays(waiting: list[Operation], pace: Pace, settings: Settings, now: float) -> list[PrincipalDelay]:
+def _principal_delays(counts: FlowCounts, pace: Pace, settings: Settings, now: float) -> list[PrincipalDelay]:
     delays = []
-    keys = Counter((op.principal, op.tenant_key, lane_for(op.kind)) for op in waiting)
-    for (principal, tenant, lane), backlog in _busiest(keys):
+    for (lane, principal, tenant), backlog in _busiest(counts.backlog()):
         completed, pace_s = principal_operation_s(pace, lane, principal, tenant, now, settings.default_operation_s)
         delays.append(
             PrincipalDelay(

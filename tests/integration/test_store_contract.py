@@ -937,19 +937,23 @@ def test_repair_counter_needs_the_observed_value_and_quiet(stores: Stores) -> No
 
 def test_the_recount_sees_the_counters_moved_since_it_found_them_zero_and_quiet(stores: Stores) -> None:
     ops = stores.operations
-    assert ops.held_counters() == {}
+
+    def held() -> dict[str, int]:
+        return {counter: reading.value for counter, reading in ops.held_counters().items()}
+
+    assert held() == {}
     ops.create(new_op(), [Slot("site#acme-blog", 10), Slot("principal#p#0", 10)])
-    assert ops.held_counters() == {"site#acme-blog": 1, "principal#p#0": 1}
+    assert held() == {"site#acme-blog": 1, "principal#p#0": 1}
     assert not ops.forget_counter("site#acme-blog", NOW + 100)  # not zero: kept
     ops.end(as_read(stores, "op_1"), Status.CANCELLED, NOW + 1, from_statuses=(Status.QUEUED,))
-    assert ops.held_counters() == {"site#acme-blog": 0, "principal#p#0": 0}  # zero, still listed until found quiet
+    assert held() == {"site#acme-blog": 0, "principal#p#0": 0}  # zero, still listed until found quiet
     assert not ops.forget_counter("site#acme-blog", NOW)  # moved after NOW: not quiet yet
     assert ops.forget_counter("site#acme-blog", NOW + 100)
-    assert ops.held_counters() == {"principal#p#0": 0}
+    assert held() == {"principal#p#0": 0}
     assert ops.repair_counter("principal#p#0", 0, 0, NOW + 100, NOW + 200)  # repaired to zero: out of the index
-    assert ops.held_counters() == {}
+    assert held() == {}
     assert ops.repair_counter("site#drifted", 0, 2, NOW + 100, NOW + 200)  # repaired above zero: in it
-    assert ops.held_counters() == {"site#drifted": 2}
+    assert held() == {"site#drifted": 2}
 
 
 def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes(stores: Stores) -> None:
@@ -1216,6 +1220,21 @@ def test_pages_of_sites_hold_every_match_once_with_bounded_reads(stores: Stores)
 
     with pytest.raises(InvalidInput):  # another listing's cursor
         stores.sites.page(cursor=encode_cursor("scan", {"operation_id": {"S": "op_1"}}))
+
+
+def test_the_oldest_of_each_group_of_kinds_in_a_status_is_read_from_the_oldest_row(stores: Stores) -> None:
+    ops = stores.operations
+    kinds = (Kind.PROVISION, Kind.PUBLISH, Kind.PROVISION, Kind.IMPORT, Kind.IMPORT)
+    for n, kind in enumerate(kinds):
+        ops.create(replace(new_op(f"op_{n}"), kind=kind, created_at=NOW + n, updated_at=NOW + 10 - n))
+
+    def oldest(status: Status, **groups: set[Kind]) -> dict[str, str]:
+        return {group: op.operation_id for group, op in ops.oldest(status, groups).items()}
+
+    assert oldest(Status.QUEUED, a={Kind.PROVISION}) == {"a": "op_2"}  # by last update, not by creation
+    assert oldest(Status.QUEUED, a={Kind.PROVISION, Kind.PUBLISH}, b={Kind.IMPORT}) == {"a": "op_2", "b": "op_4"}
+    assert oldest(Status.QUEUED, a={Kind.PUBLISH}, b={Kind.WP_CRON}) == {"a": "op_1"}  # none of b's: absent
+    assert oldest(Status.DEAD, a=set(Kind)) == {} and oldest(Status.QUEUED) == {}
 
 
 def test_listing_by_status_is_newest_update_first(stores: Stores) -> None:

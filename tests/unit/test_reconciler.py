@@ -8,6 +8,7 @@ from typing import Any
 
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.model import Kind, PublicationStatus, Status
+from sitedispatch.domain.ports import CounterReading
 from sitedispatch.drivers.reference.content import parse_gmt
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.publication.live import live_key
@@ -46,7 +47,7 @@ def test_a_counter_that_moves_during_the_recount_is_not_overwritten(harness: Har
     db = harness.world.db
     read_counters = harness.world.operations.held_counters  # what the recount reads: the counters moved lately
 
-    def counters_then_a_submit_lands() -> dict[str, int]:
+    def counters_then_a_submit_lands() -> dict[str, CounterReading]:
         seen = read_counters()
         harness.submit(site="one", kind="publish", params={})  # lands between the read and the recount
         return seen
