@@ -25,7 +25,7 @@ from sitedispatch.aws.operation_rows import (
     to_operation,
     unsent_record,
 )
-from sitedispatch.aws.paging import PAGE_ROWS, read_page, start_key
+from sitedispatch.aws.paging import PAGE_ROWS, read_page, request_rows, start_key
 from sitedispatch.aws.sites import new_site, to_site
 from sitedispatch.aws.tables import UNSENT, Models, OperationItem, index_shard, index_shards
 from sitedispatch.aws.writes import (
@@ -247,7 +247,7 @@ class DynamoOperationStore(AttemptTransitions):
         M = self.M
         read = "site" if site_id is not None else "status" if status is not None else "scan"
         start = start_key(cursor, read, _KEYS[read])
-        size = min(reads, PAGE_ROWS)
+        size = request_rows(limit, reads)
         items: Any
         if site_id is not None:  # a status is filtered here, not by DynamoDB: every row read counts
             items = M.by_site.query(site_id, scan_index_forward=False, last_evaluated_key=start, page_size=size)

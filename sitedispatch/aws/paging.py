@@ -1,5 +1,5 @@
 """A page of a DynamoDB read (domain/paging.py): at most `reads` rows read, in DynamoDB requests of at most
-PAGE_ROWS, stopped at `limit` accepted; the cursor is the key of the last row read (pynamodb rebuilds it when the
+`request_rows`, stopped at `limit` accepted; the cursor is the key of the last row read (pynamodb rebuilds it when the
 read stops mid-page), so the next page's read starts right after it."""
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.paging import Page, decode_cursor, encode_cursor, take
 
 T = TypeVar("T")
-PAGE_ROWS = 100  # rows each DynamoDB request of a page reads at most
+PAGE_ROWS = 100  # rows each DynamoDB request of a page reads at most, for a page of at most this many
+BULK_PAGE_ROWS = 1000  # ... for a page of more (a redrive's selection): one request where ten would do
+
+
+def request_rows(limit: int, reads: int) -> int:
+    """Rows each DynamoDB request reads for a page of `limit` reading at most `reads`: about what the page needs,
+    so a large page is not read in many small requests (each a round trip, and on moto a walk of the table)."""
+    return min(reads, max(PAGE_ROWS, min(limit, BULK_PAGE_ROWS)))
 
 
 def start_key(cursor: str | None, read: str, keys: Mapping[str, str]) -> dict[str, dict[str, str]] | None:

@@ -11,7 +11,7 @@ from typing import Any
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.events import EventOutbox
-from sitedispatch.aws.paging import PAGE_ROWS, read_page, start_key
+from sitedispatch.aws.paging import read_page, request_rows, start_key
 from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index_shard, index_shards
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, read_all, transaction
 from sitedispatch.domain.errors import Conflict, LeaseHeld, NotFound, StaleFence
@@ -165,7 +165,7 @@ class DynamoSiteStore:
     ) -> Page[Site]:
         """The table's order (a scan), at most `reads` rows read (aws/paging.py)."""
         items = self.M.scan(
-            last_evaluated_key=start_key(cursor, "sites", {"site_id": "S"}), page_size=min(reads, PAGE_ROWS)
+            last_evaluated_key=start_key(cursor, "sites", {"site_id": "S"}), page_size=request_rows(limit, reads)
         )
         return read_page(items, to_site, accept, limit, reads, "sites")
 

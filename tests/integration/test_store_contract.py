@@ -1205,6 +1205,15 @@ def test_pages_of_a_listing_hold_every_match_once_in_order_with_bounded_reads(st
         ops.page(cursor="not-a-cursor")
 
 
+def test_sites_are_read_many_at_once_those_that_exist(stores: Stores) -> None:
+    for n in range(3):
+        stores.sites.register(f"many-{n}", "p", NOW)
+    stores.sites.set_paused("many-1", True, "migrating", "ops", NOW)
+    found = stores.sites.get_many(["many-2", "absent", "many-1", "many-2"])
+    assert set(found) == {"many-1", "many-2"} and found["many-1"] == stores.sites.get("many-1")
+    assert found["many-1"].paused and stores.sites.get_many([]) == {}
+
+
 def test_pages_of_sites_hold_every_match_once_with_bounded_reads(stores: Stores) -> None:
     for n in range(5):
         stores.sites.register(f"page-site-{n}", f"p{n % 2}", NOW)
