@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sitedispatch.domain.errors import (
@@ -62,7 +63,9 @@ def reported(as_json: bool) -> Iterator[None]:
         if as_json:
             print(json.dumps(error_document(exc)))
         else:
-            err_console.print(f"[bold red]error[/] ({exc.code}): {exc}")
+            # one line, as long as it is (a path is not broken at the terminal's width), and the message as written
+            # (a `[` in it is not markup)
+            err_console.print(f"[bold red]error[/] ({exc.code}): {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(exit_code_for(exc)) from None
 
 
