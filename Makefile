@@ -86,12 +86,13 @@ demo: $(STAMP)  ## the local runtime, ten sites provisioned at once, compared wi
 # Branch coverage of the core, measured in the pytest processes (the local runtime's child processes are not) and
 # printed; below the floor in pyproject.toml ([tool.coverage.report] fail_under) the run fails.
 COVERAGE := --cov --cov-report=term
-# The in-process tests (unit, integration, infrastructure) on two workers (pytest-xdist), then the acceptance tests
-# one at a time: they start fleets of processes and measure latencies, which two at a time on two cores would skew.
+# The in-process tests (unit, integration, infrastructure) on two workers (pytest-xdist; a file's tests on one
+# worker, in order: the store contract checks at its end that every port method ran), then the acceptance tests one
+# at a time: they start fleets of processes and measure latencies, which two at a time on two cores would skew.
 IN_PROCESS_TESTS := tests/unit tests/integration tests/infrastructure
 
 test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
-	$(PY) -m pytest -q -n 2 --durations=10 -m "not long" --cov --cov-report= --cov-fail-under=0 $(IN_PROCESS_TESTS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 -m "not long" --cov --cov-report= --cov-fail-under=0 $(IN_PROCESS_TESTS)
 	$(PY) -m pytest -q --durations=10 -m "not long" $(COVERAGE) --cov-append tests/acceptance
 
 unit: $(STAMP)

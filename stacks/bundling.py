@@ -17,6 +17,7 @@ immutable, and a zip does not keep the source mtimes a timestamp pyc is checked 
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
 import hashlib
 import os
@@ -208,18 +209,23 @@ def build_bundle(target: Path) -> None:
 
 
 def cached_bundle() -> Path:
+    """The bundle of the current inputs, built once: processes that synthesize at once (the test workers) take a
+    lock around the build, so one builds and the others find its bundle; old bundles go, never one being built."""
     BUNDLES.mkdir(parents=True, exist_ok=True)
     bundle = BUNDLES / inputs_digest()
-    if not bundle.is_dir():
-        scratch = Path(tempfile.mkdtemp(dir=BUNDLES, prefix="building-"))
-        try:
-            build_bundle(scratch)
-            scratch.rename(bundle)  # atomic: a half-built bundle is never used
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        for old in BUNDLES.iterdir():  # keep the newest few
-            if old.name != bundle.name and old.is_dir() and len(list(BUNDLES.iterdir())) > 4:
-                shutil.rmtree(old, ignore_errors=True)
+    with (BUNDLES / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not bundle.is_dir():
+            scratch = Path(tempfile.mkdtemp(dir=BUNDLES, prefix="building-"))
+            try:
+                build_bundle(scratch)
+                scratch.rename(bundle)  # atomic: a half-built bundle is never used
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            kept = sorted((old for old in BUNDLES.iterdir() if old.is_dir()), key=lambda old: old.stat().st_mtime)
+            for old in kept[:-4]:  # keep the newest few
+                if old.name != bundle.name:
+                    shutil.rmtree(old, ignore_errors=True)
     return bundle
 
 
