@@ -684,6 +684,17 @@ class MemoryOperationStore:
         wanted = (lambda op: op.status == status and accept(op)) if status is not None else accept
         return page_in_order(rows, order, read, wanted, cursor, limit, reads)
 
+    def dead_ids_of_class(self, code: str, reads: int = 10_000) -> Sequence[str]:
+        with self.db.lock:
+            indexed = [op for op in self.db.indexed().values() if op.status == Status.DEAD and op.error_code == code]
+        return [op.operation_id for op in sorted(indexed, key=lambda op: (op.updated_at, op.operation_id))[:reads]]
+
+    def dead_of_class(self, code: str, reads: int = 10_000) -> Sequence[Operation]:
+        with self.db.lock:
+            indexed = [op for op in self.db.indexed().values() if op.status == Status.DEAD and op.error_code == code]
+            rows = [self.db.operations[op.operation_id] for op in indexed[:reads]]
+        return [op for op in rows if op.status == Status.DEAD and op.error_code == code]
+
     def oldest(self, status: Status, groups: Mapping[str, Collection[Kind]], reads: int = 500) -> dict[str, Operation]:
         with self.db.lock:
             rows = sorted(

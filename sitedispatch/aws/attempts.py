@@ -22,7 +22,7 @@ from sitedispatch.aws.operation_rows import (
     to_operation,
 )
 from sitedispatch.aws.sites import claim_lease_update
-from sitedispatch.aws.tables import CounterItem, OperationItem, SiteItem
+from sitedispatch.aws.tables import CounterItem, OperationItem, SiteItem, dead_class_key
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
@@ -32,7 +32,7 @@ from sitedispatch.aws.writes import (
 )
 from sitedispatch.domain.errors import NotRunnable, StaleFence
 from sitedispatch.domain.events import Event, operation_ended
-from sitedispatch.domain.model import ErrorInfo, Lease, Operation, Site, Status
+from sitedispatch.domain.model import ErrorInfo, Lease, Operation, Site, Status, error_class
 from sitedispatch.domain.ports import Placement, Slot
 from sitedispatch.flow.admission import held_by
 
@@ -190,6 +190,9 @@ class AttemptTransitions:
         actions = [M.status.set(Status.DEAD.value), M.error.set(error_dict(error))]
         if evidence is not None:
             actions.append(M.evidence.set(evidence))
+        code = error_class(error, evidence)
+        if code:
+            actions.append(M.dead_class.set(dead_class_key(code)))
         key = (evidence or {}).get("key")
         event = operation_ended(op, Status.DEAD, now, error=error, evidence_key=key if isinstance(key, str) else None)
         self._end(op, actions, condition, now, event)
@@ -262,6 +265,7 @@ class AttemptTransitions:
             M.updated_at.set(now),
             M.error.remove(),
             M.evidence.remove(),
+            M.dead_class.remove(),
             M.finished_at.remove(),
             M.not_before.remove(),
             M.queued_at.remove(),

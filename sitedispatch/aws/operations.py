@@ -27,7 +27,7 @@ from sitedispatch.aws.operation_rows import (
 )
 from sitedispatch.aws.paging import PAGE_ROWS, read_page, request_rows, start_key
 from sitedispatch.aws.sites import new_site, to_site
-from sitedispatch.aws.tables import UNSENT, Models, OperationItem, index_shard, index_shards
+from sitedispatch.aws.tables import UNSENT, Models, OperationItem, dead_class_key, index_shard, index_shards
 from sitedispatch.aws.writes import (
     TransactionFailed,
     conditionally,
@@ -277,6 +277,15 @@ class DynamoOperationStore(AttemptTransitions):
             if len(found) == len(groups) or rows.total_scanned_count >= reads:
                 break
         return found
+
+    def dead_ids_of_class(self, code: str, reads: int = 10_000) -> Sequence[str]:
+        return [item.operation_id for item in self.M.by_dead_class.query(dead_class_key(code), limit=reads)]
+
+    def dead_of_class(self, code: str, reads: int = 10_000) -> Sequence[Operation]:
+        M = self.M
+        ids = [item.operation_id for item in M.by_dead_class.query(dead_class_key(code), limit=reads)]
+        rows = (to_operation(item) for item in read_all(M, ids))
+        return [op for op in rows if op.status == Status.DEAD and op.error_code == code]
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:
         """Newest first: by creation for a site (the by-site index), by last update for a status (by-status) and for

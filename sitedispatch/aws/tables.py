@@ -6,6 +6,7 @@ bound at import. The local runtime creates tables from these models and the CDK 
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -86,6 +87,25 @@ class OperationsByWaiting(GlobalSecondaryIndex):
     created_at = NumberAttribute(range_key=True)
 
 
+class OperationsByDeadClass(GlobalSecondaryIndex):
+    """Dead operations by error class (`Operation.error_code`), for a redrive or a listing of one class: it reads
+    that class's rows, not every dead one. Sparse (the dead transition sets `dead_class`, a revive removes it) and
+    keys only: the rows are then read from the table, consistently, so a row revived since is seen as it is."""
+
+    Meta = _index_meta("by-dead-class", keys_only=True)
+    dead_class = UnicodeAttribute(hash_key=True)
+    updated_at = NumberAttribute(range_key=True)
+
+
+DEAD_CLASS_CHARS = 200  # an error code up to this long is its own key; a longer one is keyed by its digest
+
+
+def dead_class_key(code: str) -> str:
+    """The class's index key, one per code: `=CODE`, or `#` and the sha256 of a longer code (the two forms cannot
+    meet, so the index alone tells a class's operations)."""
+    return f"={code}" if len(code) <= DEAD_CLASS_CHARS else f"#{hashlib.sha256(code.encode()).hexdigest()}"
+
+
 class OperationItem(Model):
     operation_id = UnicodeAttribute(hash_key=True)
     site_id = UnicodeAttribute()
@@ -119,9 +139,11 @@ class OperationItem(Model):
     share = UnicodeAttribute(null=True)  # the share's shard it holds a place of
     checkpoint = JSONAttribute(null=True)  # a long import's last completed step (Operation.checkpoint)
     continuing = BooleanAttribute(null=True)  # its next delivery continues the attempt (Operation.continuing)
+    dead_class = UnicodeAttribute(null=True)  # while dead: its error class (by-dead-class's key)
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
     by_waiting = OperationsByWaiting()
+    by_dead_class = OperationsByDeadClass()
 
 
 class SitesByDue(GlobalSecondaryIndex):

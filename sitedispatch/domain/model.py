@@ -103,6 +103,11 @@ class ErrorInfo:
     retryable: bool
 
 
+def error_class(error: ErrorInfo | None, evidence: dict[str, Any] | None) -> str | None:
+    """What a dead operation is grouped and redriven by: its evidence's error code, else its error's."""
+    return (evidence or {}).get("error_code") or (error.code if error else None)
+
+
 @dataclass(frozen=True)
 class Operation:
     operation_id: str
@@ -157,6 +162,11 @@ class Operation:
     def continues(self) -> bool:
         """Its next delivery continues the running attempt rather than starting one."""
         return self.continuing and self.status == Status.RUNNING and self.fence is not None
+
+    @property
+    def error_code(self) -> str | None:
+        """Its error class: a dead operation's evidence's, else its last attempt's error code."""
+        return error_class(self.error, self.evidence)
 
     @property
     def dedup_id(self) -> str:

@@ -307,6 +307,14 @@ class OperationStore(Protocol):
         status), reading the status's rows from the oldest until each group has one or about `reads` rows were
         read (DynamoDB filters the kinds: only matches are returned). A group none was found for is absent."""
 
+    def dead_ids_of_class(self, code: str, reads: int = 10_000) -> Sequence[str]:
+        """The ids of the dead operations of class `code` as its index has them (eventually consistent on AWS: one
+        revived in the last second may still be listed), oldest death first, without reading a row."""
+
+    def dead_of_class(self, code: str, reads: int = 10_000) -> Sequence[Operation]:
+        """The dead operations whose error class is `code` (at most `reads`), as they are now: found by their own
+        index (not by reading every dead operation), then read consistently; one revived since is left out."""
+
 
 class SiteStore(Protocol):
     def get(self, site_id: str) -> Site | None: ...

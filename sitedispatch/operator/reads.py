@@ -23,11 +23,6 @@ DLQ_SCAN = 10_000
 PAGE_READS = 150  # rows a page of operations or sites reads at least (a page of `limit` more reads `limit`)
 
 
-def error_code_of(op: Operation) -> str | None:
-    """A dead operation's error class (its evidence's), else its last attempt's error code."""
-    return (op.evidence or {}).get("error_code") or (op.error.code if op.error else None)
-
-
 @dataclass(frozen=True)
 class DeadLetterFilter:
     site_id: str | None = None
@@ -36,12 +31,18 @@ class DeadLetterFilter:
     older_than_s: float | None = None
     newer_than_s: float | None = None
 
+    @property
+    def class_only(self) -> str | None:
+        """The error class, when it is all this filter selects by."""
+        others = (self.site_id, self.kind, self.older_than_s, self.newer_than_s)
+        return self.error_code if all(value is None for value in others) else None
+
     def matches(self, op: Operation, now: float) -> bool:
         age = now - (op.finished_at or op.updated_at)
         return (
             (self.site_id is None or op.site_id == self.site_id)
             and (self.kind is None or op.kind.value == self.kind)
-            and (self.error_code is None or error_code_of(op) == self.error_code)
+            and (self.error_code is None or op.error_code == self.error_code)
             and (self.older_than_s is None or age >= self.older_than_s)
             and (self.newer_than_s is None or age <= self.newer_than_s)
         )
@@ -60,7 +61,7 @@ class OperationFilter:
             (self.kind is None or op.kind.value == self.kind)
             and (self.principal is None or op.principal == self.principal)
             and (self.tenant is None or op.tenant == self.tenant)
-            and (self.error_code is None or error_code_of(op) == self.error_code)
+            and (self.error_code is None or op.error_code == self.error_code)
             and (self.newer_than_s is None or now - op.created_at <= self.newer_than_s)
         )
 
@@ -171,12 +172,15 @@ class Reads(Access):
     ) -> list[Operation]:
         """Dead operations (the DynamoDB record is the index of the DLQ), newest first, filtered."""
         now = self.deps.clock.now()
+
+        def accept(op: Operation) -> bool:
+            return caller.may_see(op.principal) and where.matches(op, now)
+
+        if where.error_code is not None and where.site_id is None:  # a class: its own index, not every dead one
+            of_class = [op for op in self.deps.operations.dead_of_class(where.error_code, DLQ_SCAN) if accept(op)]
+            return sorted(of_class, key=lambda op: (-op.updated_at, op.operation_id))[:limit]
         return self.deps.operations.page(
-            site_id=where.site_id,
-            status=Status.DEAD,
-            accept=lambda op: caller.may_see(op.principal) and where.matches(op, now),
-            limit=limit,
-            reads=DLQ_SCAN,
+            site_id=where.site_id, status=Status.DEAD, accept=accept, limit=limit, reads=DLQ_SCAN
         ).items
 
     def evidence(self, caller: Caller, operation_id: str) -> dict[str, Any]:

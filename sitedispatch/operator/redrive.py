@@ -55,12 +55,13 @@ class Redrives(Reads):
         operation already redriven is skipped (it is no longer dead at the epoch that was selected), so running
         the same redrive twice redrives once. Superseded or cancelled operations are refused with the reason."""
         report = RedriveReport(dry_run=dry_run)
-        if operation_id is not None:
-            targets = [self._act(caller, action, operation_id, reason)]
-        else:
-            targets = sorted(
-                self.dead_letters(caller, where or DeadLetterFilter(), limit=DLQ_SCAN), key=lambda op: op.created_at
-            )  # oldest first: a site's work keeps its order
+        code = where.class_only if where is not None and operation_id is None else None
+        if dry_run and code is not None and caller.sees_all:
+            # a class's preview for whoever sees every principal: the class index's ids, no row read (the
+            # redrive itself reads each row, and skips one revived since)
+            report.selected = list(self.deps.operations.dead_ids_of_class(code, DLQ_SCAN))
+            return report
+        targets = self._targets(caller, operation_id, where, action, reason)
         if new_input is not None and len(targets) != 1:
             raise Conflict("--input-file replaces the input of one operation: name it with --operation")
         revived: dict[str, int] = {}
@@ -109,6 +110,17 @@ class Redrives(Reads):
             )
         obs.count(obs.Metric.OperationsRedriven, len(report.redriven))
         return report
+
+    def _targets(
+        self, caller: Caller, operation_id: str | None, where: DeadLetterFilter | None, action: str, reason: str
+    ) -> list[Operation]:
+        """The operation named (authorized for the action), or the dead ones matching `where`, oldest first: a
+        site's work keeps its order."""
+        if operation_id is not None:
+            return [self._act(caller, action, operation_id, reason)]
+        return sorted(
+            self.dead_letters(caller, where or DeadLetterFilter(), limit=DLQ_SCAN), key=lambda op: op.created_at
+        )
 
     def replay(
         self, caller: Caller, operation_id: str, new_input: tuple[str, str] | None = None, reason: str = ""

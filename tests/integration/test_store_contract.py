@@ -424,6 +424,27 @@ def test_a_revived_operation_holds_its_new_places_or_waits(stores: Stores) -> No
     assert stores.operations.read_delivery("op_1", "site-1", SHARDS).waiting == 1
 
 
+def test_dead_operations_are_found_by_their_class_until_revived(stores: Stores) -> None:
+    timeout = ErrorInfo("PermanentError", "timeout", "slow", False)
+    for n in range(4):
+        stores.operations.create(new_op(f"op_{n}", f"site-{n}"))
+    stores.operations.mark_dead(as_read(stores, "op_0"), None, timeout, NOW)
+    stores.operations.mark_dead(as_read(stores, "op_1"), None, ERR, NOW, {"error_code": "timeout", "key": "e"})
+    stores.operations.mark_dead(as_read(stores, "op_2"), None, ERR, NOW)  # its error's code: "transient"
+    long_code = "x" * 300  # longer than the index keeps: still matched whole
+    stores.operations.mark_dead(as_read(stores, "op_3"), None, replace(ERR, code=long_code), NOW)
+
+    def of_class(code: str) -> list[str]:
+        return sorted(op.operation_id for op in stores.operations.dead_of_class(code))
+
+    assert of_class("timeout") == ["op_0", "op_1"] and of_class("transient") == ["op_2"]
+    assert of_class(long_code) == ["op_3"] and of_class("x" * 200) == [] and of_class("absent") == []
+    ids = stores.operations.dead_ids_of_class  # the index alone
+    assert sorted(ids("timeout")) == ["op_0", "op_1"] and ids(long_code) == ["op_3"] and ids("x" * 200) == []
+    stores.operations.revive(as_read(stores, "op_0"), NOW + 1, [])
+    assert of_class("timeout") == ["op_1"] == list(ids("timeout"))
+
+
 def test_a_group_of_operations_is_created_with_each_counter_moved_once_or_not_at_all(stores: Stores) -> None:
     site, outstanding, shard = "site#acme-blog", "principal#p#1", f"{GROUP}#0"
     stores.operations.create(new_op("op_0"), [Slot(site, 50)], SiteOwner(site, claim=True))
