@@ -32,7 +32,7 @@ from .stamp import RESULTS, meta
 
 OPERATIONS = 10_000
 SITES = 500
-RUNS = 5
+RUNS = 11
 PRINCIPALS = ("control-plane", "agency", "solo")
 CODES = ("wxr_malformed", "site_not_provisioned", "timeout", "driver_refused")
 STATUSES = (Status.SUCCEEDED,) * 6 + (Status.DEAD, Status.QUEUED, Status.CANCELLED, Status.RUNNING)

@@ -367,10 +367,15 @@ class MemoryOperationStore:
             (self.db.held.discard if value == 0 else self.db.held.add)(counter_id)
             return True
 
+    def held_counter_ids(self) -> list[str]:
+        with self.db.lock:
+            return sorted(self.db.held)
+
     def held_counters(self) -> dict[str, CounterReading]:
         with self.db.lock:
-            readings = self.read_counters(sorted(self.db.held))
-            return {counter: readings.get(counter, CounterReading(0)) for counter in sorted(self.db.held)}
+            held = self.held_counter_ids()
+            readings = self.read_counters(held)
+            return {counter: readings.get(counter, CounterReading(0)) for counter in held}
 
     def forget_counter(self, counter_id: str, quiet_since: float) -> bool:
         with self.db.lock:

@@ -151,8 +151,11 @@ class FlowCounters:
     def scan(self, prefix: str = "") -> dict[str, int]:
         return {item.counter_id: int(item.value or 0) for item in self.C.scan() if item.counter_id.startswith(prefix)}
 
+    def held_ids(self) -> list[str]:
+        return [item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)]
+
     def held(self) -> dict[str, CounterReading]:
-        return self.read([item.counter_id for shard in index_shards(HELD) for item in self.C.by_held.query(shard)])
+        return self.read(self.held_ids())
 
     def repair(self, counter_id: str, observed: int, value: int, quiet_since: float, now: float) -> bool:
         C = self.C

@@ -25,7 +25,7 @@ from sitedispatch.aws.operation_rows import (
     to_operation,
     unsent_record,
 )
-from sitedispatch.aws.paging import PAGE_ROWS, read_page, request_rows, start_key
+from sitedispatch.aws.paging import FIRST_ROWS, PAGE_ROWS, read_page, request_rows, start_key
 from sitedispatch.aws.sites import new_site, to_site
 from sitedispatch.aws.tables import UNSENT, Models, OperationItem, dead_class_key, index_shard, index_shards
 from sitedispatch.aws.writes import (
@@ -193,6 +193,9 @@ class DynamoOperationStore(AttemptTransitions):
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         return self.flow.read(counter_ids)
 
+    def held_counter_ids(self) -> list[str]:
+        return self.flow.held_ids()
+
     def held_counters(self) -> dict[str, CounterReading]:
         return self.flow.held()
 
@@ -262,20 +265,27 @@ class DynamoOperationStore(AttemptTransitions):
         M = self.M
         group_of = {kind: group for group, kinds in groups.items() for kind in kinds}
         found: dict[str, Operation] = {}
-        if not group_of:
-            return found
-        rows = M.by_status.query(
-            status.value,
-            scan_index_forward=True,
-            filter_condition=M.kind.is_in(*sorted(kind.value for kind in group_of)),
-            page_size=PAGE_ROWS,
-        ).page_iter  # page by page: the read stops once every group has its oldest, or at `reads` rows
-        for page in rows:
+        condition = M.kind.is_in(*sorted(kind.value for kind in group_of))
+        start, size, scanned = None, FIRST_ROWS, 0
+        while group_of and len(found) < len(groups) and scanned < reads:
+            # one request at a time, each reading ten times the rows of the last: the oldest row usually settles
+            # it, and every row returned is a whole item (on moto ~1 ms each)
+            pages = M.by_status.query(
+                status.value,
+                scan_index_forward=True,
+                filter_condition=condition,
+                page_size=size,
+                last_evaluated_key=start,
+            ).page_iter
+            page = next(pages)
+            scanned += int(page.get("ScannedCount", 0))
             for raw in page.get("Items", ()):
                 op = to_operation(M.from_raw_data(raw))
                 found.setdefault(group_of[op.kind], op)
-            if len(found) == len(groups) or rows.total_scanned_count >= reads:
+            start = pages.last_evaluated_key
+            if start is None:
                 break
+            size = min(size * 10, PAGE_ROWS)
         return found
 
     def dead_ids_of_class(self, code: str, reads: int = 10_000) -> Sequence[str]:

@@ -11,6 +11,7 @@ from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.paging import Page, decode_cursor, encode_cursor, take
 
 T = TypeVar("T")
+FIRST_ROWS = 10  # rows a search for the first match reads first (then ten times more each request)
 PAGE_ROWS = 100  # rows each DynamoDB request of a page reads at most, for a page of at most this many
 BULK_PAGE_ROWS = 1000  # ... for a page of more (a redrive's selection): one request where ten would do
 

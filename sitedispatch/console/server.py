@@ -23,13 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import SiteDispatchError, TooLarge, http_status
+from sitedispatch.http_handler import NoDelayHandler
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "sitedispatch_console"
@@ -159,7 +160,7 @@ class ConsoleServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
-class _ConsoleHandler(BaseHTTPRequestHandler):
+class _ConsoleHandler(NoDelayHandler):
     server: ConsoleServer
     protocol_version = "HTTP/1.1"
 

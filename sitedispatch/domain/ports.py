@@ -179,6 +179,9 @@ class OperationStore(Protocol):
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         """The counters named (absent ones as zero), consistently, in one round trip per 100."""
 
+    def held_counter_ids(self) -> list[str]:
+        """The ids of `held_counters` (the by-held index alone): a reader then reads only those it needs."""
+
     def held_counters(self) -> dict[str, CounterReading]:
         """Every counter moved up since a recount last found it at zero and quiet, as read (consistently): what a
         recount compares (a counter nobody moved cannot have drifted) and what the fleet's status sums, since

@@ -3,6 +3,7 @@ estimated delays read it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sitedispatch.domain.ports import Tally
@@ -39,5 +40,16 @@ class Pace:
         return self.counts.tally(self.name(lane, principal, tenant), now, 1, max(0, round(seconds * 1000)))
 
     def reading(self, lane: str, principal: str, now: float, tenant: str | None = None) -> PaceReading:
-        count, busy_ms = self.counts.totals(self.name(lane, principal, tenant), now, self.window_minutes)
-        return PaceReading(count, round(busy_ms / 1000 / count, 3) if count else None)
+        return self.readings([(lane, principal, tenant or principal)], now)[lane, principal, tenant or principal]
+
+    def readings(self, keys: Sequence[tuple[str, str, str]], now: float) -> dict[tuple[str, str, str], PaceReading]:
+        """The readings of several (lane, principal, tenant) at once: their buckets read together, as many a round
+        trip as fit (the fleet's status reads every fairness key it shows)."""
+        names = {key: self.name(*key) for key in keys}
+        series = self.counts.series(list(dict.fromkeys(names.values())), now, self.window_minutes) if keys else {}
+        readings = {}
+        for key, name in names.items():
+            count = sum(c for c, _ in series[name].values())
+            busy_ms = sum(amount for _, amount in series[name].values())
+            readings[key] = PaceReading(count, round(busy_ms / 1000 / count, 3) if count else None)
+        return readings

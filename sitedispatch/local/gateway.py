@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl, urlsplit
 from sitedispatch.client import IDENTITY_HEADER
 from sitedispatch.domain.errors import Forbidden, SiteDispatchError, TooLarge, error_document, http_status
 from sitedispatch.domain.resources import API_URL_VARIABLE, FUNCTIONS, LOCAL_API_ENVIRONMENTS
+from sitedispatch.http_handler import NoDelayHandler
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs
 LOCAL_ACCOUNT = "123456789012"
@@ -205,13 +206,7 @@ def _gateway_error(refusal: SiteDispatchError) -> dict[str, Any]:
     }
 
 
-class Unbuffered(BaseHTTPRequestHandler):
-    def setup(self) -> None:
-        super().setup()
-        # A reply goes out as two writes (head, then body): with Nagle's algorithm the body would wait for the
-        # client's delayed ACK of the head.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
+class Unbuffered(NoDelayHandler):
     def _reply(self, response: dict[str, Any]) -> None:
         raw = response.get("body") or ""
         payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()

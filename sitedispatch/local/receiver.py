@@ -9,10 +9,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from sitedispatch.http_handler import NoDelayHandler
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class WebhookReceiver:
         """Listen on 127.0.0.1 (`port`, or a free one) until the block ends; yields the URL to register."""
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(NoDelayHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 headers = {k.lower(): v for k, v in self.headers.items()}

@@ -13,7 +13,6 @@ from sitedispatch.domain.resources import QUEUES, operation_lanes
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import estimated_wait_s
 from sitedispatch.flow.counters import PRINCIPAL, RUNNING, SHARE, SITE, named_by
-from sitedispatch.flow.estimates import principal_operation_s
 from sitedispatch.flow.pace import Pace
 
 
@@ -121,20 +120,26 @@ def collect_status(
     pace: Pace,
     now: float,
     principal: str | None = None,
+    sites_shown: bool = True,
 ) -> StatusReport:
     """One GetQueueAttributes per queue and DLQ, the flow counters (the by-held index and one BatchGetItem per 100
-    counters), the busiest sites (one BatchGetItem), and the oldest waiting and oldest dead operation of each lane
-    holding some (an ascending read of each status, stopped when each lane has its oldest). No unfinished
-    operation is read, so the report costs the same with 10 or 100,000 of them. Given a `principal`, the rows that
-    name principals and sites are that principal's only (the queue rows are the deployment's: counts and ages that
-    name no tenant).
+    counters; a site's only with `sites_shown`, the busiest sites then read in one BatchGetItem), and the oldest
+    waiting and oldest dead operation of each lane holding some (an ascending read of each status, stopped when
+    each lane has its oldest). No unfinished operation is read, so the report costs the same with 10 or 100,000 of
+    them (it grows with the principals, tenants and, with `sites_shown`, sites that have work). Given a
+    `principal`, the rows that name principals and sites are that principal's only (the queue rows are the
+    deployment's: counts and ages that name no tenant).
 
     SQS exposes no oldest-message age through its API (only through CloudWatch), so each operations lane's oldest
     age is how long its oldest waiting operation has been waiting (since it was accepted, or last queued) and each
     DLQ's, while it holds messages, is its oldest dead operation's, read from the operations table; the
     publications queue has no per-message record, so its age is left to CloudWatch.
     """
-    readings = operations.held_counters()
+    # the counters the report sums (a site's only when the busiest sites are asked for: one per site with work)
+    summed = {PRINCIPAL, RUNNING, SHARE} | ({SITE} if sites_shown else set())
+    readings = operations.read_counters(
+        [counter for counter in operations.held_counter_ids() if (named_by(counter) or ("",))[0] in summed]
+    )
     fleet = FlowCounts.read(readings)
     shown = fleet if principal is None else FlowCounts.read(readings, principal)
     return StatusReport(
@@ -213,15 +218,18 @@ def _site_delays(counts: FlowCounts, sites: SiteStore, settings: Settings) -> li
 
 
 def _principal_delays(counts: FlowCounts, pace: Pace, settings: Settings, now: float) -> list[PrincipalDelay]:
+    busiest = _busiest(counts.backlog())
+    readings = pace.readings([key for key, _ in busiest], now)  # together: one round trip per five keys
     delays = []
-    for (lane, principal, tenant), backlog in _busiest(counts.backlog()):
-        completed, pace_s = principal_operation_s(pace, lane, principal, tenant, now, settings.default_operation_s)
+    for (lane, principal, tenant), backlog in busiest:
+        reading = readings[lane, principal, tenant]
+        pace_s = reading.mean_s if reading.mean_s is not None else settings.default_operation_s
         delays.append(
             PrincipalDelay(
                 principal,
                 lane,
                 backlog,
-                completed,
+                reading.completions,
                 round(pace_s, 2),
                 estimated_wait_s(backlog, pace_s, settings.max_running_per_principal),
                 "" if tenant == principal else tenant,

@@ -974,7 +974,7 @@ def test_the_recount_sees_the_counters_moved_since_it_found_them_zero_and_quiet(
     assert ops.repair_counter("principal#p#0", 0, 0, NOW + 100, NOW + 200)  # repaired to zero: out of the index
     assert held() == {}
     assert ops.repair_counter("site#drifted", 0, 2, NOW + 100, NOW + 200)  # repaired above zero: in it
-    assert held() == {"site#drifted": 2}
+    assert held() == {"site#drifted": 2} and ops.held_counter_ids() == ["site#drifted"]
 
 
 def test_promoted_sites_and_open_publications_are_listed_by_their_sparse_indexes(stores: Stores) -> None:
@@ -1265,6 +1265,10 @@ def test_the_oldest_of_each_group_of_kinds_in_a_status_is_read_from_the_oldest_r
     assert oldest(Status.QUEUED, a={Kind.PROVISION, Kind.PUBLISH}, b={Kind.IMPORT}) == {"a": "op_2", "b": "op_4"}
     assert oldest(Status.QUEUED, a={Kind.PUBLISH}, b={Kind.WP_CRON}) == {"a": "op_1"}  # none of b's: absent
     assert oldest(Status.DEAD, a=set(Kind)) == {} and oldest(Status.QUEUED) == {}
+    for n in range(12):  # older than all of them, of another kind: the search reads on past its first request
+        ops.create(replace(new_op(f"op_cron_{n:02}"), kind=Kind.WP_CRON, updated_at=NOW - 100 + n))
+    assert oldest(Status.QUEUED, a={Kind.PUBLISH}, b={Kind.WP_CRON}) == {"a": "op_1", "b": "op_cron_00"}
+    assert {g: op.operation_id for g, op in ops.oldest(Status.QUEUED, {"a": {Kind.PUBLISH}}, reads=5).items()} == {}
 
 
 def test_listing_by_status_is_newest_update_first(stores: Stores) -> None:

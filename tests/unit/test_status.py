@@ -28,10 +28,17 @@ class QueueAttributes:
         return {"Attributes": {"ApproximateNumberOfMessages": str(dead)} if lane else {}}
 
 
-def report(harness: Harness, principal: str | None = None) -> StatusReport:
+def report(harness: Harness, principal: str | None = None, sites_shown: bool = True) -> StatusReport:
     w = harness.world
     return collect_status(
-        QueueAttributes(harness), harness.settings, w.operations, w.sites, harness.pace(), w.clock.now(), principal
+        QueueAttributes(harness),
+        harness.settings,
+        w.operations,
+        w.sites,
+        harness.pace(),
+        w.clock.now(),
+        principal,
+        sites_shown,
     )
 
 
@@ -103,6 +110,10 @@ def test_the_backlog_is_the_rows_backlog_while_operations_wait_queue_run_and_end
     after = assert_counts_match_the_rows(harness)
     assert after.backlog_by_principal["control-plane"] == 6
     assert {row.queue: row for row in after.queues}[INTERACTIVE].dlq_oldest_age_s == 0
+
+    without_sites = report(harness, sites_shown=False)  # no site counter read: the same counts, no site rows
+    assert without_sites.delay_by_site == [] and without_sites.backlog_by_status == after.backlog_by_status
+    assert without_sites.delay_by_principal == after.delay_by_principal and without_sites.queues == after.queues
 
     mine = assert_counts_match_the_rows(harness, "solo")
     assert mine.backlog_by_principal == {"solo": 2} and {d.principal for d in mine.delay_by_principal} == {"solo"}

@@ -31,10 +31,14 @@ class FleetMinutes:
     responses=ERRORS,
     summary="Queue depths and ages, the backlog and estimated delays (a principal's own rows)",
 )
-def status() -> StatusReport:
+def status(
+    sites: Annotated[
+        bool, Query(description="the busiest sites and their delays too (a counter read per site with work)")
+    ] = True,
+) -> StatusReport:
     d, who = dependencies(), caller()
     principal = d.controls().visible_principal(who)
-    return collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), principal)
+    return collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), principal, sites)
 
 
 @router.get(
