@@ -112,6 +112,8 @@ def test_each_commit_counts_toward_its_principals_measured_pace_in_its_lane() ->
     assert pace.reading("bulk", "tenant-a", now).completions == 0  # lanes apart
     assert pace.reading("operations", "tenant-b", now).mean_s is None
     assert pace.reading("operations", "tenant-a", now + 10 * 60).completions == 0  # out of the 5-minute window
+    keys = [("operations", "tenant-a", "tenant-a"), ("bulk", "tenant-a", "tenant-a"), ("operations", "b", "c")]
+    assert pace.readings(keys, now) == {key: pace.reading(key[0], key[1], now, key[2]) for key in keys}  # together
 
 
 def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -> None:
