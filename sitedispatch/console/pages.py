@@ -214,7 +214,13 @@ class Console:
         evidence = self.api.call("GET", f"/dead-letters/{operation_id}") if op["status"] == "dead" else None
         audit = self.api.call("GET", "/audit", query={"target": operation_id, "since_s": 30 * 86400, "limit": 50})
         return self.render(
-            request, "operation.html", op=op, evidence=evidence, audit=audit, timeline=_timeline(op), now=time.time()
+            request,
+            "operation.html",
+            op=op,
+            evidence=evidence,
+            audit=audit,
+            timeline=_timeline(op, audit),
+            now=time.time(),
         )
 
     def act(self, request: Request, operation_id: str, action: str) -> Response:
@@ -418,8 +424,15 @@ def _error_code(op: dict[str, Any]) -> str:
     return str(evidence.get("error_code") or (op.get("error") or {}).get("code") or "unknown")
 
 
-def _timeline(op: dict[str, Any]) -> list[tuple[str, float]]:
+def _timeline(op: dict[str, Any], audit: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """What happened to the operation, oldest first: its own times (the current attempt epoch's), the next attempt a
+    retry waits for, and what callers did to it (its audit entries: a redrive or replay starts a new epoch)."""
     steps = [(name, float(op[key])) for name, key in _TIMELINE if op.get(key)]
+    if op.get("not_before") and op.get("status") in ("accepted", "queued"):
+        steps.append((f"attempt {int(op.get('attempt') or 0) + 1} not before", float(op["not_before"])))
+    for entry in audit:
+        outcome = "" if entry.get("outcome") == "ok" else f" ({entry.get('outcome')})"
+        steps.append((f"{entry.get('action')} by {entry.get('actor')}{outcome}", float(entry["at"])))
     return sorted(steps, key=lambda step: step[1])
 
 
