@@ -696,8 +696,7 @@ class MemoryOperationStore:
 
     def dead_of_class(self, code: str, reads: int = 10_000) -> Sequence[Operation]:
         with self.db.lock:
-            indexed = [op for op in self.db.indexed().values() if op.status == Status.DEAD and op.error_code == code]
-            rows = [self.db.operations[op.operation_id] for op in indexed[:reads]]
+            rows = [self.db.operations[operation_id] for operation_id in self.dead_ids_of_class(code, reads)]
         return [op for op in rows if op.status == Status.DEAD and op.error_code == code]
 
     def oldest(self, status: Status, groups: Mapping[str, Collection[Kind]], reads: int = 500) -> dict[str, Operation]:

@@ -292,9 +292,7 @@ class DynamoOperationStore(AttemptTransitions):
         return [item.operation_id for item in self.M.by_dead_class.query(dead_class_key(code), limit=reads)]
 
     def dead_of_class(self, code: str, reads: int = 10_000) -> Sequence[Operation]:
-        M = self.M
-        ids = [item.operation_id for item in M.by_dead_class.query(dead_class_key(code), limit=reads)]
-        rows = (to_operation(item) for item in read_all(M, ids))
+        rows = (to_operation(item) for item in read_all(self.M, list(self.dead_ids_of_class(code, reads))))
         return [op for op in rows if op.status == Status.DEAD and op.error_code == code]
 
     def list(self, *, site_id: str | None = None, status: Status | None = None, limit: int = 100) -> list[Operation]:

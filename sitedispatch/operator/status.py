@@ -56,6 +56,7 @@ class StatusReport:
 
 
 SITES_SHOWN = 20
+SUMMED = frozenset({SITE, PRINCIPAL, RUNNING, SHARE})  # the counters the report sums (global and tenant: not needed)
 OLDEST_READS = 500  # rows of a status read from its oldest to find a lane's oldest operation
 
 
@@ -68,7 +69,6 @@ class FlowCounts:
 
     outstanding: Counter[str] = field(default_factory=Counter)  # principal -> its unfinished operations
     sites: Counter[str] = field(default_factory=Counter)  # site -> its unfinished operations
-    owners: dict[str, str] = field(default_factory=dict)  # site -> the principal owning it
     placed: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (lane, principal, tenant) -> in its queue
     waiting: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # ... -> waiting for its share
     running: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # ... -> running
@@ -79,13 +79,12 @@ class FlowCounts:
         counts = cls()
         for counter_id, reading in readings.items():
             named = named_by(counter_id)
-            if named is None or named[0] not in (SITE, PRINCIPAL, RUNNING, SHARE):
+            if named is None or named[0] not in SUMMED:
                 continue  # the global and tenant counts: the principal's and the shares' say it per key
             name, parts = named
             if name == SITE:
                 if principal is None or reading.owner == principal:
                     counts.sites[parts[0]] += reading.value
-                    counts.owners[parts[0]] = reading.owner or ""
             elif principal is not None and parts[-2 if name in (RUNNING, SHARE) else 0] != principal:
                 continue
             elif name == PRINCIPAL:
@@ -136,7 +135,7 @@ def collect_status(
     publications queue has no per-message record, so its age is left to CloudWatch.
     """
     # the counters the report sums (a site's only when the busiest sites are asked for: one per site with work)
-    summed = {PRINCIPAL, RUNNING, SHARE} | ({SITE} if sites_shown else set())
+    summed = SUMMED if sites_shown else SUMMED - {SITE}
     readings = operations.read_counters(
         [counter for counter in operations.held_counter_ids() if (named_by(counter) or ("",))[0] in summed]
     )
