@@ -155,9 +155,9 @@ class Campaign:
             self.report.figures = check_after(self.deps, self.deps.settings, self.sites, self.ledger, self.violations)
             phase("check")
             self.report.figures.update(
-                samples=sampler.samples,
-                live_revisions_checked=sampler.revisions_checked,
-                routes_read=sampler.routes_read,
+                samples=sampler.watch.samples,
+                live_revisions_checked=sampler.watch.revisions_checked,
+                routes_read=sampler.watch.routes_read,
             )
             self.report.faults.update(self._transient_faults())
             if p.strict:

@@ -39,30 +39,19 @@ class Violations:
             self.found.append(f"{invariant}: {detail}")
 
 
-class Sampler(threading.Thread):
-    """Samples the live pointers while the run goes on (G4: live seq never decreases; a live revision is whole)."""
+class LiveWatch:
+    """G4 at each look: a site's live sequence never decreases, and a live revision met is whole (its receipt
+    exists, every route in it is readable and is what the receipt says). Each revision is read once."""
 
-    def __init__(self, deps: Any, sites: list[str], violations: Violations, interval_s: float = 0.25) -> None:
-        super().__init__(daemon=True, name="sampler")
-        self.deps, self.sites, self.violations, self.interval_s = deps, sites, violations, interval_s
-        self.stop = threading.Event()
+    def __init__(self, deps: Any, violations: Violations) -> None:
+        self.deps, self.violations = deps, violations
         self.samples = 0
         self.revisions_checked = 0
         self.routes_read = 0
         self._last: dict[str, int] = {}
         self._checked: set[tuple[str, str]] = set()
 
-    def run(self) -> None:
-        while not self.stop.wait(self.interval_s):
-            for site_id in self.sites:
-                try:
-                    self._sample(site_id)
-                except Exception as exc:  # the emulator is busy: a failed read is not a violation, skip it
-                    if "ThrottlingException" in repr(exc):
-                        continue
-                    self.violations.add("sampler", f"{site_id}: {exc!r}")
-
-    def _sample(self, site_id: str) -> None:
+    def sample(self, site_id: str) -> None:
         site = self.deps.sites.get(site_id)
         if site is None:
             return
@@ -89,6 +78,26 @@ class Sampler(threading.Thread):
                 self.violations.add("a live route is what its receipt says", f"{site_id} {entry['route']}")
             self.routes_read += 1
         self.revisions_checked += 1
+
+
+class Sampler(threading.Thread):
+    """Looks at the live pointers while the run goes on (LiveWatch), every `interval_s`."""
+
+    def __init__(self, deps: Any, sites: list[str], violations: Violations, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="sampler")
+        self.sites, self.violations, self.interval_s = sites, violations, interval_s
+        self.watch = LiveWatch(deps, violations)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            for site_id in self.sites:
+                try:
+                    self.watch.sample(site_id)
+                except Exception as exc:  # the emulator is busy: a failed read is not a violation, skip it
+                    if "ThrottlingException" in repr(exc):
+                        continue
+                    self.violations.add("sampler", f"{site_id}: {exc!r}")
 
 
 @dataclass

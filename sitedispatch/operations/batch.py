@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sitedispatch import observability as obs
+from sitedispatch.concurrency import pool
 from sitedispatch.domain.errors import (
     AlreadyExists,
     IdempotencyConflict,
@@ -234,8 +234,8 @@ class BatchSubmitter:
             d.operations.sent(self.groups)
         sent_at = d.clock.now()
         singles = [p for p in to_send if p.op.status == Status.ACCEPTED]
-        with ThreadPoolExecutor(MARKERS) as pool:  # independent single writes: at once, not one after another
-            marked = list(pool.map(lambda p: self.submitter.queued(p.op, sent_at), singles))
+        with pool(MARKERS, "queued-marker") as markers:  # independent single writes: at once, not one after another
+            marked = list(markers.map(lambda p: self.submitter.queued(p.op, sent_at), singles))
         for p, op in zip(singles, marked, strict=True):
             answers[p.index] = ItemAnswer(Submitted(op, True))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ class SubmitDeps:
     drivers: Mapping[str, SiteDriver] = field(
         default_factory=dict
     )  # a registration's connection is its driver's to check
+    new_key: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)  # a submit without an idempotency key's
 
 
 # An input this small is kept in the operation's row: no S3 write at submit, no read at the attempt. Larger ones go
@@ -154,7 +155,7 @@ class Submitter:
         if idempotency_key is not None and not (0 < len(idempotency_key) <= 256):
             raise InvalidInput("idempotency key must be 1..256 characters", field="idempotency_key")
         body, digest = self._validated(kind_enum, params, raw_size, principal, site_id)
-        key = idempotency_key or uuid.uuid4().hex
+        key = idempotency_key or d.new_key()
         now = d.clock.now()
         inline = len(body) <= INLINE_INPUT_BYTES
         op = Operation(

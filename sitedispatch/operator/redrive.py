@@ -88,8 +88,10 @@ class Redrives(Reads):
                 report.refused[op.operation_id] = why
                 self._audit(caller, action, op, reason, "refused", why=why)
                 continue
-            except NotRunnable:
-                report.skipped[op.operation_id] = "already redriven (no longer dead at the selected epoch)"
+            except NotRunnable:  # another redrive (or a replay) revived it since it was read
+                why = "already redriven (no longer dead at the selected epoch)"
+                report.skipped[op.operation_id] = why
+                self._audit(caller, action, op, reason, "skipped", why=why)
                 continue
             revived[op.operation_id] = op.epoch
             report.redriven.append(op.operation_id)

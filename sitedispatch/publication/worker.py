@@ -13,10 +13,10 @@ import json
 import random
 from collections import OrderedDict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sitedispatch import observability as obs
+from sitedispatch.concurrency import pool
 from sitedispatch.domain.backoff import full_jitter
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.errors import NotFound, TransientError
@@ -50,6 +50,7 @@ class PublicationDeps:
     queue: PublicationQueue
     clock: Clock
     drivers: Mapping[str, SiteDriver]
+    rng: random.Random = field(default_factory=random.Random)  # the jitter of a step's retry
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class PublicationWorker:
     def __init__(self, deps: PublicationDeps) -> None:
         self.deps = deps
         self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
-        self._rng = random.Random()
+        self._rng = deps.rng
 
     def _plan_for(self, site: Site, revision_id: str) -> Plan:
         key = (site.site_id, revision_id)
@@ -175,8 +176,8 @@ class PublicationWorker:
                 "content_type": route.content_type,
             }
 
-        with ThreadPoolExecutor(max_workers=PUT_CONCURRENCY) as pool:
-            entries = list(pool.map(put, part))
+        with pool(PUT_CONCURRENCY, "route-put") as puts:
+            entries = list(puts.map(put, part))
         obs.count(obs.Metric.RoutesRendered, len(entries))
         return entries
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from chaos.invariants import DriverLedger, Sampler, Violations, check_after
+from chaos.invariants import DriverLedger, LiveWatch, Violations, check_after
 from sitedispatch.domain.events import terminal_event_id
 from sitedispatch.domain.model import PublicationStatus, Status
 from sitedispatch.events.worker import EventsDeps, EventsWorker
@@ -119,19 +119,19 @@ def break_events(db: MemoryDb, breakage: str) -> None:
         raise AssertionError(f"no breakage {breakage}")
 
 
-def test_the_sampler_reports_a_live_pointer_going_back_and_an_unreadable_route() -> None:
+def test_the_live_watch_reports_a_live_pointer_going_back_and_an_unreadable_route() -> None:
     harness, _ = healthy()
     found = Violations()
-    sampler = Sampler(harness.world, ["acme-blog"], found)
-    sampler._sample("acme-blog")
+    sampler = LiveWatch(harness.world, found)
+    sampler.sample("acme-blog")
     assert found.found == [] and sampler.routes_read > 0
     site = harness.world.db.sites["acme-blog"]
     harness.world.db.sites["acme-blog"] = replace(site, live_seq=site.live_seq - 1)
-    sampler._sample("acme-blog")
+    sampler.sample("acme-blog")
     assert any(v.startswith("live seq never decreases") for v in found.found)
 
     older = harness.world.db.sites["acme-blog"]
     sampler._checked.clear()
     harness.world.blobs.objects.pop(object_key("acme-blog", older.live_revision or "", "/"))
-    sampler._sample("acme-blog")
+    sampler.sample("acme-blog")
     assert any(v.startswith("every route of a live revision is readable") for v in found.found)

@@ -12,10 +12,11 @@ import threading
 import zlib
 from array import array
 from collections.abc import Container, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
+from sitedispatch.concurrency import pool
 from sitedispatch.domain.model import sha256_hex
 from sitedispatch.domain.ports import BlobStore
 from sitedispatch.drivers.reference import content
@@ -236,7 +237,7 @@ class BodyWriter:
     ) -> None:
         self.store = store
         self.known = set(known or ())
-        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="body-writer")
+        self.pool = pool(concurrency, "body-writer")
         self.slots = threading.BoundedSemaphore(concurrency * 2)
         self.pending: list[Future[str]] = []
         self.written = 0
