@@ -21,7 +21,7 @@ console-assets:  ## download htmx and uPlot again from the npm registry, checked
 console-screenshots: $(STAMP)  ## docs/console/*.png from the console's browser tests
 	SITEDISPATCH_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q tests/integration/test_console.py -k every_page
 
-.PHONY: console-assets console-screenshots demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos fuzz lint format hooks lock lambda-wheels clean
+.PHONY: console-assets console-screenshots demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos sim fuzz lint format hooks lock lambda-wheels clean
 
 # The lock is the whole closure, so pip installs it as written (--no-deps) and `pip check` proves nothing is missing:
 # pip's resolver would otherwise look a dependency's extra (pytest-cov's `coverage[toml]`) up on the index and refuse
@@ -117,12 +117,15 @@ synth: $(STAMP) $(LAMBDA_WHEELS)  ## cdk.out/ from app.py: no AWS credentials, n
 bench: $(STAMP) $(LAMBDA_WHEELS)  ## requests/cost, cold start, fleet model + validation, throughput vs raw moto, publication and import memory
 	$(PY) -m bench.run
 
-SEEDS ?= 20
 PROFILE ?= full
 chaos: $(STAMP)  ## the `long` tests, then seeded fault-injection runs (SEEDS=N, FIRST=K, or SEED=S to replay one alone; PROFILE=short|full; JOBS=J)
 	$(if $(SEED),,$(PY) -m pytest -q -m long --durations=10)
 	$(PY) -m chaos.run --profile $(PROFILE) --jobs $(or $(JOBS),1) \
-		$(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(or $(FIRST),1))
+		$(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),20) --first $(or $(FIRST),1))
+
+sim: $(STAMP)  ## the deterministic simulation: seeds 1..SEEDS (default 10000) on JOBS processes, or SEED=S to replay one with its trace
+	$(PY) -m sim.run $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),10000) --jobs $(or $(JOBS),2) \
+		--out sim/results/sim-$(or $(SEEDS),10000).json)
 
 FUZZ_S ?= 900
 fuzz: $(STAMP) $(SCHEMATHESIS)  ## property tests with fresh random examples (10x), then schemathesis against the local API for FUZZ_S s
@@ -130,7 +133,7 @@ fuzz: $(STAMP) $(SCHEMATHESIS)  ## property tests with fresh random examples (10
 		tests/unit/test_stateful_delivery.py tests/unit/test_building_blocks.py tests/integration/test_fuzz_cli.py
 	$(PY) -m tests.acceptance.api_fuzzer --max-time $(FUZZ_S) --max-examples 200
 
-CODE := sitedispatch stacks tests bench chaos app.py
+CODE := sitedispatch stacks tests bench chaos sim app.py
 
 lint: $(STAMP)  ## format check, ruff (with the complexity gate) and mypy over everything
 	$(VENV)/bin/ruff format --check $(CODE)

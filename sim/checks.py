@@ -23,7 +23,6 @@ class StepChecks:
         self.watch = LiveWatch(world, violations)
         self.fences: dict[str, int] = {}
         self.granted: dict[tuple[str, int], str] = {}
-        self.commits = 0
 
     def after_step(self) -> None:
         for site_id in self.sites:
@@ -46,7 +45,6 @@ class StepChecks:
         if label == "commits.commit":
             prepared: PreparedCommit = args[0]
             key = (prepared.commit.site_id, prepared.commit.fence)
-            self.commits += 1
             if key not in actor.leases:
                 self.violations.add("a commit is made under its committer's fence", f"{key} by {actor.name}")
 

@@ -4,6 +4,8 @@ faults stop and it settles; the invariants are checked after every step and at t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -12,19 +14,30 @@ from botocore.exceptions import ClientError
 
 from chaos.invariants import DriverLedger, Violations, check_after
 from sitedispatch import observability as obs
-from sitedispatch.concurrency import run_serially
+from sitedispatch.concurrency import serially
 from sitedispatch.domain.errors import SiteDispatchError
+from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import BULK, INTERACTIVE, RUNNABLE, PublicationStatus
 from sitedispatch.domain.settings import Settings
+from sitedispatch.domain.webhooks import Endpoint
 from tests.factories import settings as base_settings
 from tests.fakes import FakeClock, MemoryWorld
 
 from .checks import StepChecks
-from .faults import INDEX_LAG, LOST_SEND, REPLAY, FaultPlan, Gate
-from .lambdas import Environment, Function, Lambdas, events_handler, operations_handler, publications_handler
+from .faults import INDEX_LAG, LOST_SEND, REPLAY, SWEEP_NOW, FaultPlan, Gate
+from .lambdas import (
+    Environment,
+    Function,
+    Lambdas,
+    events_handler,
+    operations_handler,
+    publications_handler,
+    webhooks_handler,
+)
 from .queues import Fifo
+from .receivers import Receivers, check_webhooks
 from .scheduler import Scheduler, Trace
-from .wiring import EVENTS, PUBLICATIONS, Core, make_queues
+from .wiring import EVENTS, PUBLICATIONS, WEBHOOKS, Core, make_queues
 from .workload import Tenancy, Workload
 
 START = 1_800_000_000.0
@@ -48,14 +61,22 @@ class Outcome:
     trace: list[str] = field(default_factory=list)
 
 
-def quiet_core() -> None:
-    """The core's logs and metrics say nothing in a simulation (a hundred thousand schedules of them); its thread
-    pools run serially."""
-    run_serially()
+@contextmanager
+def quiet() -> Iterator[None]:
+    """The core as the simulation runs it: its thread pools run serially, and its logs and metrics say nothing (a
+    hundred thousand schedules of them). Everything is as it was after."""
+    level = obs.logger.log_level
     # Powertools prints a metric's hundredth value whatever POWERTOOLS_METRICS_DISABLED says: none is kept here
     obs.metrics.add_metric = lambda **_: None  # type: ignore[method-assign]
     obs.logger.setLevel(logging.CRITICAL)
     logging.disable(logging.CRITICAL)
+    try:
+        with serially():
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+        obs.logger.setLevel(level)
+        del obs.metrics.add_metric
 
 
 def drawn_settings(rng: Random) -> Settings:
@@ -87,9 +108,11 @@ class Simulation:
         self.work_s = shape.uniform(30.0, 300.0)
         submissions, actions = shape.randint(3, 16), shape.randint(0, 8)
         timeouts = {INTERACTIVE: shape.choice((30.0, 120.0)), BULK: shape.choice((60.0, 900.0)),
-                    PUBLICATIONS: shape.choice((30.0, 120.0)), EVENTS: 30.0}  # fmt: skip
+                    PUBLICATIONS: shape.choice((30.0, 120.0)), EVENTS: 30.0, WEBHOOKS: 120.0}  # fmt: skip
         concurrency = {INTERACTIVE: shape.randint(1, 4), BULK: shape.randint(1, 2),
-                       PUBLICATIONS: shape.randint(1, 3), EVENTS: shape.randint(1, 2)}  # fmt: skip
+                       PUBLICATIONS: shape.randint(1, 3), EVENTS: shape.randint(1, 2),
+                       WEBHOOKS: shape.randint(1, 2)}  # fmt: skip
+        webhook_scale, failing = shape.choice((0.01, 0.1)), shape.choice((0.0, 0.1, 0.3))
 
         self.world = MemoryWorld(clock=FakeClock(START))
         self.clock = self.world.clock
@@ -99,9 +122,19 @@ class Simulation:
         self.violations = Violations()
         self.checks = StepChecks(self.world, self.tenancy.sites, self.violations)
         self.queues = make_queues(self.world, timeouts)
+        self.receivers = Receivers(Random(shape.getrandbits(64)), failing, self.faults)
         self.core = Core(
-            self.settings, self.world, self.queues, self.scheduler, self.faults, streams["core"], self.checks.seen
+            self.settings,
+            self.world,
+            self.queues,
+            self.scheduler,
+            self.faults,
+            streams["core"],
+            self.checks.seen,
+            self.receivers,
+            webhook_scale,
         )
+        self._endpoints(shape)
         self.world.db.lagging_indexes = INDEX_LAG in self.faults.rates
         self.ledger = DriverLedger(started_at=START)
         self.workload = Workload(self.core, self.world, self.tenancy, streams["work"], self.ledger, self.violations)
@@ -116,23 +149,38 @@ class Simulation:
         )
 
     def _functions(self, timeouts: dict[str, float], concurrency: dict[str, int]) -> None:
-        core, rng = self.core, self.core.rng
+        """Each queue's consumer, as resources.FUNCTIONS defines it: (queue, batch size, what an environment's
+        init builds, how an invocation handles its records)."""
+        core, queues = self.core, self.queues
+        consumers: dict[str, tuple[Fifo, int, Callable[[], Any], Callable[..., Any]]] = {
+            INTERACTIVE: (queues.lanes[INTERACTIVE], 1, core.worker, operations_handler(self.lambdas)),
+            BULK: (queues.lanes[BULK], 1, core.worker, operations_handler(self.lambdas)),
+            PUBLICATIONS: (queues.publications, 1, core.publisher, publications_handler(self.lambdas)),
+            EVENTS: (queues.events, 10, core.events_worker, events_handler(self.lambdas)),
+            WEBHOOKS: (queues.webhooks, 1, core.deliverer, webhooks_handler(self.lambdas)),
+        }
+        for name, (queue, batch, init, handle) in consumers.items():
 
-        def environment(worker: Any, queue: Fifo) -> Environment:
-            return Environment(worker, queue, lambda port: Gate("sqs", port, self.scheduler, self.faults), Random(rng.random()))
+            def build(queue: Fifo = queue, init: Callable[[], Any] = init) -> Environment:
+                return Environment(init(), queue, self._sqs_gate, Random(core.rng.random()))
 
-        for lane in (INTERACTIVE, BULK):
-            queue = self.queues.lanes[lane]
-            self.lambdas.add(Function(f"{lane}-worker", queue, timeouts[lane], concurrency[lane], 1,
-                                      lambda queue=queue: environment(core.worker(), queue),
-                                      operations_handler(self.lambdas)))  # fmt: skip
-        self.lambdas.add(Function("publication-worker", self.queues.publications, timeouts[PUBLICATIONS],
-                                  concurrency[PUBLICATIONS], 1,
-                                  lambda: environment(core.publisher(), self.queues.publications),
-                                  publications_handler(self.lambdas)))  # fmt: skip
-        self.lambdas.add(Function("events-worker", self.queues.events, timeouts[EVENTS], concurrency[EVENTS], 10,
-                                  lambda: environment(core.events_worker(), self.queues.events),
-                                  events_handler(self.lambdas)))  # fmt: skip
+            self.lambdas.add(Function(f"{name}-worker", queue, timeouts[name], concurrency[name], batch, build, handle))
+
+    def _sqs_gate(self, port: Any) -> Gate:
+        return Gate("sqs", port, self.scheduler, self.faults)
+
+    def _endpoints(self, shape: Random) -> None:
+        """Some principals have webhook endpoints (every type, or some; every tenant, or one), made as the API
+        makes them, before the workload starts."""
+        for principal in sorted(set(self.tenancy.owner.values())):
+            for _ in range(shape.choice((0, 1, 1, 2))):
+                number = len(self.world.db.endpoints) + 1
+                types = shape.choice([(), (EventType.OPERATION_SUCCEEDED, EventType.PUBLICATION_LIVE)])
+                tenant = shape.choice([None, *[t for t in self.tenancy.tenants[principal] if t]])
+                endpoint = Endpoint(f"whk_{number:024x}", principal, f"https://receiver-{number}.example/hook",
+                                    START, 0, types, tenant)  # fmt: skip
+                self.world.webhooks.create(endpoint)
+                self.world.webhook_secrets.create(endpoint.endpoint_id)
 
     def _failed(self, where: str, exc: Exception) -> None:
         """An actor's call failed: an AWS error or the core's own refusal is an answer; anything else a defect."""
@@ -145,45 +193,49 @@ class Simulation:
     # -- the run -----------------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        end_of_work = START + self.work_s
-        timers = {name: START + self.scheduler.rng.uniform(0, every) for name, every in SCHEDULES.items()}
-        planned = list(self.planned)
-        settle_at = end_of_work
-        last_propagated = START
+        """Until the fleet has settled after the faults stopped (or the bound passed): start what is due, let the
+        functions take their messages, then one step of an actor the seed picks, or on to the next thing due."""
+        self._end_of_work = START + self.work_s
+        self._timers = {name: START + self.scheduler.rng.uniform(0, every) for name, every in SCHEDULES.items()}
+        self._planned = list(self.planned)
+        self._settle_at = self._end_of_work
+        self._propagated = START
         while True:
-            now = self.clock.now()
-            while planned and START + planned[0][0] <= now:
-                _, what = planned.pop(0)
-                self.scheduler.spawn(what.split(" ")[0], self.workload.body(what))
-            if self.faults.on and now >= end_of_work:
-                self.faults.on = False
-            if not self.faults.on and now >= settle_at:
-                self.scheduler.spawn("settle", self.workload.body("settle"))
-                settle_at = now + SETTLE_EVERY_S
-            for name, due in timers.items():
-                if due <= now:
-                    self.scheduler.spawn(name, self._sweep(name))
-                    timers[name] = due + SCHEDULES[name]
+            self._start_due(self.clock.now())
             self.lambdas.poll()
             runnable = self.scheduler.runnable()
             if runnable:
                 self.scheduler.step(self.scheduler.rng.choice(runnable))
                 self._after_step()
-                if self.world.db.lagging_indexes and (
-                    self.clock.now() - last_propagated > INDEX_LAG_S or not self.faults.drawn(INDEX_LAG)
-                ):
-                    self.world.db.propagate()
-                    last_propagated = self.clock.now()
-                continue
-            if not self.faults.on and not planned and self._settled():
-                break
-            if now - end_of_work > SETTLE_BOUND_S:
-                break
-            wakes = [self.scheduler.next_wake(), *(q.next_change() for q in self.queues.all())]
-            wakes += [START + planned[0][0]] if planned else []
-            wakes += [min(timers.values()), settle_at if not self.faults.on else end_of_work]
-            self.clock.t = max(now, min(w for w in wakes if w is not None))
-        return self._finish()
+            elif self._over():
+                return self._finish()
+            else:
+                self.clock.t = max(self.clock.now(), self._next_due())
+
+    def _start_due(self, now: float) -> None:
+        while self._planned and START + self._planned[0][0] <= now:
+            _, what = self._planned.pop(0)
+            self.scheduler.spawn(what.split(" ")[0], self.workload.body(what))
+        if self.faults.on and now >= self._end_of_work:
+            self.faults.on = False
+        if not self.faults.on and now >= self._settle_at:
+            self.scheduler.spawn("settle", self.workload.body("settle"))
+            self._settle_at = now + SETTLE_EVERY_S
+        for name, due in self._timers.items():
+            if due <= now:
+                self.scheduler.spawn(name, self._sweep(name))
+                self._timers[name] = due + SCHEDULES[name]
+
+    def _over(self) -> bool:
+        if self.clock.now() - self._end_of_work > SETTLE_BOUND_S:
+            return True
+        return not self.faults.on and not self._planned and self._settled()
+
+    def _next_due(self) -> float:
+        wakes = [self.scheduler.next_wake(), *(q.next_change() for q in self.queues.all())]
+        wakes += [START + self._planned[0][0]] if self._planned else []
+        wakes += [min(self._timers.values()), self._settle_at if not self.faults.on else self._end_of_work]
+        return min(w for w in wakes if w is not None)
 
     def _sweep(self, schedule: str) -> Any:
         return lambda: self.core.reconciler().run(schedule)
@@ -196,6 +248,13 @@ class Simulation:
             message = announced.pop(0)
             if not self.faults.drawn(LOST_SEND):
                 self.queues.events.send(message, message.principal, message.event_id)
+        if self.world.db.lagging_indexes and (
+            self.clock.now() - self._propagated > INDEX_LAG_S or not self.faults.drawn(INDEX_LAG)
+        ):
+            self.world.db.propagate()  # the indexes catch up (they lag by a step or two, never past INDEX_LAG_S)
+            self._propagated = self.clock.now()
+        if self.faults.drawn(SWEEP_NOW):
+            self.scheduler.spawn("reconcile", self._sweep("reconcile"))
         if self.faults.drawn(REPLAY):
             queue = self.scheduler.rng.choice([*self.queues.lanes.values(), self.queues.publications])
             if queue.history:
@@ -208,17 +267,20 @@ class Simulation:
         return (
             not self.scheduler.actors
             and all(op.status not in RUNNABLE for op in db.operations.values())
-            and all(p.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}
-                    for p in db.publications.values())  # fmt: skip
+            and all(
+                p.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}
+                for p in db.publications.values()
+            )
             and not db.undelivered
-            and not any(q.depth() for q in (*self.queues.lanes.values(), self.queues.publications, self.queues.events))
+            and not any(q.depth() for q in self.queues.main())
         )
 
     def _finish(self) -> Outcome:
         self.scheduler.kill_all()
         self.world.db.lagging_indexes = False
         figures = check_after(self.world, self.settings, self.tenancy.sites, self.ledger, self.violations)
-        figures.update(commits_checked=self.checks.commits, invocations=sum(f.invocations for f in self.lambdas.functions))
+        figures.update(check_webhooks(self.world, self.receivers, self.violations))
+        figures["invocations"] = sum(f.invocations for f in self.lambdas.functions)
         obs.metrics.clear_metrics()
         return Outcome(
             self.seed,

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
+from sitedispatch.aws.sqs import MAX_VISIBILITY_S
 from sitedispatch.domain.model import QueueMessage
 from sitedispatch.functions.events_worker import RETRY_S
+from sitedispatch.functions.webhooks_worker import FAILED_WAKE_S
 
 from .faults import LOST_DELETE, FaultPlan
 from .queues import Fifo, Message, SimVisibility
@@ -150,5 +152,26 @@ def events_handler(lambdas: Lambdas) -> Callable[..., list[tuple[Message, int]]]
                 env.visibility(message, handle).change(env.rng.uniform(1.0, RETRY_S))
             return []
         return received
+
+    return handle
+
+
+def webhooks_handler(lambdas: Lambdas) -> Callable[..., list[tuple[Message, int]]]:
+    """functions/webhooks_worker.py: one wake of the endpoint; a wake that ends with an attempt due later keeps its
+    message, invisible until then; one that raised comes back after a jittered wait."""
+
+    def handle(env: Environment, received: list[tuple[Message, int]], deadline: float) -> list[tuple[Message, int]]:
+        done = []
+        for message, handle in received:
+            try:
+                wait = env.worker.wake(message.body).retry_in
+            except Exception as exc:
+                lambdas.failed(f"webhooks worker on {message.body.endpoint_id}", exc)
+                wait = env.rng.uniform(*FAILED_WAKE_S)
+            if wait is None:
+                done.append((message, handle))
+            else:
+                env.visibility(message, handle).change(min(max(1.0, wait), MAX_VISIBILITY_S))
+        return done
 
     return handle

@@ -5,6 +5,7 @@ receives a message moves to the dead-letter queue. The port adapters over it are
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from sitedispatch.domain.events import EventMessage
 from sitedispatch.domain.model import PublicationMessage, QueueMessage
 from sitedispatch.domain.ports import DeadLetter
 from sitedispatch.domain.resources import REDRIVE_BACKSTOP_RECEIVES
+from sitedispatch.domain.webhooks import WebhookMessage
 from tests.fakes import FakeClock
 
 DEDUP_WINDOW_S = 300.0
@@ -180,3 +182,14 @@ class SimEventQueue:
 
     def send(self, message: EventMessage) -> None:
         self.queue.send(message, message.principal, message.event_id)
+
+
+class SimWebhookQueue:
+    """aws/webhooks.py SqsWebhookQueue: grouped by endpoint, deduplicated by (endpoint, reason)."""
+
+    def __init__(self, queue: Fifo) -> None:
+        self.queue = queue
+
+    def send(self, message: WebhookMessage) -> None:
+        dedup = hashlib.sha256(f"{message.endpoint_id}:{message.reason}".encode()).hexdigest()
+        self.queue.send(message, message.endpoint_id, dedup)

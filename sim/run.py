@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+FULL_TRACE = 10**7  # a replay keeps every step
 HASH_SEED = "0"  # str hashing decides set orders: fixed, or a seed would not replay in another process
 
 
@@ -21,24 +25,37 @@ def fixed_hash_seed() -> None:
         os.execv(sys.executable, [sys.executable, "-m", "sim.run", *sys.argv[1:]])
 
 
-def run_seeds(seeds: list[int], check_every: int) -> list[dict]:
-    from .fleet import Simulation, quiet_core
+def run_seeds(seeds: list[int], check_every: int) -> list[dict[str, Any]]:
+    from .fleet import quiet
 
-    quiet_core()
-    results = []
-    for seed in seeds:
-        started = time.perf_counter()
-        outcome = Simulation(seed).run()
-        took = time.perf_counter() - started
-        row = {"seed": seed, "digest": outcome.digest, "steps": outcome.steps, "operations": outcome.operations,
-               "violations": outcome.violations, "faults": outcome.faults, "wall_s": took,
-               "virtual_s": outcome.virtual_s}  # fmt: skip
-        if check_every and seed % check_every == 0:
-            again = Simulation(seed).run().digest
-            if again != outcome.digest:
-                row["violations"] = [*outcome.violations, f"a seed replays: digest {outcome.digest[:12]} then {again[:12]}"]
-        results.append(row)
-    return results
+    with quiet():
+        return [run_seed(seed, bool(check_every) and seed % check_every == 0) for seed in seeds]
+
+
+def run_seed(seed: int, twice: bool) -> dict[str, Any]:
+    """One schedule's row of the report; `twice`: run again, and a different digest is a violation."""
+    from .fleet import Simulation
+
+    started = time.perf_counter()
+    outcome = Simulation(seed).run()
+    took = time.perf_counter() - started
+    violations = list(outcome.violations)
+    if twice:
+        again = Simulation(seed).run().digest
+        if again != outcome.digest:
+            violations.append(f"a seed replays: digest {outcome.digest[:12]} then {again[:12]}")
+    return {
+        "seed": seed,
+        "digest": outcome.digest,
+        "steps": outcome.steps,
+        "operations": outcome.operations,
+        "violations": violations,
+        "faults": outcome.faults,
+        "wall_s": took,
+        "virtual_s": outcome.virtual_s,
+        "twice": twice,
+        "figures": outcome.figures,
+    }
 
 
 def main() -> int:
@@ -60,25 +77,33 @@ def main() -> int:
 def campaign(seeds: list[int], jobs: int, check_every: int, out: Path | None) -> int:
     started = time.perf_counter()
     chunks = [seeds[n : n + 50] for n in range(0, len(seeds), 50)]
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(jobs) as pool:
         for part in pool.map(run_seeds, chunks, [check_every] * len(chunks)):
             rows += part
     wall = time.perf_counter() - started
     failed = [r for r in rows if r["violations"]]
     steps = sum(r["steps"] for r in rows)
-    faults: dict[str, int] = {}
+    faults: Counter[str] = Counter()
+    figures: Counter[str] = Counter()
     for r in rows:
-        for kind, n in r["faults"].items():
-            faults[kind] = faults.get(kind, 0) + n
+        faults.update(r["faults"])
+        figures.update(r["figures"])
     report = {
-        "seeds": f"{seeds[0]}-{seeds[-1]}", "schedules": len(rows), "wall_s": round(wall, 1), "jobs": jobs,
-        "schedules_per_s": round(len(rows) / wall, 1), "steps": steps, "steps_per_schedule": round(steps / len(rows), 1),
-        "operations": sum(r["operations"] for r in rows), "faults": dict(sorted(faults.items())),
+        "seeds": f"{seeds[0]}-{seeds[-1]}",
+        "schedules": len(rows),
+        "wall_s": round(wall, 1),
+        "jobs": jobs,
+        "schedules_per_s": round(len(rows) / wall, 1),
+        "steps": steps,
+        "steps_per_schedule": round(steps / len(rows), 1),
+        "figures": dict(sorted(figures.items())),
+        "faults": dict(sorted(faults.items())),
         "slowest_s": round(max(r["wall_s"] for r in rows), 2),
-        "replays_checked": sum(1 for r in rows if check_every and r["seed"] % check_every == 0),
-        "violations": len(failed), "failed": [{"seed": r["seed"], "violations": r["violations"][:5]} for r in failed],
-    }  # fmt: skip
+        "replays_checked": sum(1 for r in rows if r["twice"]),
+        "violations": len(failed),
+        "failed": [{"seed": r["seed"], "violations": r["violations"][:5]} for r in failed],
+    }
     print(json.dumps({k: v for k, v in report.items() if k != "failed"}, indent=1))
     for r in failed[:20]:
         print(f"seed {r['seed']}: {r['violations'][0]}\n  replay: make sim SEED={r['seed']}")
@@ -88,23 +113,41 @@ def campaign(seeds: list[int], jobs: int, check_every: int, out: Path | None) ->
     return 1 if failed else 0
 
 
-def replay(seed: int) -> int:
-    from .fleet import Simulation, quiet_core
+SHORT_TRACE = 60  # steps shown for a failure: the last ones that touched what the violation names
 
-    quiet_core()
-    outcome = Simulation(seed, keep_trace=400).run()
+
+def replay(seed: int) -> int:
+    from .fleet import Simulation, quiet
+
+    with quiet():
+        outcome = Simulation(seed, keep_trace=FULL_TRACE).run()
     print(f"seed {seed}: {outcome.shape}")
-    print(f"{outcome.steps} steps, {outcome.virtual_s:.0f} s of virtual time, {outcome.operations} operations, "
-          f"digest {outcome.digest[:16]}; faults {outcome.faults}")  # fmt: skip
+    print(
+        f"{outcome.steps} steps, {outcome.virtual_s:.0f} s of virtual time, {outcome.operations} operations, "
+        f"digest {outcome.digest[:16]}; faults {outcome.faults}"
+    )
     if not outcome.violations:
         print("0 violations")
         return 0
-    print("the last steps:")
-    for line in outcome.trace:
+    print(f"the steps that led there (of {outcome.steps}; those naming what the first violation names, and faults):")
+    for line in shortened(outcome.trace, outcome.violations[0]):
         print("  " + line)
     for violation in outcome.violations:
         print(f"VIOLATION {violation}")
     return 1
+
+
+def shortened(trace: list[str], violation: str) -> list[str]:
+    """The steps about the operations, sites and principals a violation names (each with the fault drawn at it),
+    the last SHORT_TRACE of them; the last steps of all when it names none."""
+    names = set(re.findall(r"op_[0-9a-f]{32}|site-\d+|principal-\d+", violation))
+    kept = [
+        line
+        for n, line in enumerate(trace)
+        if any(name in line for name in names)
+        or (line.startswith("  fault") and n and any(name in trace[n - 1] for name in names))
+    ]
+    return (kept or trace)[-SHORT_TRACE:]
 
 
 if __name__ == "__main__":

@@ -57,9 +57,7 @@ class Trace:
 
 
 class Scheduler:
-    def __init__(
-        self, rng: Random, clock: FakeClock, trace: Trace, failed: Callable[[str, Exception], None]
-    ) -> None:
+    def __init__(self, rng: Random, clock: FakeClock, trace: Trace, failed: Callable[[str, Exception], None]) -> None:
         self.rng, self.clock, self.trace, self.failed = rng, clock, trace, failed
         self.hub = greenlet.getcurrent()
         self.actors: list[Actor] = []

@@ -10,7 +10,9 @@ from random import Random
 from typing import Any
 
 from sitedispatch.domain.model import BULK, INTERACTIVE
+from sitedispatch.domain.ports import WebhookSender
 from sitedispatch.domain.settings import Settings
+from sitedispatch.domain.webhooks import RetryPolicy
 from sitedispatch.drivers.reference.driver import reference_only
 from sitedispatch.events.worker import EventsDeps, EventsWorker
 from sitedispatch.flow.minute_counts import MinuteCounts
@@ -25,14 +27,16 @@ from sitedispatch.operator.access import ControlDeps
 from sitedispatch.operator.controls import Controls
 from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
 from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
 from .faults import FaultPlan, Gate
-from .queues import Fifo, SimEventQueue, SimOperationQueue, SimPublicationQueue
+from .queues import Fifo, SimEventQueue, SimOperationQueue, SimPublicationQueue, SimWebhookQueue
 from .scheduler import Scheduler
 
 EVENTS = "events"
 PUBLICATIONS = "publications"
+WEBHOOKS = "webhooks"
 
 
 @dataclass
@@ -40,13 +44,13 @@ class Queues:
     lanes: dict[str, Fifo]
     publications: Fifo
     events: Fifo
+    webhooks: Fifo
+
+    def main(self) -> list[Fifo]:
+        return [*self.lanes.values(), self.publications, self.events, self.webhooks]
 
     def all(self) -> list[Fifo]:
-        main = [*self.lanes.values(), self.publications, self.events]
-        return main + [q.dlq for q in main if q.dlq is not None]
-
-    def by_name(self, name: str) -> Fifo:
-        return {**self.lanes, PUBLICATIONS: self.publications, EVENTS: self.events}[name]
+        return self.main() + [q.dlq for q in self.main() if q.dlq is not None]
 
 
 def make_queues(world: MemoryWorld, timeouts: dict[str, float]) -> Queues:
@@ -54,7 +58,8 @@ def make_queues(world: MemoryWorld, timeouts: dict[str, float]) -> Queues:
         visibility = 6 * timeouts[name]  # VISIBILITY_PER_TIMEOUT
         return Fifo(name, world.clock, visibility, Fifo(f"{name}-dlq", world.clock, visibility))
 
-    return Queues({lane: fifo(lane) for lane in (INTERACTIVE, BULK)}, fifo(PUBLICATIONS), fifo(EVENTS))
+    lanes = {lane: fifo(lane) for lane in (INTERACTIVE, BULK)}
+    return Queues(lanes, fifo(PUBLICATIONS), fifo(EVENTS), fifo(WEBHOOKS))
 
 
 class Core:
@@ -70,13 +75,15 @@ class Core:
         faults: FaultPlan,
         rng: Random,
         seen: Callable[..., None],
+        receiver: WebhookSender,
+        webhook_scale: float,
     ) -> None:
         self.settings, self.world, self.rng = settings, world, rng
         ids = itertools.count(1)
         self.new_key = lambda: f"k{next(ids):06d}"
 
-        def gate(name: str, port: Any) -> Any:
-            return Gate(name, port, scheduler, faults, seen)
+        def gate(name: str, port: Any, refuses: bool = True) -> Any:
+            return Gate(name, port, scheduler, faults, seen, refuses)
 
         w = world
         self.operations = gate("operations", w.operations)
@@ -89,7 +96,10 @@ class Core:
         self.events = gate("events", w.events)
         self.event_bus = gate("bus", w.event_bus)
         self.webhooks = gate("webhooks", w.webhooks)
-        self.webhook_queue = gate("webhook_queue", w.webhook_queue)
+        self.webhook_queue = gate("sqs", SimWebhookQueue(queues.webhooks))
+        self.webhook_secrets = gate("secrets", w.webhook_secrets)
+        self.receiver = gate("receiver", receiver, refuses=False)
+        self.webhook_policy = RetryPolicy.scaled(webhook_scale)
         self.queue = gate("sqs", SimOperationQueue(queues.lanes))
         self.publication_queue = gate("sqs", SimPublicationQueue(queues.publications))
         self.event_queue = gate("sqs", SimEventQueue(queues.events))
@@ -159,6 +169,20 @@ class Core:
 
     def events_worker(self) -> EventsWorker:
         return EventsWorker(EventsDeps(self.events, self.event_bus, self.webhooks, self.webhook_queue))
+
+    def deliverer(self) -> WebhookDeliverer:
+        return WebhookDeliverer(
+            WebhookDeps(
+                self.webhooks,
+                self.events,
+                self.webhook_secrets,
+                self.receiver,
+                self.webhook_queue,
+                self.clock,
+                self.webhook_policy,
+                Random(self.rng.random()),
+            )
+        )
 
     def reconciler(self) -> Reconciler:
         return Reconciler(

@@ -20,6 +20,7 @@ from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.operations.batch import BatchItem
 from sitedispatch.operator.access import Caller
 from sitedispatch.operator.reads import DeadLetterFilter
+from sitedispatch.operator.redrive import RedriveReport
 from tests.fakes import MemoryWorld
 
 from .wiring import Core
@@ -184,10 +185,13 @@ class Workload:
     # -- operators ---------------------------------------------------------------------------------------------
 
     def act(self, action: str, call: Any) -> bool:
-        """An operator's action through the controls; counted (the audit must show it) once it returned."""
+        """An operator's action through the controls; counted (the audit must show it) once it returned, a redrive
+        once it selected something (one that matched nothing, its index read lagging, names no operation)."""
         try:
-            call()
+            done = call()
         except (SiteDispatchError, ClientError):
+            return False
+        if isinstance(done, RedriveReport) and not done.selected:
             return False
         self.ledger.actions[action] += 1
         return True
@@ -201,7 +205,9 @@ class Workload:
     def do_pause(self) -> None:
         site = self.site()
         paused = site not in self.paused
-        if self.act("pause" if paused else "resume", lambda: self.core.controls().set_paused(OPERATOR, site, paused, "sim")):
+        if self.act(
+            "pause" if paused else "resume", lambda: self.core.controls().set_paused(OPERATOR, site, paused, "sim")
+        ):
             (self.paused.add if paused else self.paused.discard)(site)
 
     def do_redrive(self) -> None:

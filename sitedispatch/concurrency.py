@@ -4,8 +4,9 @@ second thread would be an interleaving its seed does not choose."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -33,7 +34,12 @@ def pool(workers: int, name: str = "") -> Executor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
 
 
-def run_serially() -> None:
-    """Every pool made from now on in this process runs its tasks in the caller's thread, one at a time."""
+@contextmanager
+def serially() -> Iterator[None]:
+    """Inside it, every pool made runs its tasks in the caller's thread, one at a time."""
     global _serial
-    _serial = True
+    before, _serial = _serial, True
+    try:
+        yield
+    finally:
+        _serial = before

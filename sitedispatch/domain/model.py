@@ -68,8 +68,10 @@ class Status(StrEnum):
         return self in TERMINAL
 
 
-TERMINAL = frozenset({Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Status.DEAD})
-RUNNABLE = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RUNNING})
+# Tuples, in the lifecycle's order: whatever walks them (the reconciler reads each status in turn) walks them in the
+# same order in every process (a frozenset of str enums is iterated in the order of the process's hash seed).
+TERMINAL = (Status.SUCCEEDED, Status.CANCELLED, Status.SUPERSEDED, Status.DEAD)
+RUNNABLE = (Status.ACCEPTED, Status.QUEUED, Status.RUNNING)
 
 
 INTERACTIVE = "operations"  # a lane is named as its queue in sitedispatch.domain.resources.QUEUES

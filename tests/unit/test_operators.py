@@ -104,6 +104,29 @@ def test_redrive_twice_redrives_once() -> None:
     )
 
 
+def test_a_redrive_that_meets_its_operation_revived_meanwhile_audits_the_skip() -> None:
+    """Two operators redrive one class at once: the second read the operation dead, the first revived it before
+    the second's revive. The second skips it, and says so in the audit trail as a skip found at the read does
+    (found by the simulation, seed 195: the skip went unaudited)."""
+    harness = Harness(attempt_budget=1)
+    harness.fail_first(Kind.PROVISION, TransientError("upstream 503"))
+    op_id = harness.submit()
+    assert harness.deliver(op_id)[0].outcome == Outcome.DEAD
+    controls = harness.controls()
+    read_dead = controls.dead_letters(OPERATOR, DeadLetterFilter(), limit=10)  # the second operator's read
+
+    first = controls.redrive(OPERATOR, operation_id=op_id, reason="first")
+    original_targets = controls._targets
+    controls._targets = lambda *args: read_dead  # type: ignore[method-assign]
+    second = controls.redrive(OPERATOR, where=DeadLetterFilter(), reason="second")
+    controls._targets = original_targets  # type: ignore[method-assign]
+
+    assert first.redriven == [op_id] and second.redriven == []
+    assert second.skipped == {op_id: "already redriven (no longer dead at the selected epoch)"}
+    entries = [e for e in harness.world.audit.list(0, 2e9, limit=10) if e.action == "redrive"]
+    assert [(e.reason, e.outcome) for e in entries] == [("first", "ok"), ("second", "skipped")]
+
+
 def test_redrive_by_site_and_by_error_code_moves_only_the_matching_operations(harness: Harness) -> None:
     bad_one = poisoned_import(harness, "site-one")
     bad_two = poisoned_import(harness, "site-two")
