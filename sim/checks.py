@@ -23,12 +23,14 @@ class StepChecks:
         self.watch = LiveWatch(world, violations)
         self.fences: dict[str, int] = {}
         self.granted: dict[tuple[str, int], str] = {}
+        self.rows: dict[str, Any] = {}
 
     def after_step(self) -> None:
         for site_id in self.sites:
             site = self.world.db.sites.get(site_id)
-            if site is None:
-                continue
+            if site is None or site is self.rows.get(site_id):
+                continue  # the same row as at the last step (a write replaces it)
+            self.rows[site_id] = site
             if site.fence < self.fences.get(site_id, 0):
                 self.violations.add("fences never go back", f"{site_id}: {self.fences[site_id]} then {site.fence}")
             self.fences[site_id] = site.fence

@@ -43,6 +43,7 @@ class Fifo:
         self.sent = 0
         self.handles = 0
         self.history: list[Message] = []  # every message ever accepted (what a replay fault sends again)
+        self._quiet_until = 0.0  # nothing is receivable before then, unless the queue changes (the poll's fast path)
 
     def send(self, body: Any, group: str, dedup: str, attributes: dict[str, str] | None = None) -> str:
         now = self.clock.now()
@@ -54,6 +55,7 @@ class Fifo:
         message = Message(self.sent, body, group, dedup, now, now, dict(attributes or {}))
         self.messages.append(message)
         self.history.append(message)
+        self._quiet_until = 0.0
         return f"{self.name}-{self.sent}"
 
     def _in_flight(self, message: Message, now: float) -> bool:
@@ -79,8 +81,13 @@ class Fifo:
 
     def receive(self, most: int, hold_s: float | None = None) -> list[tuple[Message, int]]:
         now = self.clock.now()
+        if now < self._quiet_until:
+            return []
         got: list[tuple[Message, int]] = []
-        for message in self._heads(now, most):
+        heads = self._heads(now, most)
+        if not heads:
+            self._quiet_until = self.next_change() or float("inf")
+        for message in heads:
             if message.receives >= REDRIVE_BACKSTOP_RECEIVES and self.dlq is not None:
                 self.messages.remove(message)
                 self.dlq.send(message.body, message.group, f"{message.dedup}-backstop", message.attributes)
@@ -96,6 +103,7 @@ class Fifo:
         if message.handle != handle or not self._in_flight(message, self.clock.now()) or message not in self.messages:
             return False  # ReceiptHandleIsInvalid: received again since, or gone
         self.messages.remove(message)
+        self._quiet_until = 0.0
         return True
 
     def change_visibility(self, message: Message, handle: int, seconds: float) -> None:
@@ -105,6 +113,7 @@ class Fifo:
         message.in_flight_until = now + seconds
         if seconds == 0:
             message.handle = 0
+        self._quiet_until = 0.0
 
     def next_change(self) -> float | None:
         """When a message not receivable now may become so (its visibility ends, or its delay)."""

@@ -1,5 +1,5 @@
-"""The core as a deployment builds it (`sitedispatch/dependencies.py`), over the in-memory ports, each behind its
-gate, and every source of randomness drawn from the seed."""
+"""The simulation's set of ports: the in-memory ones, each behind its gate, every source of randomness drawn from
+the seed; every core is built from it by `sitedispatch.cores`, as a deployment's are from `Dependencies`."""
 
 from __future__ import annotations
 
@@ -7,32 +7,33 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from random import Random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sitedispatch import cores
 from sitedispatch.domain.model import BULK, INTERACTIVE
 from sitedispatch.domain.ports import WebhookSender
 from sitedispatch.domain.settings import Settings
 from sitedispatch.domain.webhooks import RetryPolicy
 from sitedispatch.drivers.reference.driver import reference_only
-from sitedispatch.events.worker import EventsDeps, EventsWorker
-from sitedispatch.flow.minute_counts import MinuteCounts
+from sitedispatch.flow.minute_counts import SHARDS, MinuteCounts
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.retry_budget import RetryBudget
-from sitedispatch.kinds.handlers import handler_map
 from sitedispatch.operations.batch import BatchSubmitter
-from sitedispatch.operations.submission import SubmitDeps, Submitter
-from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
-from sitedispatch.operator.access import ControlDeps
-from sitedispatch.operator.controls import Controls
-from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
-from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
-from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
 from .faults import FaultPlan, Gate
 from .queues import Fifo, SimEventQueue, SimOperationQueue, SimPublicationQueue, SimWebhookQueue
 from .scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from sitedispatch.events.worker import EventsWorker
+    from sitedispatch.operations.submission import Submitter
+    from sitedispatch.operations.worker import OperationsWorker
+    from sitedispatch.operator.controls import Controls
+    from sitedispatch.publication.worker import PublicationWorker
+    from sitedispatch.reconciler import Reconciler
+    from sitedispatch.webhooks.deliverer import WebhookDeliverer
 
 EVENTS = "events"
 PUBLICATIONS = "publications"
@@ -63,8 +64,9 @@ def make_queues(world: MemoryWorld, timeouts: dict[str, float]) -> Queues:
 
 
 class Core:
-    """Builds each piece of the core the way `Dependencies` does, from gated ports. Every Random it hands out is
-    drawn from `rng`, and ids from a counter, so a seed builds the same core every time."""
+    """The in-memory ports, each behind its gate: the set of ports (`sitedispatch.cores.Ports`) every core of the
+    simulation is built from, as `Dependencies` is over AWS. Every Random it hands out is drawn from `rng`, and ids
+    from a counter, so a seed builds the same cores every time."""
 
     def __init__(
         self,
@@ -107,114 +109,44 @@ class Core:
         self.drivers = reference_only()
         self.clock = w.clock
 
-    def minute_counts(self) -> MinuteCounts:
-        return MinuteCounts(self.buckets, rng=Random(self.rng.random()))
+    def _counts(self, shards: int = SHARDS) -> MinuteCounts:
+        return MinuteCounts(self.buckets, shards, rng=Random(self.rng.random()))
 
+    # Built anew for each core that asks (each with its own shard choices from the seed), as each Lambda
+    # environment builds its own.
+    @property
+    def retry_budget(self) -> RetryBudget:
+        s = self.settings
+        return RetryBudget(self._counts(), s.retry_budget_ratio, s.retry_budget_min_retries)
+
+    @property
     def pace(self) -> Pace:
-        return Pace(self.minute_counts())
+        return Pace(self._counts(shards=1))  # as Dependencies.pace: a principal's own bucket
+
+    @property
+    def outcomes(self) -> Outcomes:
+        return Outcomes(self._counts())
 
     def submitter(self) -> Submitter:
-        return Submitter(
-            SubmitDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.blobs,
-                self.queue,
-                self.clock,
-                self.pace(),
-                self.drivers,
-                new_key=self.new_key,
-            )
-        )
+        return cores.submitter(self, self.new_key)
 
     def batch(self) -> BatchSubmitter:
         return BatchSubmitter(self.submitter())
 
     def worker(self) -> OperationsWorker:
-        s = self.settings
-        return OperationsWorker(
-            WorkerDeps(
-                s,
-                self.operations,
-                self.sites,
-                self.commits,
-                self.blobs,
-                self.queue,
-                self.clock,
-                handler_map(),
-                Random(self.rng.random()),
-                self.publications,
-                self.publication_queue,
-                RetryBudget(self.minute_counts(), s.retry_budget_ratio, s.retry_budget_min_retries),
-                self.pace(),
-                self.drivers,
-                Outcomes(self.minute_counts()),
-            )
-        )
+        return cores.worker(self, Random(self.rng.random()))
 
     def publisher(self) -> PublicationWorker:
-        return PublicationWorker(
-            PublicationDeps(
-                self.settings,
-                self.sites,
-                self.publications,
-                self.blobs,
-                self.publication_queue,
-                self.clock,
-                self.drivers,
-                Random(self.rng.random()),
-            )
-        )
+        return cores.publisher(self, Random(self.rng.random()))
 
     def events_worker(self) -> EventsWorker:
-        return EventsWorker(EventsDeps(self.events, self.event_bus, self.webhooks, self.webhook_queue))
+        return cores.events_worker(self)
 
     def deliverer(self) -> WebhookDeliverer:
-        return WebhookDeliverer(
-            WebhookDeps(
-                self.webhooks,
-                self.events,
-                self.webhook_secrets,
-                self.receiver,
-                self.webhook_queue,
-                self.clock,
-                self.webhook_policy,
-                Random(self.rng.random()),
-            )
-        )
+        return cores.deliverer(self, self.receiver, self.webhook_policy, Random(self.rng.random()))
 
     def reconciler(self) -> Reconciler:
-        return Reconciler(
-            ReconcilerDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.publications,
-                self.queue,
-                self.publication_queue,
-                self.blobs,
-                self.clock,
-                wp_cron_submitter(self.submitter()),
-                self.events,
-                self.event_queue,
-                self.webhooks,
-                self.webhook_queue,
-            )
-        )
+        return cores.reconciler(self, self.submitter())
 
     def controls(self) -> Controls:
-        return Controls(
-            ControlDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.blobs,
-                self.queue,
-                self.audit,
-                self.clock,
-                self.quotas,
-                self.commits,
-                self.publications,
-            )
-        )
+        return cores.controls(self)

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from chaos.invariants import DriverLedger, Violations
 from sitedispatch.domain.errors import Backpressure, SiteDispatchError
-from sitedispatch.domain.model import RUNNABLE, Status
+from sitedispatch.domain.model import RUNNABLE, Kind, Status
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.operations.batch import BatchItem
 from sitedispatch.operator.access import Caller
@@ -78,11 +78,12 @@ class Workload:
         planned = [(self.rng.uniform(0, 2.0), f"provision {site}") for site in self.tenancy.sites]
         for _ in range(submissions):
             what = self.rng.choices(
-                ["publish", "wp_cron", "import", "poison", "batch", "repeat", "foreign"], [6, 2, 4, 1, 3, 1, 1]
+                ["publish", "wp_cron", "import", "poison", "batch", "repeat", "foreign", "recover"],
+                [6, 2, 4, 1, 3, 1, 1, 1],
             )[0]
             planned.append((self.rng.uniform(1.0, work_s), what))
         for _ in range(actions):
-            what = self.rng.choices(["cancel", "pause", "redrive", "replay", "quota"], [3, 2, 3, 1, 1])[0]
+            what = self.rng.choices(["cancel", "pause", "redrive", "fix", "replay", "quota"], [3, 2, 3, 1, 1, 1])[0]
             planned.append((self.rng.uniform(1.0, work_s), what))
         return sorted(planned)
 
@@ -112,6 +113,15 @@ class Workload:
         site = self.site()
         params = self.core.submitter().stage_upload(site, wxr_files()["truncated"], self.tenancy.owner[site])
         self.submit(site, "import", params)
+
+    def do_recover(self) -> None:
+        """Roll a site back to, or restore its head from, an earlier revision of its history."""
+        site = self.site()
+        history = sorted((c for c in self.world.db.commits.values() if c.site_id == site), key=lambda c: c.version)
+        if history:
+            revision = self.rng.choice(history).revision_id
+            mode = self.rng.choice(["rollback", "restore"])
+            self.submit(site, "recover", {"revision_id": revision, "mode": mode})
 
     def do_repeat(self) -> None:
         """The same idempotency key again, with the same input: the same operation, nothing new."""
@@ -219,6 +229,24 @@ class Workload:
             [DeadLetterFilter(), DeadLetterFilter(site_id=op.site_id), DeadLetterFilter(error_code=op.error_code)]
         )
         self.act("redrive", lambda: self.core.controls().redrive(OPERATOR, where=where, reason="sim: redrive"))
+
+    def do_fix(self) -> None:
+        """The recovery a dead import's evidence names: redrive it with a corrected file, uploaded by the operator."""
+        dead = sorted(
+            i for i, op in self.world.db.operations.items() if op.status == Status.DEAD and op.kind == Kind.IMPORT
+        )
+        if not dead:
+            return
+        op = self.world.db.operations[self.rng.choice(dead)]
+        submitter = self.core.submitter()
+        params = submitter.stage_upload(op.site_id, wxr_files()["good-0"], OPERATOR.identity)
+        fixed = submitter.store_input(Kind.IMPORT, op.site_id, OPERATOR.identity, params)
+        self.act(
+            "redrive",
+            lambda: self.core.controls().redrive(
+                OPERATOR, operation_id=op.operation_id, new_input=fixed, reason="sim: fixed file"
+            ),
+        )
 
     def do_replay(self) -> None:
         dead = sorted(i for i, op in self.world.db.operations.items() if op.status == Status.DEAD)

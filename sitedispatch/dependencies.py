@@ -289,13 +289,9 @@ class Dependencies:
         return self
 
     def submitter(self) -> Submitter:
-        from sitedispatch.operations.submission import SubmitDeps, Submitter
+        from sitedispatch import cores
 
-        return Submitter(
-            SubmitDeps(
-                self.settings, self.operations, self.sites, self.blobs, self.queue, self.clock, self.pace, self.drivers
-            )
-        )
+        return cores.submitter(self)
 
     @cached_property
     def upload_signer(self) -> UploadSigner:
@@ -309,73 +305,24 @@ class Dependencies:
         return S3UploadSigner(client, self.settings.bucket)
 
     def controls(self) -> Controls:
-        from sitedispatch.operator.access import ControlDeps
-        from sitedispatch.operator.controls import Controls
+        from sitedispatch import cores
 
-        return Controls(
-            ControlDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.blobs,
-                self.queue,
-                self.audit,
-                self.clock,
-                self.quotas,
-                self.commits,
-                self.publications,
-            )
-        )
+        return cores.controls(self)
 
     def reconciler(self) -> Reconciler:
-        from sitedispatch.reconciler import Reconciler, ReconcilerDeps, wp_cron_submitter
+        from sitedispatch import cores
 
-        return Reconciler(
-            ReconcilerDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.publications,
-                self.queue,
-                self.publication_queue,
-                self.blobs,
-                self.clock,
-                wp_cron_submitter(self.submitter()),
-                self.events,
-                self.event_queue,
-                self.webhooks,
-                self.webhook_queue,
-            )
-        )
+        return cores.reconciler(self, self.submitter())
 
     def worker(self) -> OperationsWorker:
-        from sitedispatch.kinds.handlers import handler_map
-        from sitedispatch.operations.worker import OperationsWorker, WorkerDeps
+        from sitedispatch import cores
 
-        return OperationsWorker(
-            WorkerDeps(
-                self.settings,
-                self.operations,
-                self.sites,
-                self.commits,
-                self.blobs,
-                self.queue,
-                self.clock,
-                handler_map(),
-                random.Random(),
-                self.publications,
-                self.publication_queue,
-                self.retry_budget,
-                self.pace,
-                self.drivers,
-                self.outcomes,
-            )
-        )
+        return cores.worker(self, random.Random())
 
     def events_worker(self) -> EventsWorker:
-        from sitedispatch.events.worker import EventsDeps, EventsWorker
+        from sitedispatch import cores
 
-        return EventsWorker(EventsDeps(self.events, self.event_bus, self.webhooks, self.webhook_queue))
+        return cores.events_worker(self)
 
     @cached_property
     def webhooks(self) -> WebhookStore:
@@ -396,17 +343,12 @@ class Dependencies:
         return SqsWebhookQueue(self.sqs, self.settings.webhooks_queue_url)
 
     def webhook_deliverer(self) -> WebhookDeliverer:
+        from sitedispatch import cores
         from sitedispatch.domain.webhooks import RetryPolicy
         from sitedispatch.webhooks.attempt import HttpSender
-        from sitedispatch.webhooks.deliverer import WebhookDeliverer, WebhookDeps
 
         sender = HttpSender(allow_loopback=self.settings.webhooks_allow_loopback)
-        policy = RetryPolicy.scaled(self.settings.webhook_retry_scale)
-        return WebhookDeliverer(
-            WebhookDeps(
-                self.webhooks, self.events, self.webhook_secrets, sender, self.webhook_queue, self.clock, policy
-            )
-        )
+        return cores.deliverer(self, sender, RetryPolicy.scaled(self.settings.webhook_retry_scale), random.Random())
 
     def endpoints(self) -> Endpoints:
         from sitedispatch.webhooks.endpoints import Endpoints, EndpointsDeps
@@ -424,16 +366,6 @@ class Dependencies:
         )
 
     def publication_worker(self) -> PublicationWorker:
-        from sitedispatch.publication.worker import PublicationDeps, PublicationWorker
+        from sitedispatch import cores
 
-        return PublicationWorker(
-            PublicationDeps(
-                self.settings,
-                self.sites,
-                self.publications,
-                self.blobs,
-                self.publication_queue,
-                self.clock,
-                self.drivers,
-            )
-        )
+        return cores.publisher(self, random.Random())
