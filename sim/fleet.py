@@ -18,6 +18,8 @@ from sitedispatch.concurrency import serially
 from sitedispatch.domain.errors import SiteDispatchError
 from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import BULK, INTERACTIVE, RUNNABLE, PublicationStatus
+from sitedispatch.domain.resources import FUNCTIONS
+from sitedispatch.domain.resources import SCHEDULES as RESOURCE_SCHEDULES
 from sitedispatch.domain.settings import Settings
 from sitedispatch.domain.webhooks import Endpoint
 from tests.factories import settings as base_settings
@@ -43,7 +45,7 @@ from .workload import Tenancy, Workload
 START = 1_800_000_000.0
 SETTLE_BOUND_S = 6 * 3600.0  # virtual time the fleet has to settle once faults stop
 INDEX_LAG_S = 1.0  # the longest an index read lags the table
-SCHEDULES = {"reconcile": 60.0, "wp-events": 60.0, "queue-repair": 300.0}  # resources.SCHEDULES' rates
+SCHEDULES = {name: float(spec.rate_s) for name, spec in RESOURCE_SCHEDULES.items()}  # as the stack schedules them
 SETTLE_EVERY_S = 300.0  # the operator looks again (a site auto-paused meanwhile is resumed)
 
 
@@ -115,7 +117,8 @@ class Simulation:
         self.work_s = shape.uniform(30.0, 300.0)
         submissions, actions = shape.randint(3, 16), shape.randint(0, 8)
         timeouts = {INTERACTIVE: shape.choice((30.0, 120.0)), BULK: shape.choice((60.0, 900.0)),
-                    PUBLICATIONS: shape.choice((30.0, 120.0)), EVENTS: 30.0, WEBHOOKS: 120.0}  # fmt: skip
+                    PUBLICATIONS: shape.choice((30.0, 120.0)), EVENTS: float(FUNCTIONS[EVENTS].timeout_s),
+                    WEBHOOKS: float(FUNCTIONS[WEBHOOKS].timeout_s)}  # fmt: skip
         concurrency = {INTERACTIVE: shape.randint(1, 4), BULK: shape.randint(1, 2),
                        PUBLICATIONS: shape.randint(1, 3), EVENTS: shape.randint(1, 2),
                        WEBHOOKS: shape.randint(1, 2)}  # fmt: skip
@@ -163,7 +166,7 @@ class Simulation:
             INTERACTIVE: (queues.lanes[INTERACTIVE], 1, core.worker, operations_handler(self.lambdas)),
             BULK: (queues.lanes[BULK], 1, core.worker, operations_handler(self.lambdas)),
             PUBLICATIONS: (queues.publications, 1, core.publisher, publications_handler(self.lambdas)),
-            EVENTS: (queues.events, 10, core.events_worker, events_handler(self.lambdas)),
+            EVENTS: (queues.events, FUNCTIONS[EVENTS].batch_size, core.events_worker, events_handler(self.lambdas)),
             WEBHOOKS: (queues.webhooks, 1, core.deliverer, webhooks_handler(self.lambdas)),
         }
         for name, (queue, batch, init, handle) in consumers.items():

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sitedispatch.aws.sqs import SWEEP_HOLD_S
 from sitedispatch.domain.events import EventMessage
 from sitedispatch.domain.model import PublicationMessage, QueueMessage
 from sitedispatch.domain.ports import DeadLetter
@@ -18,7 +19,6 @@ from sitedispatch.domain.webhooks import WebhookMessage
 from tests.fakes import FakeClock
 
 DEDUP_WINDOW_S = 300.0
-SWEEP_HOLD_S = 60.0  # as aws/sqs.py holds a DLQ message it looks at
 
 
 @dataclass(eq=False)

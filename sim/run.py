@@ -34,10 +34,13 @@ def run_seeds(seeds: list[int], check_every: int) -> list[dict[str, Any]]:
 
 def run_seed(seed: int, twice: bool) -> dict[str, Any]:
     """One schedule's row of the report; `twice`: run again, and a different digest is a violation."""
-    from .fleet import Simulation
+    from .fleet import Outcome, Simulation
 
     started = time.perf_counter()
-    outcome = Simulation(seed).run()
+    try:
+        outcome = Simulation(seed).run()
+    except Exception as exc:  # the simulation itself broke on this seed: reported with it, the campaign goes on
+        outcome = Outcome(seed, violations=[f"the simulation stopped: {type(exc).__name__}: {exc}"])
     took = time.perf_counter() - started
     violations = list(outcome.violations)
     if twice:
@@ -62,16 +65,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="make sim")
     parser.add_argument("--seeds", default="1-2000", help="a range a-b, or a count n (seeds 1..n)")
     parser.add_argument("--seed", type=int, help="replay one seed with its trace")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=positive, default=os.cpu_count() or 1)
     parser.add_argument("--check-every", type=int, default=50, help="every n-th seed is run twice: same digest")
     parser.add_argument("--out", type=Path, help="write the report here (JSON)")
     args = parser.parse_args()
     fixed_hash_seed()
     if args.seed is not None:
         return replay(args.seed)
-    first, _, last = args.seeds.partition("-")
-    seeds = list(range(int(first), int(last) + 1)) if last else list(range(1, int(first) + 1))
+    seeds = seed_range(args.seeds)
+    if not seeds:
+        parser.error(f"--seeds {args.seeds}: give a count n (seeds 1..n) or a range a-b with 1 <= a <= b")
     return campaign(seeds, args.jobs, args.check_every, args.out)
+
+
+def seed_range(text: str) -> list[int]:
+    """`n`: seeds 1..n; `a-b`: seeds a..b; nothing for anything else."""
+    first, _, last = text.partition("-")
+    if not (first.isdigit() and (not last or last.isdigit())):
+        return []
+    return list(range(int(first), int(last) + 1)) if last else list(range(1, int(first) + 1))
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return int(text)
 
 
 def campaign(seeds: list[int], jobs: int, check_every: int, out: Path | None) -> int:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sitedispatch import cores
 from sitedispatch.domain.model import BULK, INTERACTIVE
 from sitedispatch.domain.ports import WebhookSender
+from sitedispatch.domain.resources import VISIBILITY_PER_TIMEOUT
 from sitedispatch.domain.settings import Settings
 from sitedispatch.domain.webhooks import RetryPolicy
 from sitedispatch.drivers.reference.driver import reference_only
@@ -56,7 +57,7 @@ class Queues:
 
 def make_queues(world: MemoryWorld, timeouts: dict[str, float]) -> Queues:
     def fifo(name: str) -> Fifo:
-        visibility = 6 * timeouts[name]  # VISIBILITY_PER_TIMEOUT
+        visibility = VISIBILITY_PER_TIMEOUT * timeouts[name]
         return Fifo(name, world.clock, visibility, Fifo(f"{name}-dlq", world.clock, visibility))
 
     lanes = {lane: fifo(lane) for lane in (INTERACTIVE, BULK)}
