@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+PROGRESS_EVERY = 20  # chunks of 50 seeds between two progress lines
 FULL_TRACE = 10**7  # a replay keeps every step
 HASH_SEED = "0"  # str hashing decides set orders: fixed, or a seed would not replay in another process
 
@@ -97,8 +98,12 @@ def campaign(seeds: list[int], jobs: int, check_every: int, out: Path | None) ->
     chunks = [seeds[n : n + 50] for n in range(0, len(seeds), 50)]
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(jobs) as pool:
-        for part in pool.map(run_seeds, chunks, [check_every] * len(chunks)):
+        for n, part in enumerate(pool.map(run_seeds, chunks, [check_every] * len(chunks)), start=1):
             rows += part
+            if n % PROGRESS_EVERY == 0:  # a long campaign says how far it is, on stderr
+                broken = sum(1 for r in rows if r["violations"])
+                took = time.perf_counter() - started
+                print(f"{len(rows)} schedules in {took:.0f} s, {broken} with a violation", file=sys.stderr, flush=True)
     wall = time.perf_counter() - started
     failed = [r for r in rows if r["violations"]]
     steps = sum(r["steps"] for r in rows)

@@ -15,7 +15,7 @@ says when it stopped early (`truncated`), so the next run continues.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -328,7 +328,12 @@ class Reconciler:
         reads the by-status index (eventually consistent): it relies on the index lagging the table by less than
         `counter_quiet_s`, which DynamoDB's sub-second propagation meets with a wide margin. `outstanding`: the
         operations in flight as the sweep read them at its start (else read here); anything the sweep itself moved
-        since is recent, so the quiet condition refuses to overwrite it."""
+        since is recent, so the quiet condition refuses to overwrite it.
+
+        The statuses are read one query after another, so an operation that moves between two of them meanwhile is
+        read twice, or not at all (read `queued` while it runs, `running` once it is back in the queue): a long
+        operation's counters stay quiet while it moves. Each operation counts once (its latest row), and a counter
+        the recount would change is changed only if a second read of the statuses, in the other order, agrees."""
         d = self.deps
         started = d.clock.now()
         quiet_since = started - self.policy.counter_quiet_s
@@ -336,19 +341,29 @@ class Reconciler:
         # found so again leave the index, so a quiet fleet's recount reads nothing.
         observed = {k: r.value for k, r in d.operations.held_counters().items() if is_flow_counter(k)}
         if outstanding is None:
-            outstanding = [op for status in RUNNABLE for op in d.operations.list(status=status, limit=RECOUNT_LIMIT)]
-        expected = recount(outstanding)
+            outstanding = self._outstanding(RUNNABLE)
+        expected = recount(latest_rows(outstanding))
         missing = [k for k in expected.keys() - observed.keys()]  # a counter that lost its increments
         observed.update({k: d.operations.counter(k) for k in missing})
+        drifted = sorted(k for k in observed.keys() | expected.keys() if observed.get(k, 0) != expected.get(k, 0))
+        if drifted:  # rare: read again, in the other order, what may have moved between the first reads
+            expected = recount(latest_rows([*outstanding, *self._outstanding(tuple(reversed(RUNNABLE)))]))
         repaired = 0
         for counter in sorted(observed.keys() | expected.keys()):
             have, want = observed.get(counter, 0), expected.get(counter, 0)
             if have == want == 0:
                 d.operations.forget_counter(counter, quiet_since)
-            elif have != want and d.operations.repair_counter(counter, have, want, quiet_since, d.clock.now()):
+            elif (
+                have != want
+                and counter in drifted
+                and d.operations.repair_counter(counter, have, want, quiet_since, d.clock.now())
+            ):
                 obs.logger.warning("counter repaired", extra={"counter": counter, "was": have, "now": want})
                 repaired += 1
         return repaired
+
+    def _outstanding(self, statuses: Sequence[Status]) -> list[Operation]:
+        return [op for status in statuses for op in self.deps.operations.list(status=status, limit=RECOUNT_LIMIT)]
 
     # -- wp-events -----------------------------------------------------------------------------------------------
 
@@ -402,6 +417,16 @@ class Reconciler:
 
     def _send(self, op: Operation, dedup_id: str | None = None) -> None:
         self.deps.queue.send(QueueMessage.of(op), dedup_id or op.dedup_id, lane_for(op.kind))
+
+
+def latest_rows(operations: Iterable[Operation]) -> list[Operation]:
+    """Each operation once: its row as last updated (reads of two statuses may both hold it)."""
+    latest: dict[str, Operation] = {}
+    for op in operations:
+        seen = latest.get(op.operation_id)
+        if seen is None or op.updated_at >= seen.updated_at:  # the same instant: the later read
+            latest[op.operation_id] = op
+    return list(latest.values())
 
 
 def _metric(name: str) -> str:

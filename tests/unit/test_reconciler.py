@@ -59,6 +59,26 @@ def test_a_counter_that_moves_during_the_recount_is_not_overwritten(harness: Har
     assert db.counters["site#one"] == 2 and global_total(db.counters) == 2
 
 
+def test_an_operation_read_under_two_statuses_or_none_is_counted_once(harness: Harness) -> None:
+    """The recount reads the statuses one after another; a long operation moving meanwhile is read twice (queued,
+    then running) or not at all, while its other counters stay quiet. Neither read may move a counter: found by the
+    simulation (seeds 13176 and 84207 of its first 100,000), where such a recount set a global shard to 2 for one
+    operation, or to 0 under one still running, and its finish left the counter at 1 or -1."""
+    op_id = harness.submit(site="one")
+    harness.world.clock.advance(600)  # every counter of the operation quiet since its submit
+    db, exact = harness.world.db, dict(harness.world.db.counters)
+    queued = present(harness.world.operations.get(op_id))
+    running = replace(queued, status=Status.RUNNING, updated_at=harness.world.clock.now())
+
+    assert reconciler(harness).repair_counters(outstanding=[queued, running]) == 0  # read twice
+    assert reconciler(harness).repair_counters(outstanding=[]) == 0  # read under neither: the second read has it
+    assert db.counters == exact
+
+    db.bump("site#one", +1, harness.world.clock.now() - 600)  # a real drift, quiet as long
+    assert reconciler(harness).repair_counters(outstanding=[queued, running]) == 1
+    assert db.counters == exact
+
+
 def test_an_attempt_that_outlives_its_lease_is_failed_requeued_and_can_never_commit(harness: Harness) -> None:
     """The fencing argument in one process: the attempt stalls (a GC pause, SIGSTOP) past its lease, the reconciler
     fails it and another delivery commits; when the stalled attempt resumes, its commit is refused."""
