@@ -28,6 +28,9 @@ from sitedispatch.reconciler import Reconciler
 from sitedispatch.webhooks import deliverer
 from tests.unit.conftest import UNIT
 
+# The checker's tests, not the core's coverage (coverage's tracing makes each schedule four times slower)
+pytestmark = pytest.mark.no_cover
+
 SEEDS_TO_FIND = 40  # a planted defect is found within this many seeds (each takes tens of milliseconds)
 FOUND_IN_THE_CORE = [195, 13176, 17671, 18436, 31104, 58005, 76542, 84207]  # each found a defect (sim/README.md)
 

@@ -1,6 +1,6 @@
 """The short profile of the deterministic simulation inside `make test`: 2,000 seeded schedules of the whole
 dispatcher under faults, every invariant holding, every 50th seed run twice to the same digest (`make sim` runs
-100,000; sim/README.md)."""
+100,000; sim/README.md). In its own processes: nothing here needs an emulator, nor this process's coverage."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sim.faults import CALL_FAULTS, QUEUE_FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_SEEDS = 2000
 
 
+@pytest.mark.timeout(1200)  # ~90 s on two idle cores; minutes on a busy machine
 def test_two_thousand_seeded_schedules_hold_every_invariant(tmp_path: Path) -> None:
     report_path = tmp_path / "profile.json"
     run = subprocess.run(
