@@ -152,8 +152,8 @@ class Simulation:
         self.lambdas = Lambdas(self.scheduler, self.faults, self._failed)
         self._functions(timeouts, concurrency)
         self.shape = (
-            f"{len(self.tenancy.sites)} sites, {len(set(self.tenancy.owner.values()))} principals, "
-            f"{submissions} submissions, {actions} actions over {self.work_s:.0f} s; lease "
+            f"sites {len(self.tenancy.sites)}, principals {len(set(self.tenancy.owner.values()))}, "
+            f"submissions {submissions}, operator actions {actions} over {self.work_s:.0f} s; lease "
             f"{self.settings.lease_seconds:.0f} s, budget {self.settings.attempt_budget}, concurrency "
             f"{concurrency}; faults: {self.faults.describe()}"
         )
