@@ -345,7 +345,7 @@ class Reconciler:
         expected = recount(latest_rows(outstanding))
         missing = [k for k in expected.keys() - observed.keys()]  # a counter that lost its increments
         observed.update({k: d.operations.counter(k) for k in missing})
-        drifted = sorted(k for k in observed.keys() | expected.keys() if observed.get(k, 0) != expected.get(k, 0))
+        drifted = {k for k in observed.keys() | expected.keys() if observed.get(k, 0) != expected.get(k, 0)}
         if drifted:  # rare: read again, in the other order, what may have moved between the first reads
             expected = recount(latest_rows([*outstanding, *self._outstanding(tuple(reversed(RUNNABLE)))]))
         repaired = 0
