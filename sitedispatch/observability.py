@@ -57,6 +57,7 @@ class Metric(StrEnum):
     PublicationSuperseded = "PublicationSuperseded"
     PublicationUnknown = "PublicationUnknown"
     QueueDelay = "QueueDelay"
+    ReconcileStepFailed = "ReconcileStepFailed"
     RetryBudgetExhausted = "RetryBudgetExhausted"
     RoutesRendered = "RoutesRendered"
     SiteAutoPaused = "SiteAutoPaused"

@@ -79,6 +79,7 @@ class Sweep:
     schedule: str
     repaired: dict[str, int] = field(default_factory=dict)
     truncated: bool = False
+    failed: list[str] = field(default_factory=list)  # the steps that raised (each logged and counted)
 
 
 @dataclass
@@ -117,8 +118,24 @@ class Reconciler:
         result = sweep()
         for name, value in result.repaired.items():
             obs.count(_metric(name), value)
-        obs.logger.info(f"{schedule} sweep", extra={"repaired": result.repaired, "truncated": result.truncated})
+        obs.logger.info(
+            f"{schedule} sweep",
+            extra={"repaired": result.repaired, "truncated": result.truncated, "failed": result.failed},
+        )
         return result
+
+    def _step(self, sweep: Sweep, name: str, repair: Callable[[], int]) -> None:
+        """Run one repair of a sweep. Its failure (a denied call, a throttle, a bug) is logged with its cause,
+        counted (ReconcileStepFailed, alarmed) and named in the sweep, and the steps after it still run: one
+        repair that cannot run must not stop the others, every minute."""
+        try:
+            sweep.repaired[name] = repair()
+        except Exception as exc:  # not hidden: logged with its traceback, counted, alarmed, returned
+            sweep.failed.append(name)
+            obs.logger.exception(
+                "reconcile step failed", extra={"step": name, "error": f"{type(exc).__name__}: {exc}"[:500]}
+            )
+            obs.count(obs.Metric.ReconcileStepFailed)
 
     def _out_of_time(self, sweep: Sweep) -> bool:
         if self._deadline and self.deps.clock.now() >= self._deadline:
@@ -132,18 +149,38 @@ class Reconciler:
         by-open publications, the by-live sites and the by-held counters. A quiet fleet costs a few empty queries,
         whatever its size."""
         sweep = Sweep("reconcile")
-        # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount.
-        flight = {status: self.deps.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
-        sweep.repaired["orphans_resent"] = self.resend_orphans(sweep, flight)
-        sweep.repaired["unsent_groups_sent"] = self.send_unsent_groups(sweep)
-        sweep.repaired["waiting_released"] = self.release_waiting(sweep, flight[Status.ACCEPTED])
-        sweep.repaired["stale_leases_recovered"] = self.recover_stale_leases(sweep, flight[Status.RUNNING])
-        sweep.repaired["publications_resumed"] = self.resume_publications(sweep)
-        sweep.repaired["live_pointers_repaired"] = self.repair_live_pointers(sweep)
-        sweep.repaired["events_resent"] = self.resend_events(sweep)
-        sweep.repaired["webhooks_woken"] = self.wake_webhooks(sweep)
-        outstanding = [op for ops in flight.values() for op in ops]
-        sweep.repaired["counters_repaired"] = 0 if self._out_of_time(sweep) else self.repair_counters(outstanding)
+        # What is in flight, read once (one query per status) for the orphans, the stale leases and the recount;
+        # if that read fails, the steps that need it are failed with it and the others run.
+        flight: dict[Status, list[Operation]] = {}
+
+        def read_flight() -> int:
+            flight.update(
+                {status: self.deps.operations.list(status=status, limit=RECOUNT_LIMIT) for status in RUNNABLE}
+            )
+            return sum(len(ops) for ops in flight.values())
+
+        def outstanding() -> list[Operation]:
+            return [op for ops in flight.values() for op in ops]
+
+        self._step(sweep, "in_flight_read", read_flight)
+        read = not sweep.failed
+        steps: list[tuple[str, bool, Callable[[], int]]] = [
+            ("orphans_resent", True, lambda: self.resend_orphans(sweep, flight)),
+            ("unsent_groups_sent", False, lambda: self.send_unsent_groups(sweep)),
+            ("waiting_released", True, lambda: self.release_waiting(sweep, flight[Status.ACCEPTED])),
+            ("stale_leases_recovered", True, lambda: self.recover_stale_leases(sweep, flight[Status.RUNNING])),
+            ("publications_resumed", False, lambda: self.resume_publications(sweep)),
+            ("live_pointers_repaired", False, lambda: self.repair_live_pointers(sweep)),
+            ("events_resent", False, lambda: self.resend_events(sweep)),
+            ("webhooks_woken", False, lambda: self.wake_webhooks(sweep)),
+            ("counters_repaired", True, lambda: 0 if self._out_of_time(sweep) else self.repair_counters(outstanding())),
+        ]
+        for name, needs_flight, repair in steps:
+            if needs_flight and not read:
+                sweep.failed.append(name)
+                continue
+            self._step(sweep, name, repair)
+        sweep.repaired.pop("in_flight_read", None)
         return sweep
 
     def resend_events(self, sweep: Sweep) -> int:

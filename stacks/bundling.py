@@ -238,8 +238,11 @@ class LocalBundling:
         return True
 
 
-def function_code() -> lambda_.Code:
-    """One asset for every function (the handler differs). Its hash is the bundle's content."""
+def function_code(local: bool = False) -> lambda_.Code:
+    """One asset for every function (the handler differs). Its hash is the bundle's content. `local`: the template
+    the local cloud deploys, whose functions run from the checkout: the entrypoints' directory as it is, unbundled."""
+    if local:
+        return lambda_.Code.from_asset(str(ENTRYPOINTS))
     return lambda_.Code.from_asset(
         str(ENTRYPOINTS),  # nominal source (fingerprinted by CDK); the bundle is made from SOURCES
         asset_hash_type=AssetHashType.CUSTOM,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Aws, CfnOutput, Stack
 from aws_cdk import aws_events as events
 from constructs import Construct
 
@@ -46,7 +46,14 @@ class SiteDispatchStack(Stack):
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")
         # Every event (source sitedispatch, detail-type its type): consumers subscribe with rules of their own.
-        self.bus = events.EventBus(self, EVENT_BUS_LOGICAL_ID, description="sitedispatch events: events.schema.json")
+        # Named after the stack when it is deployed (a bus needs a name): two stacks of this app in one account
+        # never share a bus, and the local cloud deploys one stack per test into one emulated account.
+        self.bus = events.EventBus(
+            self,
+            EVENT_BUS_LOGICAL_ID,
+            event_bus_name=f"{Aws.STACK_NAME}-events",
+            description="sitedispatch events: events.schema.json",
+        )
         environment = self.function_environment()
         self.functions = DispatchFunctions(
             self,

@@ -31,6 +31,7 @@ from sitedispatch.domain.resources import (
 from sitedispatch.observability import POWERTOOLS_ENVIRONMENT
 
 from .bundling import ARCHITECTURE, RUNTIME, function_code
+from .context import function_timeout_s, local_code
 from .queues import SiteQueues
 from .storage import PublicationBucket
 from .tables import DispatchTables
@@ -70,7 +71,7 @@ class DispatchFunctions(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.queues, self.tables, self.storage, self.bus = queues, tables, storage, bus
-        code = function_code()
+        code = function_code(local=local_code(self))
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for role, spec in FUNCTIONS.items():
@@ -118,7 +119,7 @@ class DispatchFunctions(Construct):
             architecture=ARCHITECTURE,
             code=code,
             handler=spec.handler,
-            timeout=Duration.seconds(spec.timeout_s),
+            timeout=Duration.seconds(function_timeout_s(self, spec)),
             memory_size=spec.memory_mb,
             role=execution_role,
             tracing=lambda_.Tracing.ACTIVE,
@@ -159,13 +160,18 @@ class DispatchFunctions(Construct):
             role, [*READ, *WRITE], self.table_arns("operations", "sites", "commits", "publications", "counters")
         )
         self._allow_bucket(role, "*")
-        self._allow(
-            role, CONSUME, [q.queues[lane].queue_arn for lane in operation_lanes() if QUEUES[lane].function == role]
-        )
+        own = [q.queues[lane].queue_arn for lane in operation_lanes() if QUEUES[lane].function == role]
+        self._allow(role, CONSUME, own)
+        # its own lanes too: an operation that ends releases the work waiting for its fairness share in its lane
+        # (flow/shares.py `release`)
         self._allow(
             role,
             ["sqs:SendMessage"],
-            [*(q.dead_letter_queues[lane].queue_arn for lane in operation_lanes()), q.queues["publications"].queue_arn],
+            [
+                *own,
+                *(q.dead_letter_queues[lane].queue_arn for lane in operation_lanes()),
+                q.queues["publications"].queue_arn,
+            ],
         )
         # WordPress sites' application passwords (the wordpress driver); the crawl of publication needs none
         stack = Stack.of(self)
@@ -226,6 +232,8 @@ class DispatchFunctions(Construct):
             [*(q.queues[lane].queue_arn for lane in lanes), q.queues["publications"].queue_arn],
         )
         self._allow("reconciler", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])
+        # a batch submit's record of the groups it has not sent yet, deleted once they are (aws/operations.py `sent`)
+        self._allow("reconciler", ["dynamodb:BatchWriteItem"], [self.tables.tables["counters"].table_arn])
 
     def _grant_api(self, lanes: list[str]) -> None:
         """The API runs submit (operation rows, admission counters, the input and the message), the controls (every
@@ -244,9 +252,12 @@ class DispatchFunctions(Construct):
             ],
         )
         self._allow("api", CONSUME, [q.dead_letter_queues[lane].queue_arn for lane in lanes])
-        # a deleted webhook endpoint's row and its deliveries' rows: the only deletes of any function
+        # a deleted webhook endpoint's row and its deliveries' rows, a batch's unsent-groups record once its groups
+        # are sent, a quota cleared (aws/flow.py `clear`): the only deletes of any function
         self._allow(
-            "api", ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"], self.table_arns("webhooks", "deliveries")
+            "api",
+            ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"],
+            [self.tables.tables[name].table_arn for name in ("webhooks", "deliveries", "counters")],
         )
         # webhook endpoints' signing secrets: created, rotated, deleted and read (for a rotation) by the API only
         self._allow(

@@ -2,8 +2,8 @@
 
 Queues: oldest message age, depth, in flight and DLQ depth. Functions: errors, throttles, duration p50/p99 and
 concurrency. The service's own Powertools metrics (namespace SiteDispatch, dimension service): succeeded, retried,
-dead, superseded, backpressured, deferred, queue delay p50/p99. Alarms: oldest age per queue, any DLQ message, and
-each function's error rate.
+dead, superseded, backpressured, deferred, queue delay p50/p99. Alarms: oldest age per queue, any DLQ message,
+each function's error rate, and a reconciler step that failed.
 """
 
 from __future__ import annotations
@@ -88,6 +88,14 @@ class DispatchMonitoring(Construct):
                 evaluation_periods=5,
             )
 
+        # A reconcile step that raised: the sweep's other repairs ran, this one did not (its log line says why).
+        self._alarm(
+            "reconcileStepFailed",
+            service_metric(Metric.ReconcileStepFailed),
+            0,
+            "a reconciler step failed (the others ran): see the reconciler's log for 'reconcile step failed'",
+            evaluation_periods=2,
+        )
         self.dashboard.add_widgets(
             cw.GraphWidget(
                 title="oldest message age (s)",

@@ -14,6 +14,8 @@ from sitedispatch.domain.resources import (
     visibility_timeout_s,
 )
 
+from .context import function_timeout_s
+
 
 class SiteQueues(Construct):
     """Each queue: high-throughput FIFO (dedup per message group), visibility 6 x its consumer's timeout,
@@ -39,7 +41,9 @@ class SiteQueues(Construct):
                 content_based_deduplication=False,
                 deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
                 fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
-                visibility_timeout=Duration.seconds(visibility_timeout_s(FUNCTIONS[spec.function].timeout_s)),
+                visibility_timeout=Duration.seconds(
+                    visibility_timeout_s(function_timeout_s(self, FUNCTIONS[spec.function]))
+                ),
                 retention_period=Duration.seconds(RETENTION_S),
                 encryption=sqs.QueueEncryption.SQS_MANAGED,
                 enforce_ssl=True,

@@ -46,12 +46,24 @@ def cloud(
         str | None,
         typer.Option(help="keep the queues and the bucket on this emulator (LocalStack on 127.0.0.1), the tables here"),
     ] = None,
+    template: Annotated[
+        Path | None,
+        typer.Option(help="deploy this template instead of the one synthesized from the checkout (an edited copy)"),
+    ] = None,
 ) -> None:
-    """Start a moto server on 127.0.0.1 holding the stack's queues, tables and bucket."""
+    """Start a moto server on 127.0.0.1 holding the stack, deployed from its synthesized template, IAM enforced."""
     from sitedispatch.local.cloud import serve
 
     with reported(False):
-        serve(port, env_file, function_timeout, _policy(set_ or []), seed if strict else None, sqs_s3_endpoint)
+        serve(
+            port,
+            env_file,
+            function_timeout,
+            _policy(set_ or []),
+            seed if strict else None,
+            sqs_s3_endpoint,
+            template=template,
+        )
 
 
 @app.command("api")

@@ -153,7 +153,12 @@ def reconcile(
     """Run one reconciler sweep by hand (what the schedule of that name runs)."""
     with reported(json):
         sweep = client().call("POST", "/reconcile", body={"schedule": schedule})
-        emit_json(sweep) if json else console.print(f"{sweep['schedule']}: {sweep['repaired']}")
+        if json:
+            emit_json(sweep)
+            return
+        console.print(f"{sweep['schedule']}: {sweep['repaired']}")
+        if sweep.get("failed"):
+            console.print(f"failed steps (the others ran; see the reconciler's log): {', '.join(sweep['failed'])}")
 
 
 @app.command()

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 ENV_PREFIX = "SITEDISPATCH_"  # every setting's environment variable starts with it
 API_URL_VARIABLE = f"{ENV_PREFIX}API_URL"  # where a client finds the API (not a function setting: clients only)
 DEFAULT_FUNCTION_TIMEOUT_S = 30  # the local runtime's function timeout (its queues' visibility is 6x this)
+# CDK context of the template the local cloud deploys (local/template.py): every function's timeout capped at this
+# (and so each queue's visibility), so that a killed worker's message comes back in a test's time; and the asset
+# left unbundled (the local runtime runs the checkout's code). Nothing else of the template differs.
+FUNCTION_TIMEOUT_CONTEXT = "sitedispatch:functionTimeoutS"
+LOCAL_CODE_CONTEXT = "sitedispatch:localCode"
 # API function environments of the local API: requests served at once (a long poll holds one). Lambda scales a
 # function to the requests at once; ten serve a producer's burst of ten without queueing one behind another.
 LOCAL_API_ENVIRONMENTS = 10
@@ -54,6 +59,10 @@ class FunctionSpec:
     timeout_s: int
     memory_mb: int
     batch_size: int  # event source mapping batch size (0: not queue-driven)
+
+    def capped(self, timeout_s: int | None) -> int:
+        """The timeout a deployment gives the function: its own, or at most `timeout_s` (FUNCTION_TIMEOUT_CONTEXT)."""
+        return min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
 
     def lambda_environment(self, region: str) -> dict[str, str]:
         """The variables Lambda itself sets in each of the function's execution environments (the ones this code

@@ -18,13 +18,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     schedule = str(event.get("schedule", ""))
     if schedule not in SCHEDULES:  # refused before any client is built (the Reconciler would refuse it too)
         logger.warning("unknown schedule skipped", extra={"schedule": schedule})
-        return {"schedule": schedule, "skipped": True, "repaired": {}, "truncated": False}
+        return {"schedule": schedule, "skipped": True, "repaired": {}, "truncated": False, "failed": []}
     sweep = dependencies().reconciler().run(schedule)
     return {
         "schedule": schedule,
         "skipped": sweep is None,
         "repaired": sweep.repaired if sweep else {},
         "truncated": bool(sweep and sweep.truncated),
+        "failed": sweep.failed if sweep else [],
     }
 
 

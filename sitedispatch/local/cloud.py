@@ -1,4 +1,5 @@
-"""`sitedispatch local cloud`: a moto server holding the stack's resources, created from the shared definitions."""
+"""`sitedispatch local cloud`: a moto server holding the stack, deployed from its synthesized template, with IAM
+enforced on every call a function makes (local/template.py, local/deployment.py, local/iam.py)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sitedispatch.aws.tables import TableSpec, table_specs
 from sitedispatch.domain.errors import InvalidInput
-from sitedispatch.domain.resources import (
-    DEFAULT_FUNCTION_TIMEOUT_S,
-    EVENT_BUS_FIELD,
-    QUEUES,
-    REDRIVE_BACKSTOP_RECEIVES,
-    RETENTION_S,
-    TABLE_FIELDS,
-    visibility_timeout_s,
-)
+from sitedispatch.domain.resources import BUCKET_FIELD, DEFAULT_FUNCTION_TIMEOUT_S, QUEUES
 from sitedispatch.domain.settings import Settings
+from sitedispatch.local.deployment import DEPLOYMENT_ENV, DEPLOYMENT_FILE_NAME, Deployment, deploy
+from sitedispatch.local.iam import CALLS, IAM_CALLS_FILE_NAME, patch_moto_iam_enforcement
 from sitedispatch.local.localstack import S3_ENDPOINT_ENV, SQS_ENDPOINT_ENV
 from sitedispatch.local.moto_patches import quiet_moto
 from sitedispatch.local.strict import (
@@ -33,6 +27,7 @@ from sitedispatch.local.strict import (
     STRICT_SEED_ENV,
     strict_counts_path,
 )
+from sitedispatch.local.template import local_context, synthesized
 
 LOCAL_PREFIX = "sitedispatch"
 LOCAL_REGION = "us-east-1"
@@ -103,87 +98,79 @@ def local_environment(
 LOCAL_READER = "reader"  # the local runtime's read-only identity (`--as reader`), as the stack's `readers` context
 
 
-def create_resources(
+def deploy_local(
     endpoint: str,
     *,
     prefix: str = LOCAL_PREFIX,
     region: str = LOCAL_REGION,
     function_timeout_s: int = DEFAULT_FUNCTION_TIMEOUT_S,
     sqs_s3_endpoint: str | None = None,
+    template: dict[str, Any] | None = None,
     **policy: Any,
-) -> Settings:
-    """Create the queues, tables and bucket in the emulator (the queues and bucket at `sqs_s3_endpoint` if given);
-    return the Settings that point at them."""
+) -> tuple[Settings, Deployment]:
+    """Deploy the stack's synthesized template into the emulator as stack `prefix` (the queues and the bucket
+    also at `sqs_s3_endpoint` if given, LocalStack); the Settings the functions' environment gives, with `policy`
+    over it (what a test tunes: limits, retries), and the deployment the local runtime reads."""
     import boto3
 
     session = boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
-    sqs = session.client("sqs", endpoint_url=sqs_s3_endpoint or endpoint)
-    fields: dict[str, Any] = {"region": region, "lease_seconds": float(function_timeout_s), **policy}
-    fields["webhooks_allow_loopback"] = True  # a receiver on 127.0.0.1 is told as a public one would be
-    fields.setdefault("readers", LOCAL_READER)
-    for spec in QUEUES.values():
-        dlq_url = sqs.create_queue(
-            QueueName=spec.local_dlq_name(prefix),
-            Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_S)},
-        )["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        url = sqs.create_queue(
-            QueueName=spec.local_name(prefix),
-            Attributes={
-                "FifoQueue": "true",
-                "DeduplicationScope": "messageGroup",
-                "FifoThroughputLimit": "perMessageGroupId",
-                "VisibilityTimeout": str(visibility_timeout_s(function_timeout_s)),
-                "MessageRetentionPeriod": str(RETENTION_S),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": REDRIVE_BACKSTOP_RECEIVES}
-                ),
-            },
-        )["QueueUrl"]
-        fields[spec.url_field] = url
-        fields[spec.dlq_url_field] = dlq_url
-    for role, field in TABLE_FIELDS.items():
-        fields[field] = f"{prefix}-{role}"
-    dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-    for role, table in table_specs().items():
-        dynamodb.create_table(
-            TableName=fields[TABLE_FIELDS[role]], BillingMode="PAY_PER_REQUEST", **table_definition(table)
+    if template is None:
+        template = synthesized(
+            local_context(function_timeout_s, Settings.model_fields["operators"].default, LOCAL_READER)
         )
-        if table.ttl_attribute:
-            dynamodb.update_time_to_live(
-                TableName=fields[TABLE_FIELDS[role]],
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
-            )
-    fields[EVENT_BUS_FIELD] = f"{prefix}-events"
-    session.client("events", endpoint_url=endpoint).create_event_bus(Name=fields[EVENT_BUS_FIELD])
-    fields["bucket"] = f"{prefix}-local"
-    s3 = session.client("s3", endpoint_url=sqs_s3_endpoint or endpoint)
-    s3.create_bucket(Bucket=fields["bucket"])
-    return Settings(**fields)
+    deployment = deploy(session, endpoint, template, prefix)
+    deployed = {
+        name: deployment.environment()[Settings.env_name(name)]
+        for name in Settings.model_fields
+        if Settings.env_name(name) in deployment.environment()
+    }
+    fields: dict[str, Any] = {**deployed, "lease_seconds": float(function_timeout_s), **policy}
+    fields["webhooks_allow_loopback"] = True  # a receiver on 127.0.0.1 is told as a public one would be
+    if sqs_s3_endpoint:
+        fields.update(mirror_queues_and_bucket(session, endpoint, sqs_s3_endpoint, fields))
+    return Settings(**fields), deployment
 
 
-def table_definition(spec: TableSpec) -> dict[str, Any]:
-    """CreateTable's key schema, attribute definitions and indexes for one table spec."""
-    attributes: dict[str, str] = {}
+def create_resources(endpoint: str, **options: Any) -> Settings:
+    """The template deployed (deploy_local); the Settings that point at it."""
+    return deploy_local(endpoint, **options)[0]
 
-    def key_schema(partition: Any, sort: Any) -> list[dict[str, str]]:
-        keys = [(partition, "HASH")] + ([(sort, "RANGE")] if sort else [])
-        for key, _ in keys:
-            attributes[key.name] = key.type
-        return [{"AttributeName": key.name, "KeyType": kind} for key, kind in keys]
 
-    definition: dict[str, Any] = {"KeySchema": key_schema(spec.partition, spec.sort)}
-    if spec.indexes:
-        definition["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": index.name,
-                "KeySchema": key_schema(index.partition, index.sort),
-                "Projection": {"ProjectionType": index.projection},
-            }
-            for index in spec.indexes
-        ]
-    definition["AttributeDefinitions"] = [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()]
-    return definition
+def mirror_queues_and_bucket(session: Any, endpoint: str, second: str, fields: dict[str, Any]) -> dict[str, str]:
+    """The deployed queues (with their attributes and redrive policies) and bucket made again at `second`
+    (LocalStack), where the functions then find them; the tables stay on moto. Their new URLs by Settings field."""
+    here = session.client("sqs", endpoint_url=endpoint)
+    there = session.client("sqs", endpoint_url=second)
+    moved: dict[str, str] = {}
+    arns: dict[str, str] = {}
+    for spec in QUEUES.values():
+        for field in (spec.dlq_url_field, spec.url_field):  # a dead-letter queue before the queue naming it
+            attributes = here.get_queue_attributes(QueueUrl=fields[field], AttributeNames=["All"])["Attributes"]
+            kept = {k: v for k, v in attributes.items() if k in MIRRORED_QUEUE_ATTRIBUTES}
+            if "RedrivePolicy" in kept:
+                policy = json.loads(kept["RedrivePolicy"])
+                policy["deadLetterTargetArn"] = arns[policy["deadLetterTargetArn"]]
+                kept["RedrivePolicy"] = json.dumps(policy)
+            url = there.create_queue(QueueName=fields[field].rsplit("/", 1)[1], Attributes=kept)["QueueUrl"]
+            arns[attributes["QueueArn"]] = there.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+                "Attributes"
+            ]["QueueArn"]
+            moved[field] = url
+    session.client("s3", endpoint_url=second).create_bucket(Bucket=fields[BUCKET_FIELD])
+    return moved
+
+
+# What a queue is created with (the rest are counts and timestamps)
+MIRRORED_QUEUE_ATTRIBUTES = (
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "VisibilityTimeout",
+    "MessageRetentionPeriod",
+    "RedrivePolicy",
+    "SqsManagedSseEnabled",
+)
 
 
 def write_env_file(path: Path, env: dict[str, str]) -> None:
@@ -242,6 +229,7 @@ def serve(
     policy: dict[str, Any],
     strict_seed: int | None = None,
     sqs_s3_endpoint: str | None = None,
+    template: Path | None = None,
 ) -> None:
     """Run the emulator until SIGTERM/SIGINT. Prints one JSON line {"ready": ..., "endpoint": ...} when usable.
     `strict_seed`: behave as AWS does where moto is kinder (local/strict.py), seeded. `sqs_s3_endpoint`: the
@@ -259,10 +247,20 @@ def serve(
     server.start()
     host, bound = server.get_host_and_port()
     endpoint = f"http://{host}:{bound}"
-    settings = create_resources(
-        endpoint, function_timeout_s=function_timeout_s, sqs_s3_endpoint=sqs_s3_endpoint, **policy
+    patch_moto_iam_enforcement()
+    settings, deployment = deploy_local(
+        endpoint,
+        function_timeout_s=function_timeout_s,
+        sqs_s3_endpoint=sqs_s3_endpoint,
+        template=json.loads(template.read_text()) if template else None,
+        **policy,
     )
     env = local_environment(settings, endpoint, function_timeout_s, sqs_s3_endpoint)
+    calls = None
+    if env_file:
+        deployment.write(env_file.with_name(DEPLOYMENT_FILE_NAME))
+        env[DEPLOYMENT_ENV] = str(env_file.with_name(DEPLOYMENT_FILE_NAME).resolve())
+        calls = env_file.with_name(IAM_CALLS_FILE_NAME)
     if strict_seed is not None:
         env[STRICT_SEED_ENV] = str(strict_seed)  # the event source mappings it serves duplicate deliveries too
     if env_file:
@@ -272,10 +270,19 @@ def serve(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(json.dumps({"ready": True, "endpoint": endpoint, "env": env, "strict": STRICT.enabled}), flush=True)
     counts = strict_counts_path(env_file) if STRICT.enabled and env_file else None
-    while not stop.wait(STRICT_COUNTS_EVERY_S if counts else None):
-        if counts:  # what the strict emulation did so far, for a campaign or a test to read (not a port: a file)
-            counts.write_text(json.dumps(STRICT.counts()))
-    if counts:
-        counts.write_text(json.dumps(STRICT.counts()))
+    report_until(stop, counts, calls)
     server.stop()
     sys.stdout.flush()
+
+
+def report_until(stop: threading.Event, counts: Path | None, calls: Path | None) -> None:
+    """Until `stop`: what the strict emulation did so far, and every call IAM judged, written to files a campaign, a
+    test or the IAM report reads while the cloud runs (not a port); once more at the end."""
+    while True:
+        stopping = stop.wait(STRICT_COUNTS_EVERY_S)
+        if counts:
+            counts.write_text(json.dumps(STRICT.counts()))
+        if calls:
+            CALLS.write(calls)
+        if stopping:
+            return

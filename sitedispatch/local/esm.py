@@ -261,11 +261,21 @@ def run_worker(
 ) -> int:
     """Host loop: fork environments, replace any that die (timeout, crash), stop all on SIGTERM/SIGINT."""
     from sitedispatch.domain.settings import Settings
+    from sitedispatch.local.deployment import act_as, current_deployment
 
     queue = QUEUES[queue_role]
-    spec = FUNCTIONS[queue.function]
-    local_timeout = os.environ.get(FUNCTION_TIMEOUT_ENV)
-    default_timeout = int(local_timeout) if local_timeout else spec.timeout_s
+    deployed = current_deployment()
+    if deployed is not None:  # the event source mapping and the function as the template deployed them
+        source = deployed.event_sources[queue_role]
+        deployed_function = act_as(source.function)
+        assert deployed_function is not None
+        spec = dataclasses.replace(deployed_function.spec(), batch_size=source.batch_size)
+        concurrency = min(concurrency, source.max_concurrency)
+        default_timeout = spec.timeout_s
+    else:
+        spec = FUNCTIONS[queue.function]
+        local_timeout = os.environ.get(FUNCTION_TIMEOUT_ENV)
+        default_timeout = int(local_timeout) if local_timeout else spec.timeout_s
     spec = dataclasses.replace(
         spec,
         timeout_s=timeout_s or default_timeout,

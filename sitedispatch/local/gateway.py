@@ -161,14 +161,19 @@ def http_api_event(
 
 
 def route_table() -> list[tuple[str, re.Pattern[str]]]:
-    """The API's routes as API Gateway matches them: the method, and the path with each {parameter} one segment."""
+    """The API's routes as API Gateway matches them: the method, and the path with each {parameter} one segment.
+    In a local deployment, the routes its template declares; in-process, the ones the API function serves."""
     from sitedispatch.api.app import routes
+    from sitedispatch.local.deployment import current_deployment
+
+    deployed = current_deployment()
+    declared = [(r.method, r.path) for r in deployed.routes] if deployed is not None else routes()
 
     def pattern(path: str) -> re.Pattern[str]:
         parts = ("[^/]+" if part.startswith("{") else re.escape(part) for part in path.split("/"))
         return re.compile("/".join(parts))
 
-    return [(method, pattern(path)) for method, path in routes()]
+    return [(method, pattern(path)) for method, path in declared]
 
 
 def routed(table: list[tuple[str, re.Pattern[str]]], method: str, path: str) -> bool:
@@ -187,14 +192,34 @@ def gateway_refusal(
         return NO_ROUTE
     if length > MAX_BODY_BYTES:
         return _gateway_error(TooLarge(f"the body is over API Gateway's {MAX_BODY_BYTES} bytes", "body"))
-    if not headers.get(IDENTITY_HEADER.lower()):
+    identity = headers.get(IDENTITY_HEADER.lower())
+    if not identity:
         return _gateway_error(
             Forbidden(
                 f"locally, name the caller with the {IDENTITY_HEADER} header (the CLI's --as); "
                 "on AWS, sign the request with SigV4"
             )
         )
-    return None
+    return caller_refusal(identity, method, path)
+
+
+def caller_refusal(identity: str, method: str, path: str) -> dict[str, Any] | None:
+    """In a local deployment, the caller holds only the managed policy the stack exports for its kind (producer,
+    operator or reader): a request it does not allow is refused here, as API Gateway's IAM authorization would."""
+    from sitedispatch.domain.settings import Settings
+    from sitedispatch.local.deployment import current_deployment
+    from sitedispatch.operator.access import Caller
+
+    deployed = current_deployment()
+    if deployed is None:
+        return None
+    caller = Caller.of(identity, Settings())
+    kind = "reader" if caller.reader else "operator" if caller.operator else "producer"
+    if deployed.may_invoke(kind, method, path):
+        return None
+    return _gateway_error(
+        Forbidden(f"{identity} ({kind}) may not invoke {method} {path}: the stack's {kind} policy does not allow it")
+    )
 
 
 def _gateway_error(refusal: SiteDispatchError) -> dict[str, Any]:
@@ -300,8 +325,10 @@ def serve(port: int, env_file: Path | None, count: int = LOCAL_API_ENVIRONMENTS,
     {"ready": ..., "url": ...} when it answers, and records the URL in the local runtime's env file (where the CLI
     finds it)."""
     from sitedispatch.local.cloud import check_port_free
+    from sitedispatch.local.deployment import act_as
 
     check_port_free(port)
+    act_as("api")  # its environments (forked from here) call AWS as the api function's role
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -279,3 +279,48 @@ def quiet_moto() -> None:
     patch_moto_checksum()
     patch_moto_conditional_puts()  # inert unless `--strict`
     patch_moto_transaction_conflicts()  # inert unless `--strict` (local/strict.py)
+    patch_moto_cloudformation()
+
+
+FIFO_SUFFIX = ".fifo"
+QUEUE_NAME_MAX = 80
+
+
+def patch_moto_cloudformation() -> None:
+    """Where moto's CloudFormation differs from CloudFormation for the stack's types (docs/aws-semantics.md):
+    - a FIFO queue without a QueueName gets a generated name ending in `.fifo` (moto generates one without and
+      then refuses it: "Queue name must end in .fifo");
+    - a table's TimeToLiveSpecification is applied (moto creates the table and ignores it);
+    - `Ref` of an event bus is its name (moto answers the bus object, which breaks every value built from it)."""
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.table import Table
+    from moto.events.models import EventBus
+    from moto.sqs.models import Queue
+
+    queue_create: Any = Queue.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+    if getattr(queue_create, "patched", False):
+        return
+
+    def create_queue(cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any) -> Any:
+        properties = cloudformation_json.get("Properties", {})
+        fifo = str(properties.get("FifoQueue", "")).lower() == "true"
+        if fifo and "QueueName" not in properties and not resource_name.endswith(FIFO_SUFFIX):
+            resource_name = resource_name[: QUEUE_NAME_MAX - len(FIFO_SUFFIX)] + FIFO_SUFFIX
+        return queue_create(cls, resource_name, cloudformation_json, *args, **kwargs)
+
+    create_queue.patched = True  # type: ignore[attr-defined]
+    EventBus.physical_resource_id = property(lambda self: self.name)  # type: ignore[attr-defined]
+    Queue.create_from_cloudformation_json = classmethod(create_queue)  # type: ignore[method-assign,assignment]
+
+    table_create: Any = Table.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_table(
+        cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+    ) -> Any:
+        table = table_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        ttl = cloudformation_json.get("Properties", {}).get("TimeToLiveSpecification")
+        if ttl:
+            dynamodb_backends[account_id][region_name].update_time_to_live(table.name, ttl)
+        return table
+
+    Table.create_from_cloudformation_json = classmethod(create_table)  # type: ignore[method-assign,assignment]

@@ -153,9 +153,13 @@ class LocalRuntime:
         policy: dict[str, Any] | None = None,
         strict_seed: int | None = None,
         sqs_s3_endpoint: str | None = None,
+        template: Path | None = None,
     ) -> dict[str, str]:
-        """`sqs_s3_endpoint`: the queues and the bucket on that emulator (LocalStack), the tables on moto."""
+        """`sqs_s3_endpoint`: the queues and the bucket on that emulator (LocalStack), the tables on moto.
+        `template`: deploy that file instead of the template synthesized from the checkout."""
         args = ["local", "cloud", "--port", str(port), "--env-file", str(self.env_file)]
+        if template:
+            args += ["--template", str(template)]
         if sqs_s3_endpoint:
             args += ["--sqs-s3-endpoint", sqs_s3_endpoint]
         if strict_seed is None and os.environ.get(
@@ -250,3 +254,21 @@ class LocalRuntime:
         # Workers and scheduler first, the cloud they talk to last.
         self.stop_many([c for c in self.children if c.name != "cloud"])
         self.stop_many(list(self.children))
+        self.keep_judged_calls()
+
+    def keep_judged_calls(self) -> None:
+        """With SITEDISPATCH_IAM_CALLS_DIR set (make test), leave this runtime's deployment and the calls IAM judged
+        there, for the IAM report (local/iam_report.py)."""
+        from sitedispatch.local.deployment import DEPLOYMENT_FILE_NAME
+        from sitedispatch.local.iam import IAM_CALLS_DIR_ENV, IAM_CALLS_FILE_NAME
+
+        into = os.environ.get(IAM_CALLS_DIR_ENV)
+        deployment = self.workdir / DEPLOYMENT_FILE_NAME
+        if not into or not deployment.is_file():
+            return
+        kept = Path(into) / f"{os.getpid()}-{time.time_ns()}"
+        kept.mkdir(parents=True, exist_ok=True)
+        for name in (DEPLOYMENT_FILE_NAME, IAM_CALLS_FILE_NAME):
+            if (self.workdir / name).is_file():
+                (kept / name).write_bytes((self.workdir / name).read_bytes())
+        deployment.unlink()  # kept once, however often this runtime is stopped

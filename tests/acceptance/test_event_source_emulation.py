@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+from sitedispatch.aws.sqs import queue_arn_from_url
 from sitedispatch.local.supervisor import LocalRuntime
 from tests.acceptance.conftest import wait_for
 
@@ -61,7 +62,8 @@ def test_batches_carry_the_lambda_event_shape_and_only_completed_records_are_del
     )
     wait_for(lambda: queue_counts(sqs, url) == (0, 1), what="completed records deleted, failed one in flight")
     record = seen[0]["records"][0]
-    assert record["eventSource"] == "aws:sqs" and record["eventSourceARN"].endswith("-operations.fifo")
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"] == queue_arn_from_url(url, env["AWS_REGION"])
     assert set(record["attributes"]) >= {
         "ApproximateReceiveCount",
         "SentTimestamp",

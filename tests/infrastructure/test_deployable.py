@@ -145,7 +145,12 @@ def test_each_role_holds_only_the_actions_its_code_calls(synthesized_stack: Synt
     reconciler, _ = role_actions(template, "Reconciler")
     for actions in (worker, publisher, reconciler):
         assert not any(a.endswith(":*") or a == "*" for a in actions)
-        assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "s3:DeleteObject", "sqs:PurgeQueue"} & actions
+        assert not {"dynamodb:DeleteItem", "s3:DeleteObject", "sqs:PurgeQueue"} & actions
+    assert "dynamodb:BatchWriteItem" not in worker | publisher
+    # the reconciler deletes a batch's unsent-groups record once it has sent them: on the counters table only
+    _, reconciler_statements = role_actions(template, "Reconciler")
+    batch_writes = [s for s in reconciler_statements if "dynamodb:BatchWriteItem" in json.dumps(s["Action"])]
+    assert [tables_touched(template, [s]) for s in batch_writes] == [{"counters"}]
     assert "dynamodb:Scan" not in worker | publisher and "dynamodb:Scan" in reconciler
     assert {
         "dynamodb:GetItem",
@@ -226,7 +231,7 @@ def test_webhooks_are_sent_by_their_own_worker_and_their_secrets_are_apart(synth
     assert managed and all(f":secret:{WEBHOOK_SECRET_PREFIX}*" in json.dumps(s["Resource"]) for s in managed)
     assert not WEBHOOK_SECRET_PREFIX.startswith(SECRET_NAME_PREFIX)  # a site-credential grant reads none of them
     deletes = [s for s in api_statements if "dynamodb:DeleteItem" in json.dumps(s["Action"])]
-    assert [tables_touched(template, [s]) for s in deletes] == [{"webhooks", "deliveries"}]
+    assert [tables_touched(template, [s]) for s in deletes] == [{"webhooks", "deliveries", "counters"}]
     for function in ("EventsWorker", "Reconciler", "WebhooksWorker"):
         assert any(
             "sqs:SendMessage" in json.dumps(s["Action"]) and "WebhooksQueue" in json.dumps(s["Resource"])
@@ -277,6 +282,8 @@ def test_dashboard_and_alarms_cover_the_failure_signals(synthesized_stack: Synth
     dead = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     rates = [a for a in alarms if "Metrics" in a and "errors / invocations" in json.dumps(a["Metrics"])]
     assert len(oldest) == len(dead) == len(QUEUES) and len(rates) == len(FUNCTIONS)
+    [step_failed] = [a for a in alarms if a.get("MetricName") == Metric.ReconcileStepFailed]
+    assert step_failed["Threshold"] == 0 and step_failed["ComparisonOperator"] == "GreaterThanThreshold"
     assert all(a["Threshold"] == 0 and a["EvaluationPeriods"] == 1 for a in dead)
     assert all("AlarmActions" not in a for a in alarms)  # no topic in context: no actions
 

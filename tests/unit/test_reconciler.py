@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from sitedispatch import observability as obs
 from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.model import Kind, PublicationStatus, Status
 from sitedispatch.domain.ports import CounterReading
@@ -245,3 +246,64 @@ def test_index_reads_that_lag_the_table_never_undo_work(harness: Harness) -> Non
     assert present(harness.world.operations.get(op_id)).status == Status.SUCCEEDED
     assert repaired["stale_leases_recovered"] == 0 and repaired["counters_repaired"] == 0
     assert [m.message.operation_id for m in harness.world.queue.sent[sent_before:]] == []
+
+
+def test_one_failing_step_stops_no_other_and_is_logged_counted_and_named(
+    harness: Harness, monkeypatch: Any, caplog: Any
+) -> None:
+    """A repair that raises (here the unsent-groups step, as a call its role is not granted would) is named in the
+    sweep, logged with its cause and counted; the orphans before it and the events and counters after it are
+    repaired in the same sweep."""
+    # Given a lost message (an orphan) and a step that fails
+    sent_op = harness.submit(site="one")
+    harness.world.queue.sent.clear()
+    harness.world.clock.advance(3_601)
+
+    def denied(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("AccessDenied: dynamodb:Query on the operations table")
+
+    monkeypatch.setattr(harness.world.operations, "unsent", denied)
+    counted: list[str] = []
+    monkeypatch.setattr(obs, "count", lambda name, value=1: counted.append(str(name)))
+
+    # When the reconcile sweep runs
+    result = reconciler(harness).run("reconcile")
+
+    # Then the failing step is named, and every other step ran
+    assert result is not None and result.failed == ["unsent_groups_sent"]
+    assert result.repaired["orphans_resent"] == 1 and "unsent_groups_sent" not in result.repaired
+    for later in ("stale_leases_recovered", "publications_resumed", "live_pointers_repaired", "events_resent"):
+        assert later in result.repaired, later
+    assert "counters_repaired" in result.repaired and "webhooks_woken" in result.repaired
+    assert [m.message.operation_id for m in harness.world.queue.sent] == [sent_op]
+    [failure] = [r for r in caplog.records if r.getMessage() == "reconcile step failed"]
+    assert failure.step == "unsent_groups_sent" and "AccessDenied" in failure.error
+    assert failure.exc_info is not None  # with its traceback
+    assert counted.count(obs.Metric.ReconcileStepFailed) == 1
+
+
+def test_when_the_in_flight_read_fails_the_steps_that_need_it_fail_with_it_and_the_rest_run(
+    harness: Harness, monkeypatch: Any
+) -> None:
+    def throttled(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(harness.world.operations, "list", throttled)
+
+    result = reconciler(harness).run("reconcile")
+
+    assert result is not None
+    assert result.failed == [
+        "in_flight_read",
+        "orphans_resent",
+        "waiting_released",
+        "stale_leases_recovered",
+        "counters_repaired",
+    ]
+    assert set(result.repaired) == {
+        "unsent_groups_sent",
+        "publications_resumed",
+        "live_pointers_repaired",
+        "events_resent",
+        "webhooks_woken",
+    }
