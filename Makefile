@@ -21,7 +21,7 @@ console-assets:  ## download htmx and uPlot again from the npm registry, checked
 console-screenshots: $(STAMP)  ## docs/console/*.png from the console's browser tests
 	SITEDISPATCH_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q tests/integration/test_console.py -k every_page
 
-.PHONY: console-assets console-screenshots demo test test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos sim fuzz lint format hooks lock lambda-wheels clean
+.PHONY: console-assets console-screenshots demo test iam-report test-localstack localstack schemathesis unit integration acceptance infrastructure openapi checkov synth bench chaos sim fuzz lint format hooks lock lambda-wheels clean
 
 # The lock is the whole closure, so pip installs it as written (--no-deps) and `pip check` proves nothing is missing:
 # pip's resolver would otherwise look a dependency's extra (pytest-cov's `coverage[toml]`) up on the index and refuse
@@ -91,9 +91,21 @@ COVERAGE := --cov --cov-report=term
 # at a time: they start fleets of processes and measure latencies, which two at a time on two cores would skew.
 IN_PROCESS_TESTS := tests/unit tests/integration tests/infrastructure
 
-test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes)
+# Every local runtime the acceptance tests start runs its functions under their roles with IAM enforced and leaves
+# the calls IAM judged in IAM_CALLS; the IAM report reads them against the template's grants and fails the run on a
+# denied call or an unexplained unused grant (local/iam_report.py).
+IAM_CALLS := .sitedispatch/iam-calls
+IAM_REPORT := .sitedispatch/iam-report.md
+
+test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes), the IAM report
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 -m "not long" --cov --cov-report= --cov-fail-under=0 $(IN_PROCESS_TESTS)
-	$(PY) -m pytest -q --durations=10 -m "not long" $(COVERAGE) --cov-append tests/acceptance
+	rm -rf $(IAM_CALLS)
+	SITEDISPATCH_IAM_CALLS_DIR=$(IAM_CALLS) $(PY) -m pytest -q --durations=10 -m "not long" $(COVERAGE) --cov-append tests/acceptance
+	$(PY) -m sitedispatch.local.iam_report $(IAM_CALLS) --out $(IAM_REPORT)
+
+iam-report: $(STAMP)  ## least privilege: what the last make test's functions called against what their roles grant
+	$(PY) -m sitedispatch.local.iam_report $(IAM_CALLS) --out $(IAM_REPORT)
+	@echo "the whole report: $(IAM_REPORT)"
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -63,13 +63,23 @@ WARM_UP_KEY = "_warm-up"  # read once at init: no site has this id (SITE_ID_PATT
 class Dependencies:
     settings: Settings
     clock: SystemClock = field(default_factory=SystemClock)
+    # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN of the role to act as (a test running a function
+    # in-process under its deployed role); None: whatever the environment gives, as on Lambda
+    credentials: Mapping[str, str] | None = None
 
     @cached_property
     def botocore_session(self) -> Any:
         """One botocore session for every client of the process, pynamodb's included (models)."""
         import botocore.session
 
-        return botocore.session.get_session()
+        session = botocore.session.get_session()
+        if self.credentials is not None:
+            session.set_credentials(
+                self.credentials["AWS_ACCESS_KEY_ID"],
+                self.credentials["AWS_SECRET_ACCESS_KEY"],
+                self.credentials.get("AWS_SESSION_TOKEN"),
+            )
+        return session
 
     @cached_property
     def session(self) -> Any:

@@ -42,6 +42,9 @@ class SiteDispatchStack(Stack):
         # Feature flags this stack relies on, set here so `python app.py`, the CDK CLI and tests agree: the access-log
         # bucket admits S3's log delivery by bucket policy (ACLs stay disabled).
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
+        # and each role's statements merged where they share actions or resources, so that the api function's
+        # role (the most calls, each on its own tables, indexes and prefixes) stays one inline policy
+        self.node.set_context("@aws-cdk/aws-iam:minimizePolicies", True)
         self.queues = SiteQueues(self, "Queues")
         self.tables = DispatchTables(self, "Tables")
         self.storage = PublicationBucket(self, "Storage")

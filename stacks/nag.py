@@ -62,29 +62,26 @@ def apply_nag(stack: SiteDispatchStack) -> None:
     for role, function in stack.functions.functions.items():
         assert function.role is not None
         acknowledge(_cfn(function), "L1", RUNTIME)
-        policy = _cfn(function.role.node.find_child("DefaultPolicy"))
-        acknowledge(policy, "IAM5", XRAY, "*")
-        acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/sites/*" if role == "publications" else f"{bucket}/*")
-        if role in operation_workers():
-            acknowledge(
-                policy,
-                "IAM5",
-                SECRETS,
-                f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{SECRET_NAME_PREFIX}*",
-            )
-        if role in ("api", "webhooks"):
-            acknowledge(
-                policy,
-                "IAM5",
-                WEBHOOK_SECRETS,
-                f"arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{WEBHOOK_SECRET_PREFIX}*",
-            )
+        # on the role, so that they hold for its inline policy and, past IAM's size limit, for the managed policy
+        # CDK moves the rest into at synthesis
+        acknowledge_role_policy(function.role, role, stack, bucket)
     api_nag(stack)
     reconciler = f"<{stack.get_logical_id(_cfn(stack.functions.functions['reconciler']))}.Arn>"
     for child in stack.node.children:
         if child.node.id.startswith("SchedulerRoleForTarget"):
             acknowledge(_cfn(child.node.find_child("DefaultPolicy")), "IAM5", VERSIONS, f"{reconciler}:*")
     acknowledge(_cfn(stack.schedules.dead_letter_queue), "SQS3", SCHEDULE_DLQ)
+
+
+def acknowledge_role_policy(policy: IConstruct, role: str, stack: SiteDispatchStack, bucket: str) -> None:
+    acknowledge(policy, "IAM5", XRAY, "*")
+    for prefix in sorted(stack.functions.grants.object_prefixes.get(role, ())):
+        acknowledge(policy, "IAM5", OBJECTS, f"{bucket}/{prefix}/*")
+    secrets = "arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:"
+    if role in operation_workers():
+        acknowledge(policy, "IAM5", SECRETS, f"{secrets}{SECRET_NAME_PREFIX}*")
+    if role in ("api", "webhooks"):
+        acknowledge(policy, "IAM5", WEBHOOK_SECRETS, f"{secrets}{WEBHOOK_SECRET_PREFIX}*")
 
 
 ROUTE_PARAMETERS = (

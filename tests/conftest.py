@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -15,8 +17,11 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.resources import QUEUES
 from sitedispatch.domain.settings import Settings
-from sitedispatch.local.cloud import create_resources, in_process_cloud, local_environment
+from sitedispatch.local.cloud import deploy_local, in_process_cloud, local_environment
+from sitedispatch.local.deployment import DEPLOYMENT_FILE_NAME, Deployment
+from sitedispatch.local.iam import CALLS, IAM_CALLS_DIR_ENV, IAM_CALLS_FILE_NAME, patch_moto_iam_enforcement
 from sitedispatch.local.localstack import localstack_python, running_localstack
 from sitedispatch.local.strict import STRICT, STRICT_SEED_ENV, duplicate_chooser
 from tests.factories import present
@@ -93,7 +98,32 @@ def emulation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     with in_process_cloud() as endpoint:
-        yield endpoint
+        patch_moto_iam_enforcement()  # the functions' calls pump and local_api make are judged against their roles
+        try:
+            yield endpoint
+        finally:
+            keep_judged_calls()
+
+
+_deployed: list[Deployment] = []  # every stack this process's tests deployed, for the IAM report
+
+
+def keep_judged_calls() -> None:
+    """With SITEDISPATCH_IAM_CALLS_DIR set (make test), each stack this process deployed and the calls IAM judged
+    for its functions, as a local runtime leaves them (the IAM report reads both)."""
+    into = os.environ.get(IAM_CALLS_DIR_ENV)
+    if not into:
+        return
+    calls = CALLS.calls()
+    for deployment in _deployed:
+        roles = {f.role_arn.rsplit("/", 1)[1] for f in deployment.functions.values()}
+        mine = [c for c in calls if c["role"] in roles]
+        if not mine:
+            continue
+        kept = Path(into) / f"in-process-{deployment.stack_name}"
+        kept.mkdir(parents=True, exist_ok=True)
+        deployment.write(kept / DEPLOYMENT_FILE_NAME)
+        (kept / IAM_CALLS_FILE_NAME).write_text(json.dumps(mine))
 
 
 @pytest.fixture(scope="session")
@@ -112,26 +142,60 @@ def sqs_s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | 
 class Cloud:
     endpoint: str
     settings: Settings
-    deps: Dependencies
+    deps: Dependencies  # the test's own: the account's administrator
+    deployment: Deployment
     sqs_s3_endpoint: str | None = None
+    roles: dict[str, Dependencies] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
         return local_environment(self.settings, self.endpoint, sqs_s3_endpoint=self.sqs_s3_endpoint)
 
+    def as_function(self, role: str) -> Dependencies:
+        """The dependencies of the deployed function `role`: its clients sign as its role, so IAM judges its calls."""
+        if role not in self.roles:
+            credentials = self.deployment.functions[role].credentials
+            self.roles[role] = Dependencies(Settings(), credentials=credentials)
+        return self.roles[role]
+
+
+_current: list[Cloud] = []  # the running test's cloud, whose roles the in-process functions act as
+
 
 @pytest.fixture
-def cloud(moto_endpoint: str, sqs_s3_endpoint: str | None, monkeypatch: pytest.MonkeyPatch) -> Cloud:
-    """Fresh queues, tables and bucket (unique prefix) and the environment pointing at them."""
-    settings = create_resources(
+def cloud(moto_endpoint: str, sqs_s3_endpoint: str | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    """A fresh stack (unique prefix) deployed from the template, and the environment pointing at it."""
+    settings, deployment = deploy_local(
         moto_endpoint,
         prefix=f"t{next(_prefixes)}-{os.getpid()}",
         function_timeout_s=10,
         sqs_s3_endpoint=sqs_s3_endpoint,
     )
+    _deployed.append(deployment)
     for key, value in local_environment(settings, moto_endpoint, sqs_s3_endpoint=sqs_s3_endpoint).items():
         monkeypatch.setenv(key, value)
-    return Cloud(moto_endpoint, settings, Dependencies(settings), sqs_s3_endpoint)
+    deployed = Cloud(moto_endpoint, settings, Dependencies(settings), deployment, sqs_s3_endpoint)
+    _current[:] = [deployed]
+    yield deployed
+    _current.clear()
+
+
+@contextmanager
+def as_deployed(functions: dict[str, Any]) -> Iterator[None]:
+    """While inside, each function module (by role) gets the dependencies of its deployed role, built once per test:
+    its calls are judged by IAM as on AWS. Outside a test with a cloud, nothing changes."""
+    if not _current:
+        yield
+        return
+    cloud = _current[0]
+    before = {role: module.dependencies for role, module in functions.items()}
+    try:
+        for role, module in functions.items():
+            module.dependencies = functools.partial(cloud.as_function, role)
+        yield
+    finally:
+        for role, module in functions.items():
+            module.dependencies = before[role]
 
 
 def wait_for(
@@ -175,30 +239,36 @@ def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     from sitedispatch.functions.runtime import dependencies
     from sitedispatch.local.esm import LambdaContext, settle, sqs_event
 
-    for cache in (dependencies, operations.worker, publications.worker, events.worker, webhooks.deliverer):
+    caches = {"operations": operations.worker, "bulk": operations.worker, "publications": publications.worker}
+    caches |= {"events": events.worker, "webhooks": webhooks.deliverer}
+    for cache in (dependencies, *caches.values()):
         cache.cache_clear()
     handled = 0
-    queues = [
-        (cloud.settings.operations_queue_url, operations.handler),
-        (cloud.settings.bulk_queue_url, operations.handler),
-        (cloud.settings.publications_queue_url, publications.handler),
-        (cloud.settings.events_queue_url, events.handler),
-        (cloud.settings.webhooks_queue_url, webhooks.handler),
-    ]
+    modules = {"operations": operations, "bulk": operations, "publications": publications}
+    modules |= {"events": events, "webhooks": webhooks}
+    acting: dict[Any, str] = {}  # the role each module's cached core was built for
     for _ in range(max_rounds):
         idle = True
-        for url, handler in queues:
+        for lane, module in modules.items():  # each queue consumed by its function, as its role
+            url = getattr(cloud.settings, QUEUES[lane].url_field)
             messages = cloud.deps.sqs.receive_message(
                 QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"]
             ).get("Messages", [])
             if not messages:
                 continue
             idle = False
+            role = QUEUES[lane].function
+            if acting.get(module) != role:  # the bulk lane's function runs the operations worker's module
+                caches[lane].cache_clear()
+                acting[module] = role
             event = sqs_event(messages, queue_arn_from_url(url, "us-east-1"), "us-east-1")
-            response = handler(event, LambdaContext("Pump", 60, 512, "us-east-1", time.time()))
+            with as_deployed({role: module}):
+                response = module.handler(event, LambdaContext("Pump", 60, 512, "us-east-1", time.time()))
             settle(cloud.deps.sqs, url, messages, response, duplicate_chooser(0))  # strict: a few deletes lost
             handled += len(messages)
         if idle:
+            for cache in caches.values():
+                cache.cache_clear()  # built for a role: not for whatever calls the module next
             return handled
     raise AssertionError(f"queues still busy after {max_rounds} rounds")
 
@@ -216,6 +286,7 @@ def fresh_functions() -> None:
 def local_api() -> Iterator[str]:
     """The HTTP API of this test's environment, served on a free 127.0.0.1 port from a thread (the local gateway
     in front of the API function); its URL, also in the environment where the CLI finds it."""
+    import sitedispatch.functions.api as api
     from sitedispatch.domain.resources import API_URL_VARIABLE
     from sitedispatch.local.gateway import running_gateway
 
@@ -224,7 +295,7 @@ def local_api() -> Iterator[str]:
     # stdout, as Lambda wants them) would land in the command's output. The local runtime's API process keeps them.
     changed = {API_URL_VARIABLE: "", "POWERTOOLS_METRICS_DISABLED": "true"}
     before = {key: os.environ.get(key) for key in changed}
-    with running_gateway() as url:
+    with as_deployed({"api": api}), running_gateway() as url:
         os.environ.update({**changed, API_URL_VARIABLE: url})
         try:
             yield url

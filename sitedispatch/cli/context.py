@@ -35,6 +35,11 @@ def use_stack(name: str | None) -> None:
     _stack = name
 
 
+def current_stack() -> str | None:
+    """The deployed stack the global --stack option named, if any."""
+    return _stack
+
+
 def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
     """A deployed stack's outputs as the environment Settings reads: each output named after a settings variable
     carries that variable's name in its description (see stacks/dispatch_stack.py)."""

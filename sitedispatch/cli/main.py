@@ -11,6 +11,7 @@ from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites, webh
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.console import console as console_command
 from sitedispatch.cli.context import client, producer, use_env_file, use_stack
+from sitedispatch.cli.doctor import doctor as doctor_command
 from sitedispatch.cli.output import console, emit_json, render_status, reported
 from sitedispatch.client import ApiClient, typed
 from sitedispatch.domain.errors import InvalidInput
@@ -26,6 +27,7 @@ app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(quotas.app, name="quotas")
 app.add_typer(local.app, name="local")
 app.command("console")(console_command)
+app.command("doctor")(doctor_command)
 
 
 @app.callback()

@@ -97,6 +97,10 @@ class Deployment:
         as API Gateway's IAM authorization judges it (moto's evaluation of identity policies)."""
         from moto.iam.access_control import IAMPolicy, PermissionResult
 
+        from sitedispatch.local.iam import patch_moto_arn_matching
+
+        patch_moto_arn_matching()
+
         account = self.outputs.get("ProducerPolicyArn", "::::").split(":")[4]
         resource = f"arn:aws:execute-api:{self.region}:{account}:{LOCAL_API_ID}/$default/{method}{path}"
         document = self.caller_policies.get(kind)

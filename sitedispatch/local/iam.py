@@ -15,6 +15,7 @@ What this leaves out (resource policies, condition keys, KMS) is in docs/aws-sem
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from pathlib import Path
@@ -148,10 +149,33 @@ def _role_of(request: Any) -> str:
     return arn.split(":assumed-role/", 1)[1].split("/", 1)[0] if ":assumed-role/" in arn else arn
 
 
+def patch_moto_arn_matching() -> None:
+    """moto matches a policy's Action and Resource as regular expressions with `*` made `.*`: `$default` in an API
+    route's ARN never matches and `.` matches any character. As IAM does: `*` any run of characters, `?` one, every
+    other character itself."""
+    import re
+
+    from moto.iam.access_control import IAMPolicyStatement
+
+    if getattr(IAMPolicyStatement._match, "literal", False):
+        return
+
+    @functools.lru_cache(maxsize=4096)
+    def compiled(pattern: str) -> re.Pattern[str]:
+        return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
+
+    def match(pattern: str, string: str) -> re.Match[str] | None:
+        return compiled(pattern).fullmatch(string)
+
+    match.literal = True  # type: ignore[attr-defined]
+    IAMPolicyStatement._match = staticmethod(match)  # type: ignore[method-assign]
+
+
 def patch_moto_iam_enforcement(log: CallLog = CALLS) -> None:
     """Authorize every request signed by an assumed role against its role's policies (the module's docstring)."""
     from moto.core.authorization import ActionAuthenticatorMixin
 
+    patch_moto_arn_matching()
     if getattr(ActionAuthenticatorMixin._authenticate_and_authorize_action, "enforced", False):
         return
 

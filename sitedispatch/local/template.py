@@ -28,8 +28,8 @@ from typing import Any
 from sitedispatch.domain.errors import NotConfigured
 from sitedispatch.domain.resources import FUNCTION_TIMEOUT_CONTEXT, LOCAL_CODE_CONTEXT
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / ".cache" / "templates"
+# The checkout the template is synthesized from: where the command runs (as `make` and the CDK CLI run), or this
+CHECKOUT_ENV = "SITEDISPATCH_CHECKOUT"
 STACK_NAME = "SiteDispatch"  # cdk.json's stack_name
 LOCAL_API_ID = "local"  # the HTTP API's id in the local cloud's policies and outputs
 SYNTH_TIMEOUT_S = 300
@@ -75,19 +75,30 @@ def local_context(function_timeout_s: int, operators: str, readers: str) -> dict
     }
 
 
-def _inputs() -> list[Path]:
-    files = [ROOT / "app.py", ROOT / "cdk.json"]
+def checkout() -> Path:
+    """The checkout holding `app.py` and `stacks/`: $SITEDISPATCH_CHECKOUT, else the working directory."""
+    root = Path(os.environ.get(CHECKOUT_ENV) or Path.cwd()).resolve()
+    if not (root / "app.py").is_file() or not (root / "stacks").is_dir():
+        raise NotConfigured(
+            f"the local cloud deploys the stack's template, synthesized from a checkout: {root} has no app.py and "
+            f"stacks/. Run this in the sitedispatch checkout (or set {CHECKOUT_ENV})"
+        )
+    return root
+
+
+def _inputs(root: Path) -> list[Path]:
+    files = [root / "app.py", root / "cdk.json"]
     for folder in ("stacks", "sitedispatch"):
-        files += sorted(p for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+        files += sorted(p for p in (root / folder).rglob("*.py") if "__pycache__" not in p.parts)
     return files
 
 
-def inputs_digest(context: dict[str, Any]) -> str:
+def inputs_digest(context: dict[str, Any], root: Path) -> str:
     """What the template depends on: the app, the stack, the package it imports (routes, tables, settings) and the
     context."""
     digest = hashlib.sha256(json.dumps(context, sort_keys=True).encode())
-    for path in _inputs():
-        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in _inputs(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:24]
 
 
@@ -106,24 +117,22 @@ _read: dict[str, str] = {}
 
 
 def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
-    if not (ROOT / "app.py").is_file() or not (ROOT / "stacks").is_dir():
-        raise NotConfigured(
-            f"the local cloud deploys the stack's template, synthesized from a checkout: no app.py or stacks/ in {ROOT}"
-        )
-    TEMPLATES.mkdir(parents=True, exist_ok=True)
-    cached = TEMPLATES / f"{inputs_digest(context)}.json"
-    with (TEMPLATES / ".lock").open("w") as lock:
+    root = checkout()
+    templates = root / ".cache" / "templates"
+    templates.mkdir(parents=True, exist_ok=True)
+    cached = templates / f"{inputs_digest(context, root)}.json"
+    with (templates / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cached.is_file():
-            _synthesize(context, python, cached)
-            kept = sorted(TEMPLATES.glob("*.json"), key=lambda old: old.stat().st_mtime)
+            _synthesize(context, python, root, cached)
+            kept = sorted(templates.glob("*.json"), key=lambda old: old.stat().st_mtime)
             for old in kept[:-8]:  # the newest few (one per context a test run uses)
                 old.unlink(missing_ok=True)
     template: dict[str, Any] = json.loads(cached.read_text())
     return template
 
 
-def _synthesize(context: dict[str, Any], python: str, into: Path) -> None:
+def _synthesize(context: dict[str, Any], python: str, root: Path, into: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="synth-") as outdir:
         env = {
             **os.environ,
@@ -133,8 +142,8 @@ def _synthesize(context: dict[str, Any], python: str, into: Path) -> None:
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "1",
         }
         done = subprocess.run(
-            [python, str(ROOT / "app.py")],
-            cwd=ROOT,
+            [python, str(root / "app.py")],
+            cwd=root,
             env=env,
             capture_output=True,
             text=True,

@@ -5,6 +5,8 @@ once lacked (a batch's unsent-groups record, a quota cleared, a fairness share r
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.operation_rows import unsent_record
+from sitedispatch.aws.tables import UNSENT, index_shard
 from sitedispatch.client import ApiClient
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.model import Status
@@ -64,6 +67,16 @@ def without_grant(template: dict[str, Any], function: str, action: str, resource
     return edited
 
 
+def doctor(runtime: LocalRuntime) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sitedispatch", "--env-file", str(runtime.env_file), "doctor", "--wait", "60"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def provision(deps: Dependencies, site: str, principal: str = "control-plane") -> str:
     return (
         deps.submitter()
@@ -105,7 +118,7 @@ def test_a_grant_removed_from_the_template_is_denied_and_with_it_back_the_public
     assert {c["action"] for c in denied} == {"sqs:SendMessage"}
     assert b"AccessDenied" in worker.log.read_bytes()
     site = deps.sites.get("denied-site")
-    assert site is None or site.live_seq is None
+    assert site is None or not site.live_seq
 
     # And with the grant back (the template as synthesized), the same provision goes live
     runtime.stop_all()
@@ -130,7 +143,9 @@ def test_the_calls_the_template_once_lacked_pass_under_their_roles(
     env = runtime.start_cloud(
         0, function_timeout_s=FUNCTION_TIMEOUT_S, policy={"max_running_per_principal": 1, "reference_latency_s": 1}
     )
-    runtime.start_workers([("operations", 2, None, None, None), ("publications", 1, None, None, None)])
+    runtime.start_workers(
+        [("operations", 2, None, None, None), ("publications", 1, None, None, None), ("events", 1, None, None, None)]
+    )
     api = runtime.start_api()
     deps = connect(env, monkeypatch)
     producer, operator = ApiClient(api, identity="control-plane"), ApiClient(api, identity="operator")
@@ -161,13 +176,23 @@ def test_the_calls_the_template_once_lacked_pass_under_their_roles(
 
     # A batch whose submitter died before it deleted its record: the reconciler sends its groups and deletes it
     stranded = provision(deps, "stranded-site")
-    deps.models.Counter(unsent_record(stranded), operations=[stranded], changed_at=time.time() - 3600).save()
+    deps.models.Counter(
+        unsent_record(stranded),
+        operations=[stranded],
+        changed_at=time.time() - 3600,
+        held=index_shard(UNSENT, stranded),  # what the reconciler finds a batch's record by
+    ).save()
     runtime.start_scheduler(rate_scale=0.02)
     wait_for(
         lambda: deps.models.Counter.count(unsent_record(stranded)) == 0,
         timeout_s=60,
         what="the reconciler to delete the stranded batch's record",
     )
+
+    # and the doctor, from the operator's side, finds every check passing
+    checked = doctor(runtime)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert [line.split(" ", 1)[0] for line in checked.stdout.splitlines()[:4]] == ["ok"] * 4, checked.stdout
 
     denied = [c for c in judged(runtime) if not c["allowed"]]
     assert denied == []
@@ -182,3 +207,28 @@ def test_the_calls_the_template_once_lacked_pass_under_their_roles(
         ("OperationsWorker", "sqs:SendMessage", "QueuesOperationsQueue"),  # its own lane: a share released
     ):
         assert any(f == function and a == action and resource in r for f, a, r in called), (function, action)
+
+
+def test_the_doctor_names_a_callers_grant_the_template_lacks(
+    runtime: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a stack whose producer policy lacks the submit route
+    monkeypatch.delenv(IAM_CALLS_DIR_ENV, raising=False)
+    template = synthesized(local_context(FUNCTION_TIMEOUT_S, "operator", LOCAL_READER))
+    edited = json.loads(json.dumps(template))
+    statement = edited["Resources"]["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
+    statement["Resource"] = [r for r in statement["Resource"] if not json.dumps(r).endswith('/POST/operations"]]}')]
+    broken = tmp_path / "broken.template.json"
+    broken.write_text(json.dumps(edited))
+    runtime.start_cloud(0, function_timeout_s=FUNCTION_TIMEOUT_S, template=broken)
+    runtime.start_api()
+
+    # When the doctor checks it
+    checked = doctor(runtime)
+
+    # Then the stack, its outputs and the API pass, and the canary's submit fails naming the policy and the route
+    assert checked.returncode == 1
+    lines = checked.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines[:4]] == ["ok", "ok", "ok", "FAIL"], checked.stdout
+    assert "canary" in lines[3] and "producer policy does not allow it" in lines[3] and "POST /operations" in lines[3]
+    assert "Traceback" not in checked.stdout + checked.stderr

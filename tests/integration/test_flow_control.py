@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.errors import Backpressure
 from sitedispatch.domain.model import Status
-from sitedispatch.local.cloud import create_resources, local_environment
+from sitedispatch.local.cloud import deploy_local, local_environment
 from tests.conftest import Cloud, cli_runner, pump, run_cli
 from tests.factories import PROVISION, present
 
 
 @pytest.fixture
 def limited(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
-    settings = create_resources(
+    settings, deployment = deploy_local(
         moto_endpoint,
         prefix=f"flood-{random.Random().randrange(10**9)}",
         function_timeout_s=10,
@@ -30,7 +30,7 @@ def limited(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
     )
     for key, value in local_environment(settings, moto_endpoint).items():
         monkeypatch.setenv(key, value)
-    return Cloud(moto_endpoint, settings, Dependencies(settings))
+    return Cloud(moto_endpoint, settings, Dependencies(settings), deployment)
 
 
 @pytest.mark.guarantee

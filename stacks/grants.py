@@ -1,0 +1,230 @@
+"""Each function's role: the calls its code makes, on the resources it makes them on, and nothing else.
+
+Written from what the code calls and checked by running it: every local cloud is this template with each function
+under its own role and IAM enforced, and `make test` writes the IAM report (sitedispatch/local/iam_report.py) of
+every call the suite's functions made against these grants: a denied call fails the test that makes it, and a grant
+no test called fails the report unless it says why (EXPLAINED there). So:
+- item actions (GetItem, PutItem, ...) on tables, Query on the tables and indexes queried, by name: never an item
+  action on an index ARN, which grants nothing;
+- objects by the key prefixes the code writes and reads (`sites/`, `inputs/`, `uploads/`, `evidence/`,
+  `checkpoints/`), with ListBucket where a missing key must read as missing (404), not as refused (403);
+- a queue's consumer holds what its event source mapping polls with (receive, delete, visibility, attributes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from aws_cdk import Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from sitedispatch.domain.resources import (
+    QUEUES,
+    SECRET_NAME_PREFIX,
+    WEBHOOK_SECRET_PREFIX,
+    operation_lanes,
+    operation_workers,
+)
+
+from .queues import SiteQueues
+from .storage import PublicationBucket
+from .tables import DispatchTables
+
+READ = ["dynamodb:GetItem", "dynamodb:BatchGetItem"]
+WRITE = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
+QUERY = ["dynamodb:Query"]
+CONSUME = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+SEND = ["sqs:SendMessage"]
+GET, PUT = ["s3:GetObject"], ["s3:PutObject"]
+
+
+class FunctionGrants:
+    """Adds each function's statements to its role."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        functions: dict[str, lambda_.Function],
+        queues: SiteQueues,
+        tables: DispatchTables,
+        storage: PublicationBucket,
+        bus: events.IEventBus,
+    ) -> None:
+        self.stack = Stack.of(scope)
+        self.functions, self.queues, self.tables, self.storage, self.bus = functions, queues, tables, storage, bus
+        self.object_prefixes: dict[str, set[str]] = {}
+        for role in operation_workers():
+            self.operations_worker(role)
+        self.publication_worker()
+        self.events_worker()
+        self.webhooks_worker()
+        self.reconciler()
+        self.api()
+
+    # -- the resources, by name ----------------------------------------------------------------------------------
+
+    def allow(self, role: str, actions: Sequence[str], resources: Iterable[str]) -> None:
+        self.functions[role].add_to_role_policy(
+            iam.PolicyStatement(actions=list(actions), resources=sorted(set(resources), key=str))
+        )
+
+    def table(self, *names: str) -> list[str]:
+        return [self.tables.tables[name].table_arn for name in names]
+
+    def index(self, table: str, *names: str) -> list[str]:
+        return [f"{self.tables.tables[table].table_arn}/index/{name}" for name in names]
+
+    def objects(self, role: str, *prefixes: str) -> list[str]:
+        """Objects under each key prefix (recorded per role: cdk-nag's acknowledgments name each one)."""
+        self.object_prefixes.setdefault(role, set()).update(prefixes)
+        return [self.storage.bucket.arn_for_objects(f"{prefix}/*") for prefix in prefixes]
+
+    def queue(self, *roles: str) -> list[str]:
+        return [self.queues.queues[role].queue_arn for role in roles]
+
+    def dead_letters(self, *roles: str) -> list[str]:
+        return [self.queues.dead_letter_queues[role].queue_arn for role in roles]
+
+    def secrets(self, prefix: str) -> list[str]:
+        s = self.stack
+        return [f"arn:{s.partition}:secretsmanager:{s.region}:{s.account}:secret:{prefix}*"]
+
+    def missing_keys_read_as_missing(self, role: str) -> None:
+        """ListBucket on the bucket: without it S3 answers a GET of a missing key 403, not 404 (the code reads a
+        missing receipt, checkpoint or live.json as "not yet")."""
+        self.allow(role, ["s3:ListBucket"], [self.storage.bucket.bucket_arn])
+
+    # -- one function at a time ----------------------------------------------------------------------------------
+
+    def operations_worker(self, role: str) -> None:
+        """An operations worker: loads, leases, commits (the commit record, the head, the release, the operation and
+        its event in one transaction), supersedes by the site's index, releases the work waiting for its share in
+        its lane, dead-letters by the operation's kind (any operation lane's DLQ) with evidence, and enqueues the
+        publication; an import reads its upload and its checkpoints; a WordPress site's credential (sitedispatch/)."""
+        lanes = operation_lanes()
+        own = [lane for lane in lanes if QUEUES[lane].function == role]
+        self.allow(role, READ, self.table("operations", "sites", "commits", "publications", "counters"))
+        self.allow(role, WRITE, self.table("operations", "sites", "commits", "publications", "counters", "events"))
+        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))  # a share's guard
+        self.allow(role, QUERY, self.index("operations", "by-site", "by-waiting"))
+        self.allow(role, GET, self.objects(role, "sites", "inputs", "uploads", "checkpoints"))
+        self.allow(role, PUT, self.objects(role, "sites", "evidence", "checkpoints"))
+        self.missing_keys_read_as_missing(role)
+        self.allow(role, CONSUME, self.queue(*own))
+        self.allow(role, SEND, [*self.queue(*own, "publications", "events"), *self.dead_letters(*lanes)])
+        self.allow(role, ["secretsmanager:GetSecretValue"], self.secrets(SECRET_NAME_PREFIX))
+
+    def publication_worker(self) -> None:
+        """Renders route chunks into `sites/`, fans in, writes the receipt, promotes (the site's live pointer) and
+        announces it; sends a publication's next steps."""
+        role = "publications"
+        self.allow(role, READ, self.table("sites", "publications"))
+        self.allow(role, WRITE, self.table("sites", "publications", "events"))
+        self.allow(role, GET + PUT, self.objects(role, "sites"))
+        self.missing_keys_read_as_missing(role)
+        self.allow(role, CONSUME, self.queue("publications"))
+        self.allow(role, SEND, self.queue("publications", "events"))
+
+    def events_worker(self) -> None:
+        """Gives each event its place in its principal's feed, puts it on the bus, wakes the webhook endpoints that
+        want it: nothing else."""
+        role = "events"
+        self.allow(role, READ, self.table("events", "webhooks"))
+        self.allow(role, WRITE, self.table("events", "feed"))
+        self.allow(role, QUERY, self.table("feed", "webhooks"))
+        self.allow(role, ["events:PutEvents"], [self.bus.event_bus_arn])
+        self.allow(role, CONSUME, self.queue("events"))
+        self.allow(role, SEND, self.queue("webhooks"))
+
+    def webhooks_worker(self) -> None:
+        """Reads an endpoint, its feed and its secret (sitedispatch-webhooks/), records each delivery, disables an
+        endpoint that keeps failing (and announces it), wakes an endpoint again."""
+        role = "webhooks"
+        self.allow(role, READ, self.table("webhooks", "deliveries", "feed"))
+        self.allow(role, WRITE, self.table("webhooks", "deliveries", "events"))
+        self.allow(role, QUERY, self.table("feed", "deliveries"))
+        self.allow(role, ["secretsmanager:GetSecretValue"], self.secrets(WEBHOOK_SECRET_PREFIX))
+        self.allow(role, CONSUME, self.queue("webhooks"))
+        self.allow(role, SEND, self.queue("webhooks", "events"))
+
+    def reconciler(self) -> None:
+        """The sweeps (reconciler.py): what is in flight by status, a batch's unsent groups (sent, then its record
+        deleted), the shares' waiting work, stale leases, open publications, live pointers (live.json rewritten),
+        undelivered events, due webhook endpoints, drifted counters; due WordPress events (a wp_cron submitted as
+        the site's owner); the lanes' dead letters."""
+        role, lanes = "reconciler", operation_lanes()
+        self.allow(role, READ, self.table("operations", "sites", "publications", "counters", "events", "webhooks"))
+        self.allow(role, WRITE, self.table("operations", "sites", "publications", "counters", "events"))
+        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))
+        self.allow(role, ["dynamodb:BatchWriteItem"], self.table("counters"))  # a batch's unsent-groups record
+        self.allow(
+            role,
+            QUERY,
+            [
+                *self.index("operations", "by-status", "by-site", "by-waiting"),
+                *self.index("sites", "by-due", "by-live"),
+                *self.index("publications", "by-open"),
+                *self.index("counters", "by-held"),
+                *self.index("events", "by-undelivered"),
+                *self.index("webhooks", "by-due"),
+            ],
+        )
+        self.allow(role, GET + PUT, self.objects(role, "sites", "inputs"))
+        self.missing_keys_read_as_missing(role)
+        self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
+        self.allow(role, CONSUME, self.dead_letters(*lanes))
+
+    def api(self) -> None:
+        """Submit (operation rows, admission counters, the input, the message), the controls (cancel, pause,
+        resume, redrive, replay: the DLQs a redrive empties; quotas set and cleared), registrations, webhooks
+        (endpoints, their deliveries and signing secrets, sitedispatch-webhooks/: created, rotated, deleted), the
+        audit log it alone writes, status (every queue's attributes), evidence, live content and feed reads, the
+        presigned uploads it signs (PutObject on uploads/), and a sweep an operator asks for (what the reconciler
+        does)."""
+        role, lanes = "api", operation_lanes()
+        every = list(self.tables.tables)
+        self.allow(role, READ, self.table(*every))
+        self.allow(role, WRITE, self.table(*(t for t in every if t != "commits")))
+        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))
+        # a webhook endpoint removed with its deliveries, a batch's unsent-groups record, a quota cleared
+        self.allow(
+            role, ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"], self.table("webhooks", "deliveries", "counters")
+        )
+        self.allow(
+            role,
+            QUERY,
+            [
+                *self.table("audit", "feed", "deliveries", "publications", "webhooks"),
+                *self.index("operations", "by-status", "by-site", "by-dead-class", "by-waiting"),
+                *self.index("commits", "by-site"),
+                *self.index("sites", "by-due", "by-live"),
+                *self.index("publications", "by-open"),
+                *self.index("counters", "by-held"),
+                *self.index("events", "by-undelivered"),
+                *self.index("webhooks", "by-due"),
+            ],
+        )
+        self.allow(role, ["dynamodb:Scan"], self.table("operations", "sites"))  # an operator's listings of all
+        self.allow(role, GET, self.objects(role, "sites", "inputs", "uploads", "evidence"))
+        self.allow(role, PUT, self.objects(role, "sites", "inputs", "uploads"))
+        self.missing_keys_read_as_missing(role)
+        self.allow(
+            role,
+            ["sqs:GetQueueAttributes"],
+            [*self.queue(*QUEUES), *self.dead_letters(*QUEUES)],
+        )
+        self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
+        self.allow(role, CONSUME, self.dead_letters(*lanes))
+        self.allow(
+            role,
+            [
+                "secretsmanager:CreateSecret",
+                "secretsmanager:PutSecretValue",
+                "secretsmanager:GetSecretValue",
+                "secretsmanager:DeleteSecret",
+            ],
+            self.secrets(WEBHOOK_SECRET_PREFIX),
+        )
