@@ -8,7 +8,8 @@ no test called fails the report unless it says why (EXPLAINED there). So:
   action on an index ARN, which grants nothing;
 - objects by the key prefixes the code writes and reads (`sites/`, `inputs/`, `uploads/`, `evidence/`,
   `checkpoints/`), with ListBucket where a missing key must read as missing (404), not as refused (403);
-- a queue's consumer holds what its event source mapping polls with (receive, delete, visibility, attributes).
+- a queue's consumer holds what its event source mapping polls with (CDK's SqsEventSource grants it: receive,
+  delete, visibility, the queue's URL and attributes); the code's own visibility changes are among them.
 """
 
 from __future__ import annotations
@@ -101,20 +102,21 @@ class FunctionGrants:
 
     def operations_worker(self, role: str) -> None:
         """An operations worker: loads, leases, commits (the commit record, the head, the release, the operation and
-        its event in one transaction), supersedes by the site's index, releases the work waiting for its share in
-        its lane, dead-letters by the operation's kind (any operation lane's DLQ) with evidence, and enqueues the
-        publication; an import reads its upload and its checkpoints; a WordPress site's credential (sitedispatch/)."""
-        lanes = operation_lanes()
-        own = [lane for lane in lanes if QUEUES[lane].function == role]
-        self.allow(role, READ, self.table("operations", "sites", "commits", "publications", "counters"))
-        self.allow(role, WRITE, self.table("operations", "sites", "commits", "publications", "counters", "events"))
-        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))  # a share's guard
-        self.allow(role, QUERY, self.index("operations", "by-site", "by-waiting"))
-        self.allow(role, GET, self.objects(role, "sites", "inputs", "uploads", "checkpoints"))
-        self.allow(role, PUT, self.objects(role, "sites", "evidence", "checkpoints"))
+        its event in one transaction; a commit found written already is read), supersedes by the site's index (the
+        interactive lane's kinds), releases the work waiting for its share in its lane, dead-letters into its lane's
+        DLQ with evidence, and enqueues the publication; an import (the bulk lane) reads its upload and its
+        checkpoints; a WordPress site's credential (sitedispatch/)."""
+        [lane] = [lane for lane in operation_lanes() if QUEUES[lane].function == role]
+        imports = lane == "bulk"
+        self.allow(role, ["dynamodb:GetItem"], self.table("operations", "sites", "publications", "counters", "commits"))
+        self.allow(role, ["dynamodb:BatchGetItem"], self.table("operations", "sites", "counters"))
+        self.allow(role, ["dynamodb:PutItem"], self.table("commits", "publications", "events"))
+        self.allow(role, ["dynamodb:UpdateItem"], self.table("operations", "sites", "counters"))
+        self.allow(role, QUERY, self.index("operations", "by-waiting", *(() if imports else ("by-site",))))
+        self.allow(role, GET, self.objects(role, "sites", "inputs", *(("uploads", "checkpoints") if imports else ())))
+        self.allow(role, PUT, self.objects(role, "sites", "evidence", *(("checkpoints",) if imports else ())))
         self.missing_keys_read_as_missing(role)
-        self.allow(role, CONSUME, self.queue(*own))
-        self.allow(role, SEND, [*self.queue(*own, "publications", "events"), *self.dead_letters(*lanes)])
+        self.allow(role, SEND, [*self.queue(lane, "publications", "events"), *self.dead_letters(lane)])
         self.allow(role, ["secretsmanager:GetSecretValue"], self.secrets(SECRET_NAME_PREFIX))
 
     def publication_worker(self) -> None:
@@ -122,32 +124,31 @@ class FunctionGrants:
         announces it; sends a publication's next steps."""
         role = "publications"
         self.allow(role, READ, self.table("sites", "publications"))
-        self.allow(role, WRITE, self.table("sites", "publications", "events"))
+        self.allow(role, ["dynamodb:UpdateItem"], self.table("sites", "publications"))
+        self.allow(role, ["dynamodb:PutItem"], self.table("events"))
         self.allow(role, GET + PUT, self.objects(role, "sites"))
         self.missing_keys_read_as_missing(role)
-        self.allow(role, CONSUME, self.queue("publications"))
         self.allow(role, SEND, self.queue("publications", "events"))
 
     def events_worker(self) -> None:
         """Gives each event its place in its principal's feed, puts it on the bus, wakes the webhook endpoints that
         want it: nothing else."""
         role = "events"
-        self.allow(role, READ, self.table("events", "webhooks"))
-        self.allow(role, WRITE, self.table("events", "feed"))
+        self.allow(role, ["dynamodb:BatchGetItem", "dynamodb:UpdateItem"], self.table("events"))
+        self.allow(role, ["dynamodb:PutItem"], self.table("feed"))
         self.allow(role, QUERY, self.table("feed", "webhooks"))
         self.allow(role, ["events:PutEvents"], [self.bus.event_bus_arn])
-        self.allow(role, CONSUME, self.queue("events"))
         self.allow(role, SEND, self.queue("webhooks"))
 
     def webhooks_worker(self) -> None:
         """Reads an endpoint, its feed and its secret (sitedispatch-webhooks/), records each delivery, disables an
-        endpoint that keeps failing (and announces it), wakes an endpoint again."""
+        endpoint that keeps failing (and announces it), wakes an endpoint again when a wake runs out of time."""
         role = "webhooks"
-        self.allow(role, READ, self.table("webhooks", "deliveries", "feed"))
-        self.allow(role, WRITE, self.table("webhooks", "deliveries", "events"))
-        self.allow(role, QUERY, self.table("feed", "deliveries"))
+        self.allow(role, ["dynamodb:GetItem", "dynamodb:PutItem"], self.table("webhooks"))
+        self.allow(role, WRITE, self.table("deliveries"))
+        self.allow(role, ["dynamodb:PutItem"], self.table("events"))
+        self.allow(role, QUERY, self.table("feed"))
         self.allow(role, ["secretsmanager:GetSecretValue"], self.secrets(WEBHOOK_SECRET_PREFIX))
-        self.allow(role, CONSUME, self.queue("webhooks"))
         self.allow(role, SEND, self.queue("webhooks", "events"))
 
     def reconciler(self) -> None:
@@ -156,15 +157,16 @@ class FunctionGrants:
         undelivered events, due webhook endpoints, drifted counters; due WordPress events (a wp_cron submitted as
         the site's owner); the lanes' dead letters."""
         role, lanes = "reconciler", operation_lanes()
-        self.allow(role, READ, self.table("operations", "sites", "publications", "counters", "events", "webhooks"))
-        self.allow(role, WRITE, self.table("operations", "sites", "publications", "counters", "events"))
-        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))
+        self.allow(role, ["dynamodb:GetItem"], self.table("operations", "sites"))
+        self.allow(role, ["dynamodb:BatchGetItem"], self.table("sites", "counters", "events"))
+        self.allow(role, ["dynamodb:UpdateItem"], self.table("operations", "sites", "counters"))
+        self.allow(role, ["dynamodb:PutItem"], self.table("operations", "counters", "events"))
         self.allow(role, ["dynamodb:BatchWriteItem"], self.table("counters"))  # a batch's unsent-groups record
         self.allow(
             role,
             QUERY,
             [
-                *self.index("operations", "by-status", "by-site", "by-waiting"),
+                *self.index("operations", "by-status"),
                 *self.index("sites", "by-due", "by-live"),
                 *self.index("publications", "by-open"),
                 *self.index("counters", "by-held"),
@@ -172,7 +174,7 @@ class FunctionGrants:
                 *self.index("webhooks", "by-due"),
             ],
         )
-        self.allow(role, GET + PUT, self.objects(role, "sites", "inputs"))
+        self.allow(role, GET + PUT, self.objects(role, "sites"))
         self.missing_keys_read_as_missing(role)
         self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
         self.allow(role, CONSUME, self.dead_letters(*lanes))
@@ -185,14 +187,16 @@ class FunctionGrants:
         presigned uploads it signs (PutObject on uploads/), and a sweep an operator asks for (what the reconciler
         does)."""
         role, lanes = "api", operation_lanes()
-        every = list(self.tables.tables)
-        self.allow(role, READ, self.table(*every))
-        self.allow(role, WRITE, self.table(*(t for t in every if t != "commits")))
-        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))
-        # a webhook endpoint removed with its deliveries, a batch's unsent-groups record, a quota cleared
+        self.allow(role, ["dynamodb:GetItem"], self.table("operations", "sites", "counters", "webhooks"))
+        self.allow(role, ["dynamodb:BatchGetItem"], self.table("operations", "sites", "counters", "events"))
         self.allow(
-            role, ["dynamodb:DeleteItem", "dynamodb:BatchWriteItem"], self.table("webhooks", "deliveries", "counters")
+            role, ["dynamodb:PutItem"], self.table("operations", "sites", "counters", "events", "audit", "webhooks")
         )
+        self.allow(role, ["dynamodb:UpdateItem"], self.table("operations", "sites", "counters"))
+        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))  # a share's guard at admission
+        # a webhook endpoint removed with its deliveries, a batch's unsent-groups record, a quota cleared
+        self.allow(role, ["dynamodb:DeleteItem"], self.table("webhooks", "counters"))
+        self.allow(role, ["dynamodb:BatchWriteItem"], self.table("deliveries", "counters"))
         self.allow(
             role,
             QUERY,
@@ -208,14 +212,17 @@ class FunctionGrants:
             ],
         )
         self.allow(role, ["dynamodb:Scan"], self.table("operations", "sites"))  # an operator's listings of all
-        self.allow(role, GET, self.objects(role, "sites", "inputs", "uploads", "evidence"))
-        self.allow(role, PUT, self.objects(role, "sites", "inputs", "uploads"))
+        self.allow(role, GET, self.objects(role, "sites", "uploads", "evidence"))
+        # inputs; a sweep an operator asks for rewrites a live.json; the presigned uploads it signs
+        self.allow(role, PUT, self.objects(role, "inputs", "sites", "uploads"))
         self.missing_keys_read_as_missing(role)
         self.allow(
             role,
             ["sqs:GetQueueAttributes"],
             [*self.queue(*QUEUES), *self.dead_letters(*QUEUES)],
         )
+        # submit and redrive (the lanes), events, a webhook endpoint's wake; a sweep an operator asks for resumes a
+        # publication
         self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
         self.allow(role, CONSUME, self.dead_letters(*lanes))
         self.allow(

@@ -101,10 +101,9 @@ class Doctor:
         body = {
             "kind": "provision",
             "site_id": self.canary,
-            "idempotency_key": f"doctor-{stamp}",
             "params": {"title": "sitedispatch doctor canary", "admin_email": "doctor@example.invalid"},
         }
-        submitted = api.call("POST", "/operations", body=body)
+        submitted = api.call("POST", "/operations", body=body, headers={"Idempotency-Key": f"doctor-{stamp}"})
         operation_id = submitted["operation_id"]
         deadline = time.monotonic() + self.wait_s
         while time.monotonic() < deadline:

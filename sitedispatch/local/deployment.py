@@ -140,34 +140,27 @@ class Deployment:
         )
 
 
-def _by_path(template: dict[str, Any], kind: str, group: str) -> dict[str, str]:
-    """Logical id -> the construct id under `group` (`SiteDispatch/Functions/Api/Resource` -> `Api`)."""
+def _roles_by_path(template: dict[str, Any], kind: str, group: str, roles: dict[str, str]) -> dict[str, str]:
+    """Logical id -> role, for each resource of `kind` whose construct under `group` is one of `roles` (construct
+    id -> role): `SiteDispatch/Functions/Api/Resource` is the function `api`."""
     found = {}
     for logical, resource in resources_of(template, kind).items():
         parts = cdk_path(resource).split("/")
-        if len(parts) >= 3 and parts[1] == group:
-            found[logical] = parts[2]
+        if len(parts) >= 3 and parts[1] == group and parts[2] in roles:
+            found[logical] = roles[parts[2]]
     return found
 
 
 def function_roles(template: dict[str, Any]) -> dict[str, str]:
     """Each function's logical id -> its FunctionSpec role."""
     by_construct = {spec.logical_id: role for role, spec in FUNCTIONS.items()}
-    return {
-        logical: by_construct[construct]
-        for logical, construct in _by_path(template, "AWS::Lambda::Function", "Functions").items()
-        if construct in by_construct
-    }
+    return _roles_by_path(template, "AWS::Lambda::Function", "Functions", by_construct)
 
 
 def queue_roles(template: dict[str, Any]) -> dict[str, str]:
     """Each consumed queue's logical id -> its QueueSpec role."""
     by_construct = {spec.logical_id: role for role, spec in QUEUES.items()}
-    return {
-        logical: by_construct[construct]
-        for logical, construct in _by_path(template, "AWS::SQS::Queue", "Queues").items()
-        if construct in by_construct
-    }
+    return _roles_by_path(template, "AWS::SQS::Queue", "Queues", by_construct)
 
 
 def event_sources(template: dict[str, Any]) -> dict[str, EventSource]:

@@ -24,17 +24,55 @@ from sitedispatch.local.deployment import DEPLOYMENT_FILE_NAME, function_roles
 from sitedispatch.local.iam import IAM_CALLS_FILE_NAME
 from sitedispatch.local.template import local_context, resources_of, synthesized
 
-# Grants no function's code calls, and why each stays (the platform uses it, not the code).
-EXPLAINED: dict[tuple[str, str], str] = {
-    ("logs:CreateLogStream", "*Logs*"): "Lambda writes the function's logs with its role (not the code)",
-    ("logs:PutLogEvents", "*Logs*"): "Lambda writes the function's logs with its role (not the code)",
-    ("xray:PutTraceSegments", "*"): "active tracing: Lambda and the X-Ray SDK send segments with the role",
-    ("xray:PutTelemetryRecords", "*"): "active tracing: the X-Ray daemon reports with the role",
-    ("sqs:GetQueueAttributes", "Queues*"): "the event source mapping reads its queue's attributes with the role",
-    ("s3:ListBucket", "Storage*"): "on AWS a GET of a missing key is refused (403) without it, not answered 404 "
-    "(the code reads a missing receipt, checkpoint or live.json as not yet written); moto answers 404 either way, "
-    "so no request is judged on it (docs/aws-semantics.md)",
-}
+# Grants the suite may not call under enforcement, each with why it stays: (function, action, resource) patterns,
+# and the reason, naming where its path is tested.
+EXPLAINED: list[tuple[str, str, str, str]] = [
+    ("*", "logs:*", "*Logs*", "Lambda writes the function's logs with its role (not the code)"),
+    ("*", "xray:*", "*", "active tracing: Lambda and the X-Ray SDK send segments with the role"),
+    (
+        "*",
+        "sqs:*",
+        "Queues*",
+        "the event source mapping's grant on its queue (CDK's SqsEventSource: receive, delete, visibility, its URL "
+        "and attributes): Lambda's poller, not the code; the in-process tests poll as the test's administrator",
+    ),
+    (
+        "*",
+        "s3:ListBucket",
+        "Storage*",
+        "on AWS a GET of a missing key is refused (403) without it, not answered 404 (the code reads a missing "
+        "receipt, checkpoint or live.json as not yet written); moto answers 404 either way, so no request is "
+        "judged on it (docs/aws-semantics.md)",
+    ),
+    (
+        "*",
+        "dynamodb:GetItem",
+        "TablesCommits*",
+        "a delivery that finds its commit written already reads it (operations/worker.py); tests/integration/"
+        "test_pipeline.py::test_the_same_message_processed_by_two_workers_at_once_commits_once runs one worker as "
+        "each operations role, and takes this path when the loser gets that far (it may find the lease held)",
+    ),
+    (
+        "webhooks",
+        "sqs:SendMessage",
+        "QueuesWebhooks*",
+        "a wake that runs out of its 60 s budget with more to deliver sends the next (webhooks/deliverer.py); "
+        "tests/unit/test_webhooks.py takes it on the in-memory ports",
+    ),
+    (
+        "api",
+        "sqs:SendMessage",
+        "QueuesPublications*",
+        "a sweep an operator asks for (POST /reconcile) resumes a stalled publication as the reconciler does "
+        "(tests/integration/test_deployed_template.py takes that repair as the reconciler's role)",
+    ),
+    (
+        "api",
+        "s3:PutObject",
+        "*/sites/*",
+        "a sweep an operator asks for rewrites a live.json as the reconciler does (same test)",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -158,8 +196,10 @@ def report(calls: list[Call], granted: dict[str, list[tuple[str, str]]]) -> dict
             reason = next(
                 (
                     why
-                    for (a, pattern), why in EXPLAINED.items()
-                    if a == action and fnmatch.fnmatchcase(resource, pattern)
+                    for who, what, where, why in EXPLAINED
+                    if fnmatch.fnmatchcase(function, who)
+                    and fnmatch.fnmatchcase(action, what)
+                    and fnmatch.fnmatchcase(resource, where)
                 ),
                 None,
             )

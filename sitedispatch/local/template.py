@@ -76,14 +76,16 @@ def local_context(function_timeout_s: int, operators: str, readers: str) -> dict
 
 
 def checkout() -> Path:
-    """The checkout holding `app.py` and `stacks/`: $SITEDISPATCH_CHECKOUT, else the working directory."""
-    root = Path(os.environ.get(CHECKOUT_ENV) or Path.cwd()).resolve()
-    if not (root / "app.py").is_file() or not (root / "stacks").is_dir():
-        raise NotConfigured(
-            f"the local cloud deploys the stack's template, synthesized from a checkout: {root} has no app.py and "
-            f"stacks/. Run this in the sitedispatch checkout (or set {CHECKOUT_ENV})"
-        )
-    return root
+    """The checkout holding `app.py` and `stacks/`: $SITEDISPATCH_CHECKOUT, else the working directory or the
+    nearest folder above it that holds them (as git finds its repository)."""
+    start = Path(os.environ.get(CHECKOUT_ENV) or Path.cwd()).resolve()
+    for root in (start, *start.parents):
+        if (root / "app.py").is_file() and (root / "stacks").is_dir():
+            return root
+    raise NotConfigured(
+        f"the local cloud deploys the stack's template, synthesized from a checkout: neither {start} nor a folder "
+        f"above it has app.py and stacks/. Run this in the sitedispatch checkout (or set {CHECKOUT_ENV})"
+    )
 
 
 def _inputs(root: Path) -> list[Path]:

@@ -5,10 +5,20 @@ from pathlib import Path
 
 import pytest
 
+from sitedispatch.dependencies import Dependencies
+from sitedispatch.domain.settings import Settings
+from sitedispatch.local.deployment import DEPLOYMENT_FILE_NAME, Deployment
 from sitedispatch.local.supervisor import LocalRuntime
 from tests.conftest import wait_for
 
-__all__ = ["runtime", "wait_for"]  # wait_for is imported from here by the acceptance tests
+__all__ = ["as_function", "runtime", "wait_for"]  # imported from here by the acceptance tests
+
+
+def as_function(runtime: LocalRuntime, role: str) -> Dependencies:
+    """The dependencies of the runtime's deployed function `role` (the environment already names its cloud): its
+    calls are judged by IAM against that role, as the function's own would be."""
+    deployment = Deployment.read(runtime.workdir / DEPLOYMENT_FILE_NAME)
+    return Dependencies(Settings(), credentials=deployment.functions[role].credentials)
 
 
 @pytest.fixture

@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sitedispatch.local.template import CHECKOUT_ENV
+
 DEMO = [sys.executable, "-m", "sitedispatch", "demo"]
 
 
 def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
+    clean_env[CHECKOUT_ENV] = str(Path(__file__).resolve().parents[2])  # run elsewhere, it names its checkout
     run = subprocess.run(
         [*DEMO, "--sites", "5", "--latency", "0.5", "--no-wordpress", "--workdir", str(workdir), "--json"],
         capture_output=True,

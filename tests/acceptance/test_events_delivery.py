@@ -14,7 +14,7 @@ from sitedispatch.domain.model import Status
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.reconciler import ReconcilerPolicy
-from tests.acceptance.conftest import wait_for
+from tests.acceptance.conftest import as_function, wait_for
 from tests.factories import PROVISION, present
 
 PROBES = "tests.acceptance.probe_handlers"
@@ -58,7 +58,7 @@ def test_a_worker_killed_between_its_commit_and_its_events_message_still_tells_i
 
     # Then the reconciler finds the events written with the commits and sends them again (sweep after sweep: the
     # index of undelivered events may lag), and the principal's feed tells each operation's end once, in order
-    reconciler = deps.reconciler()
+    reconciler = as_function(runtime, "reconciler").reconciler()
     reconciler.policy = ReconcilerPolicy(orphan_grace_s=0.0)
     resent = []
 

@@ -14,7 +14,7 @@ from sitedispatch.domain.model import Status
 from sitedispatch.domain.resources import visibility_timeout_s
 from sitedispatch.domain.settings import Settings
 from sitedispatch.local.supervisor import LocalRuntime
-from tests.acceptance.conftest import wait_for
+from tests.acceptance.conftest import as_function, wait_for
 from tests.factories import PROVISION, present
 
 LEASE_S = 3
@@ -59,7 +59,7 @@ def test_a_worker_stopped_past_its_lease_cannot_commit_when_it_resumes(
         timeout_s=30,
         what="lease expired past the reconciler's grace",
     )
-    sweep = deps.reconciler().run("reconcile")
+    sweep = as_function(runtime, "reconciler").reconciler().run("reconcile")
     assert sweep is not None and sweep.repaired["stale_leases_recovered"] == 1
     assert deps.operations.get(op_id).status == Status.QUEUED  # type: ignore[union-attr]
 

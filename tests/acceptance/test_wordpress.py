@@ -28,7 +28,7 @@ from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.local.wordpress import PACKAGES, LocalWordPress, WordPressSite, missing_programs
 from sitedispatch.publication.live import read_live_route, receipt_key
 from sitedispatch.wxr import WxrItem, parse_wxr
-from tests.acceptance.conftest import wait_for
+from tests.acceptance.conftest import as_function, wait_for
 from tests.factories import PROVISION, present
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "wxr" / "themeunittestdata.wordpress.xml"  # = shared's
@@ -266,7 +266,7 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
         timeout_s=30,
         what="lease expired past the reconciler's grace",
     )
-    sweep = deps.reconciler().run("reconcile")
+    sweep = as_function(runtime, "reconciler").reconciler().run("reconcile")
     assert sweep is not None and sweep.repaired["stale_leases_recovered"] == 1
 
     # Then another worker takes the import over (a higher fence reaches WordPress) and commits it once
@@ -300,7 +300,9 @@ def test_a_worker_stopped_past_its_lease_is_refused_by_wordpress_and_commits_not
 
 @pytest.mark.guarantee  # G8: the schedule only submits; the operation does the work
 @pytest.mark.strict_suffices
-def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, dispatcher: Dependencies) -> None:
+def test_a_future_post_goes_live_only_after_wp_cron(
+    wordpress: LocalWordPress, dispatcher: Dependencies, runtime: LocalRuntime
+) -> None:
     deps = dispatcher
     site = wordpress.add_site("wp-cron")
     register(deps, site)
@@ -341,7 +343,7 @@ def test_a_future_post_goes_live_only_after_wp_cron(wordpress: LocalWordPress, d
     assert origin(site).rest("GET", f"/wp/v2/posts/{post['id']}", query={"context": "edit"})["status"] == "future"
 
     # ... the wp-events schedule finds the site due and submits wp_cron, which runs the event and publishes
-    swept = deps.reconciler().run("wp-events")
+    swept = as_function(runtime, "reconciler").reconciler().run("wp-events")
     assert swept is not None and swept.repaired["wp_cron_submitted"] == 1, swept
     cron = wait_for(
         lambda: next(

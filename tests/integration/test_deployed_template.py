@@ -166,3 +166,102 @@ def test_a_caller_holds_only_the_managed_policy_the_stack_exports_for_its_kind(
     assert deployment.may_invoke("reader", "GET", "/status")
     assert not deployment.may_invoke("reader", "POST", "/operations")
     assert not deployment.may_invoke("stranger", "GET", "/status")
+
+
+def test_every_sweep_of_the_reconciler_repairs_under_its_own_role(cloud: Any) -> None:
+    """The reconciler's repairs run as the template's reconciler role, each with something to repair: an orphan
+    (its message lost), a batch's record its submitter left, a publication whose messages were lost, a live.json
+    gone, a site with a WordPress event due, a dead letter of an operation replayed since. None is denied."""
+    from sitedispatch.aws.operation_rows import unsent_record
+    from sitedispatch.aws.tables import UNSENT, index_shard
+    from sitedispatch.domain.model import QueueMessage, Status
+    from sitedispatch.publication.live import live_key
+    from sitedispatch.reconciler import ReconcilerPolicy
+    from tests.conftest import pump
+    from tests.factories import PROVISION
+
+    deps, settings = cloud.deps, cloud.settings
+    submit = deps.submitter().submit
+    # a live site whose live.json is gone, and whose WordPress events are due
+    submit(kind="provision", site_id="live-site", principal="p", params=PROVISION)
+    pump(cloud)
+    deps.s3.delete_object(Bucket=settings.bucket, Key=live_key("live-site"))
+    deps.models.Site("live-site").update(actions=[deps.models.Site.next_due_at.set(1.0)])
+    # a provision whose publication's messages are lost
+    submit(kind="provision", site_id="stalled-site", principal="p", params=PROVISION)
+    pump_only(cloud, settings.operations_queue_url)
+    deps.sqs.purge_queue(QueueUrl=settings.publications_queue_url)
+    # an orphan: a provision whose message is lost
+    orphan = submit(kind="provision", site_id="orphan-site", principal="p", params=PROVISION).operation.operation_id
+    deps.sqs.purge_queue(QueueUrl=settings.operations_queue_url)
+    # a batch's record its submitter left (it died before deleting it)
+    deps.models.Counter(
+        unsent_record(orphan), operations=[orphan], changed_at=0.0, held=index_shard(UNSENT, orphan)
+    ).save()
+    # a dead letter whose operation is no longer dead (it succeeded since)
+    done = deps.operations.list(status=Status.SUCCEEDED, limit=10)[0]
+    deps.queue.dead_letter(
+        QueueMessage.of(done), f"{done.dedup_id}-stale", {"operation_id": done.operation_id, "epoch": "0"}, "operations"
+    )
+
+    reconciler = cloud.as_function("reconciler").reconciler()
+    reconciler.policy = ReconcilerPolicy(
+        orphan_grace_s=0.0, queued_orphan_s=0.0, publication_stall_s=0.0, counter_quiet_s=0.0
+    )
+    swept = {name: reconciler.run(name) for name in ("reconcile", "wp-events", "queue-repair")}
+
+    assert all(s is not None and s.failed == [] for s in swept.values()), {n: s and s.failed for n, s in swept.items()}
+    repaired = {k: v for s in swept.values() if s is not None for k, v in s.repaired.items()}
+    for step in (
+        "orphans_resent",
+        "unsent_groups_sent",
+        "publications_resumed",
+        "live_pointers_repaired",
+        "wp_cron_submitted",
+        "dlq_stale_removed",
+    ):
+        assert repaired[step] >= 1, (step, repaired)
+    role = cloud.deployment.functions["reconciler"].role_arn.rsplit("/", 1)[1]
+    assert not [c for c in CALLS.calls() if c["role"] == role and not c["allowed"]]
+
+
+def pump_only(cloud: Any, url: str) -> None:
+    """One queue's messages through its function, as its role (the others left waiting)."""
+    import time as clock
+
+    import sitedispatch.functions.operations_worker as operations
+    from sitedispatch.aws.sqs import queue_arn_from_url
+    from sitedispatch.local.esm import LambdaContext, settle, sqs_event
+    from tests.conftest import as_deployed
+
+    operations.worker.cache_clear()
+    with as_deployed({"operations": operations}):
+        while messages := cloud.deps.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+        ).get("Messages", []):
+            event = sqs_event(messages, queue_arn_from_url(url, "us-east-1"), "us-east-1")
+            settle(
+                cloud.deps.sqs,
+                url,
+                messages,
+                operations.handler(event, LambdaContext("P", 60, 512, "us-east-1", clock.time())),
+            )
+    operations.worker.cache_clear()
+
+
+def test_a_wordpress_sites_credential_is_read_by_the_operations_workers_and_nobody_else(cloud: Any) -> None:
+    """The path a WordPress site's import and publication take for its application password (the local runtime's
+    WordPress tests use file credentials): only the operations workers' roles read sitedispatch/ secrets."""
+    from sitedispatch.aws.secrets import secret_reader
+    from sitedispatch.domain.errors import PermanentError
+
+    cloud.deps.session.client("secretsmanager").create_secret(
+        Name="sitedispatch/acme-wp", SecretString='{"user": "u", "application_password": "p"}'
+    )
+    for role in ("operations", "bulk"):
+        read = secret_reader(cloud.as_function(role).session.client("secretsmanager"))
+        assert "application_password" in str(read("sitedispatch/acme-wp"))
+    for role in ("publications", "webhooks", "api"):
+        read = secret_reader(cloud.as_function(role).session.client("secretsmanager"))
+        with pytest.raises(PermanentError, match="AccessDeniedException"):
+            read("sitedispatch/acme-wp")

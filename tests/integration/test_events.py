@@ -100,7 +100,7 @@ def test_an_event_whose_message_was_lost_is_sent_again_by_the_reconciler(
     monkeypatch.setattr(SqsEventQueue, "send", sent)  # the next processes send again
 
     # When the reconciler sweeps (its grace passed)
-    reconciler = cloud.deps.reconciler()
+    reconciler = cloud.as_function("reconciler").reconciler()  # as its deployed role
     reconciler.policy = ReconcilerPolicy(orphan_grace_s=0.0)
     sweep = wait_for(
         lambda: (s := reconciler.run("reconcile")) is not None and s.repaired["events_resent"] >= 2 and s,

@@ -188,7 +188,7 @@ def test_the_same_message_processed_by_two_workers_at_once_commits_once(cloud: C
     from tests.fakes import RecordingVisibility
 
     op_id = submit(cloud, "acme-blog", key="k")
-    workers = [cloud.deps.worker(), cloud.deps.worker()]
+    workers = [cloud.as_function("operations").worker(), cloud.as_function("bulk").worker()]  # each as deployed
     barrier = threading.Barrier(2)
     results: list[Any] = []
 
