@@ -91,15 +91,15 @@ COVERAGE := --cov --cov-report=term
 # at a time: they start fleets of processes and measure latencies, which two at a time on two cores would skew.
 IN_PROCESS_TESTS := tests/unit tests/integration tests/infrastructure
 
-# Every local runtime the acceptance tests start runs its functions under their roles with IAM enforced and leaves
-# the calls IAM judged in IAM_CALLS; the IAM report reads them against the template's grants and fails the run on a
-# denied call or an unexplained unused grant (local/iam_report.py).
+# Every test's cloud runs its functions under their roles with IAM enforced (the acceptance tests' processes and
+# the in-process ones), and leaves the calls IAM judged in IAM_CALLS; the IAM report reads them against the
+# template's grants and fails the run on a denied call or an unexplained unused grant (local/iam_report.py).
 IAM_CALLS := .sitedispatch/iam-calls
 IAM_REPORT := .sitedispatch/iam-report.md
 
 test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes), the IAM report
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 -m "not long" --cov --cov-report= --cov-fail-under=0 $(IN_PROCESS_TESTS)
 	rm -rf $(IAM_CALLS)
+	SITEDISPATCH_IAM_CALLS_DIR=$(IAM_CALLS) $(PY) -m pytest -q -n 2 --dist loadfile --durations=10 -m "not long" --cov --cov-report= --cov-fail-under=0 $(IN_PROCESS_TESTS)
 	SITEDISPATCH_IAM_CALLS_DIR=$(IAM_CALLS) $(PY) -m pytest -q --durations=10 -m "not long" $(COVERAGE) --cov-append tests/acceptance
 	$(PY) -m sitedispatch.local.iam_report $(IAM_CALLS) --out $(IAM_REPORT)
 

@@ -15,9 +15,11 @@ What this leaves out (resource policies, condition keys, KMS) is in docs/aws-sem
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +54,23 @@ class CallLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: set[tuple[str, str, str, bool]] = set()
+        self._expecting = 0
 
     def add(self, role: str, action: str, resource: str, allowed: bool) -> None:
         with self._lock:
-            self._calls.add((role, action, resource, allowed))
+            if allowed or not self._expecting:
+                self._calls.add((role, action, resource, allowed))
+
+    @contextlib.contextmanager
+    def denials_expected(self) -> Iterator[None]:
+        """While inside, a denied call is one a test makes on purpose (to see it refused): not the record's."""
+        with self._lock:
+            self._expecting += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._expecting -= 1
 
     def calls(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -72,6 +72,41 @@ EXPLAINED: list[tuple[str, str, str, str]] = [
         "*/sites/*",
         "a sweep an operator asks for rewrites a live.json as the reconciler does (same test)",
     ),
+    (
+        "api",
+        "s3:PutObject",
+        "*/uploads/*",
+        "the presigned upload URL the api signs: S3 authorizes the client's PUT as the api's role; moto judges no "
+        "presigned request (its credentials are in the query string), tests/integration/test_cli.py uploads "
+        "through one (docs/aws-semantics.md)",
+    ),
+    (
+        "bulk",
+        "dynamodb:GetItem",
+        "TablesCounters*",
+        "a start refused by a full running slot reads that counter to name the limit (aws/flow.py limit_reached): "
+        "the operations role takes it in the suite, an import only under a full cap",
+    ),
+    (
+        "reconciler",
+        "dynamodb:PutItem",
+        "TablesEvents*",
+        "a stale lease whose operation has no attempt left ends it dead, its event written with it "
+        "(reconciler.py recover_stale_leases; tests/unit/test_reconciler.py)",
+    ),
+    (
+        "reconciler",
+        "dynamodb:PutItem",
+        "TablesCounters*",
+        "a wp_cron the wp-events sweep submits creates a counter shard not written before (flow/counters.py)",
+    ),
+    (
+        "reconciler",
+        "dynamodb:UpdateItem",
+        "TablesSites*",
+        "a stale lease recovered releases the site's lease (tests/acceptance/test_stale_lease_and_cold_restart.py "
+        "runs that sweep as the reconciler's role)",
+    ),
 ]
 
 

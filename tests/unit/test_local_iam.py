@@ -83,3 +83,15 @@ def test_only_assumed_role_keys_are_judged_and_the_log_keeps_each_call_once() ->
     assert len(log.calls()) == 2 and log.denied() == [
         {"role": "role", "action": "sqs:DeleteMessage", "resource": "q", "allowed": False}
     ]
+
+
+def test_a_denial_a_test_makes_on_purpose_is_not_kept_but_what_is_allowed_meanwhile_is() -> None:
+    log = CallLog()
+    with log.denials_expected():
+        log.add("role", "sqs:SendMessage", "q", False)
+        log.add("role", "sqs:ReceiveMessage", "q", True)
+    log.add("role", "sqs:DeleteMessage", "q", False)
+    assert [(c["action"], c["allowed"]) for c in log.calls()] == [
+        ("sqs:DeleteMessage", False),
+        ("sqs:ReceiveMessage", True),
+    ]
