@@ -145,9 +145,9 @@ def _roles_by_path(template: dict[str, Any], kind: str, group: str, roles: dict[
     id -> role): `SiteDispatch/Functions/Api/Resource` is the function `api`."""
     found = {}
     for logical, resource in resources_of(template, kind).items():
-        parts = cdk_path(resource).split("/")
-        if len(parts) >= 3 and parts[1] == group and parts[2] in roles:
-            found[logical] = roles[parts[2]]
+        parts = cdk_path(resource).split("/")  # [Stage/]Stack/Group/Construct/Resource
+        if len(parts) >= 4 and parts[-3] == group and parts[-2] in roles:
+            found[logical] = roles[parts[-2]]
     return found
 
 

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,12 @@ def synthesized(context: dict[str, Any], python: str = sys.executable) -> dict[s
 _read: dict[str, str] = {}
 
 
+# The function timeouts the local runtime and its tests ask for: on the first miss, every one of them missing is
+# synthesized too, as many at once as there are cores (each synthesis is a Node process of its own: the template
+# is exactly the one `cdk deploy -c ...` would deploy), so a run pays them together once.
+COMMON_FUNCTION_TIMEOUTS = (5, 10, 20, 30, 120)
+
+
 def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
     root = checkout()
     templates = root / ".cache" / "templates"
@@ -126,9 +133,15 @@ def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
     with (templates / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cached.is_file():
-            _synthesize(context, python, root, cached)
+            along = [{**context, FUNCTION_TIMEOUT_CONTEXT: t} for t in COMMON_FUNCTION_TIMEOUTS]
+            wanted = {inputs_digest(c, root): c for c in [context, *along]}
+            missing = [
+                (c, templates / f"{d}.json") for d, c in wanted.items() if not (templates / f"{d}.json").is_file()
+            ]
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                list(pool.map(lambda job: _synthesize(job[0], python, root, job[1]), missing))
             kept = sorted(templates.glob("*.json"), key=lambda old: old.stat().st_mtime)
-            for old in kept[:-8]:  # the newest few (one per context a test run uses)
+            for old in kept[: -2 * len(COMMON_FUNCTION_TIMEOUTS)]:  # the newest few
                 old.unlink(missing_ok=True)
     template: dict[str, Any] = json.loads(cached.read_text())
     return template
@@ -154,8 +167,9 @@ def _synthesize(context: dict[str, Any], python: str, root: Path, into: Path) ->
         )
         produced = Path(outdir) / f"{context['stack_name']}.template.json"
         if done.returncode != 0 or not produced.is_file():
-            last = (done.stderr.strip().splitlines() or ["it printed nothing"])[-1]
-            raise NotConfigured(f"synthesizing the stack for the local cloud failed: {last} (run `make synth`)")
+            lines = done.stderr.strip().splitlines() or ["it printed nothing"]
+            cause = next((line.strip() for line in lines if "Error" in line or "ERROR" in line), lines[-1])
+            raise NotConfigured(f"synthesizing the stack for the local cloud failed: {cause[:300]} (run `make synth`)")
         scratch = into.with_suffix(".tmp")
         scratch.write_text(produced.read_text())
         scratch.replace(into)  # atomic: a half-written template is never read

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -265,3 +266,21 @@ def test_a_wordpress_sites_credential_is_read_by_the_operations_workers_and_nobo
         read = secret_reader(cloud.as_function(role).session.client("secretsmanager"))
         with CALLS.denials_expected(), pytest.raises(PermanentError, match="AccessDeniedException"):
             read("sitedispatch/acme-wp")
+
+
+def test_outside_a_checkout_the_local_cloud_says_where_it_looked_in_one_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sitedispatch.domain.errors import NotConfigured
+    from sitedispatch.local.template import CHECKOUT_ENV, checkout
+
+    monkeypatch.delenv(CHECKOUT_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NotConfigured) as refused:
+        checkout()
+    message = str(refused.value)
+    assert str(tmp_path) in message and "Run this in the sitedispatch checkout" in message and "\n" not in message
+    # from a folder inside the checkout, it is found above
+    inside = Path(__file__).resolve().parent
+    monkeypatch.chdir(inside)
+    assert checkout() == inside.parents[1]
