@@ -3,6 +3,7 @@ enforced on every call a function makes (local/template.py, local/deployment.py,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -111,9 +112,8 @@ def deploy_local(
     """Deploy the stack's synthesized template into the emulator as stack `prefix` (the queues and the bucket
     also at `sqs_s3_endpoint` if given, LocalStack); the Settings the functions' environment gives, with `policy`
     over it (what a test tunes: limits, retries), and the deployment the local runtime reads."""
-    import boto3
 
-    session = boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
+    session = admin_session(region)
     if template is None:
         template = synthesized(
             local_context(function_timeout_s, Settings.model_fields["operators"].default, LOCAL_READER)
@@ -129,6 +129,14 @@ def deploy_local(
     if sqs_s3_endpoint:
         fields.update(mirror_queues_and_bucket(session, endpoint, sqs_s3_endpoint, fields))
     return Settings(**fields), deployment
+
+
+@functools.lru_cache(maxsize=4)
+def admin_session(region: str) -> Any:
+    """The account administrator's session (the keys moto's IAM enforcement lets through): one per process."""
+    import boto3
+
+    return boto3.session.Session(region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
 def create_resources(endpoint: str, **options: Any) -> Settings:

@@ -211,13 +211,25 @@ def routes(template: dict[str, Any]) -> list[Route]:
     return sorted(found, key=lambda r: (r.path, r.method))
 
 
+_admin_clients: dict[tuple[int, str, str], Any] = {}
+
+
+def admin_client(session: Any, service: str, endpoint: str) -> Any:
+    """One client per session, service and endpoint: a test run deploys a stack per test, and building a client
+    costs more than most of the calls it makes."""
+    key = (id(session), service, endpoint)
+    if key not in _admin_clients:
+        _admin_clients[key] = session.client(service, endpoint_url=endpoint)
+    return _admin_clients[key]
+
+
 def deploy(session: Any, endpoint: str, template: dict[str, Any], stack_name: str) -> Deployment:
     """Create the stack in the emulator at `endpoint` as the account's administrator (`session`), read back what
     the local runtime needs, and give each function its role's credentials."""
     from sitedispatch.local.moto_patches import patch_moto_cloudformation
 
     patch_moto_cloudformation()  # in this process's moto (tests); the local cloud's process patches its own
-    cloudformation = session.client("cloudformation", endpoint_url=endpoint)
+    cloudformation = admin_client(session, "cloudformation", endpoint)
     cloudformation.create_stack(
         StackName=stack_name, TemplateBody=json.dumps(for_moto(template)), Capabilities=["CAPABILITY_IAM"]
     )
@@ -228,8 +240,8 @@ def deploy(session: Any, endpoint: str, template: dict[str, Any], stack_name: st
         r["LogicalResourceId"]: r["PhysicalResourceId"]
         for r in cloudformation.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]
     }
-    lambda_ = session.client("lambda", endpoint_url=endpoint)
-    sts = session.client("sts", endpoint_url=endpoint)
+    lambda_ = admin_client(session, "lambda", endpoint)
+    sts = admin_client(session, "sts", endpoint)
     functions = {}
     for logical, role in function_roles(template).items():
         config = lambda_.get_function_configuration(FunctionName=physical[logical])
@@ -251,7 +263,7 @@ def deploy(session: Any, endpoint: str, template: dict[str, Any], stack_name: st
             ),
         )
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-    iam = session.client("iam", endpoint_url=endpoint)
+    iam = admin_client(session, "iam", endpoint)
     policies = {}
     for kind, output in CALLER_POLICY_OUTPUTS.items():
         policy = iam.get_policy(PolicyArn=outputs[output])["Policy"]

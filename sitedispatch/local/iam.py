@@ -186,6 +186,30 @@ def patch_moto_arn_matching() -> None:
     IAMPolicyStatement._match = staticmethod(match)  # type: ignore[method-assign]
 
 
+DECISIONS_KEPT = 500_000
+
+
+def _permitted(request: Any, action: str, resource: str) -> bool:
+    request._action = action
+    try:
+        request.check_action_permitted(resource)
+    except Exception:  # moto's refusal, of whichever service's kind
+        return False
+    return True
+
+
+def _refuse(request: Any, action: str, resource: str) -> None:
+    """Answer a denied call as its service does: the JSON protocols' error, or moto's own (S3's XML)."""
+    service = action.split(":", 1)[0]
+    if service in JSON_PROTOCOL_ERRORS:
+        from moto.core.exceptions import JsonRESTError
+
+        message = f"User: {request._access_key.arn} is not authorized to perform: {action} on resource: {resource}"
+        raise JsonRESTError(JSON_PROTOCOL_ERRORS[service], message)
+    request._action = action
+    request.check_action_permitted(resource)  # raises moto's refusal
+
+
 def patch_moto_iam_enforcement(log: CallLog = CALLS) -> None:
     """Authorize every request signed by an assumed role against its role's policies (the module's docstring)."""
     from moto.core.authorization import ActionAuthenticatorMixin
@@ -194,39 +218,47 @@ def patch_moto_iam_enforcement(log: CallLog = CALLS) -> None:
     if getattr(ActionAuthenticatorMixin._authenticate_and_authorize_action, "enforced", False):
         return
 
+    # Each (key, action, resource) is judged once: policies do not change while a stack lives (a test that edits
+    # one deploys another stack, with other roles and keys), and judging builds moto's request (which looks the key
+    # up among every role session of the run) and evaluates every statement.
+    decisions: dict[tuple[str, str, str], bool] = {}
+    roles: dict[str, str] = {}
+
     def authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
-        if not access_key_of(self.headers).startswith(ASSUMED_ROLE_KEY_PREFIX):
+        key = access_key_of(self.headers)
+        if not key.startswith(ASSUMED_ROLE_KEY_PREFIX):
             return  # the account's administrator
-        from urllib.parse import urlparse
+        service = self.headers["Authorization"].split("Credential=", 1)[1].split("/")[3]
+        built: list[Any] = []
 
-        parsed = urlparse(self.uri)
-        path = self.raw_path + (f"?{parsed.query}" if parsed.query else "")
-        request: Any = iam_request_cls(
-            account_id=self.current_account,
-            method=self.method,
-            path=path,
-            data=self.data,
-            body=self.raw_body,
-            headers=self.headers,
-            action=self._get_action(),
-        )
-        role = _role_of(request)
-        for action, judged in requested(self, request._action, resource):
-            request._action = action
-            try:
-                request.check_action_permitted(judged)
-            except Exception as denied:
-                log.add(role, action, judged, False)
-                service = action.split(":", 1)[0]
-                if service in JSON_PROTOCOL_ERRORS:  # as these services answer it (moto's is XML, for any)
-                    from moto.core.exceptions import JsonRESTError
+        def request() -> Any:  # moto's, built once, only when a judgement is not known yet
+            if not built:
+                from urllib.parse import urlparse
 
-                    message = (
-                        f"User: {request._access_key.arn} is not authorized to perform: {action} on resource: {judged}"
+                parsed = urlparse(self.uri)
+                built.append(
+                    iam_request_cls(
+                        account_id=self.current_account,
+                        method=self.method,
+                        path=self.raw_path + (f"?{parsed.query}" if parsed.query else ""),
+                        data=self.data,
+                        body=self.raw_body,
+                        headers=self.headers,
+                        action=self._get_action(),
                     )
-                    raise JsonRESTError(JSON_PROTOCOL_ERRORS[service], message) from denied
-                raise
-            log.add(role, action, judged, True)
+                )
+                roles[key] = _role_of(built[0])
+            return built[0]
+
+        for action, judged in requested(self, f"{service}:{self._get_action()}", resource):
+            allowed = decisions.get((key, action, judged))
+            if allowed is None:
+                if len(decisions) > DECISIONS_KEPT:
+                    decisions.clear()
+                allowed = decisions[(key, action, judged)] = _permitted(request(), action, judged)
+            log.add(roles.get(key) or _role_of(request()), action, judged, allowed)
+            if not allowed:
+                _refuse(request(), action, judged)
 
     authorize.enforced = True  # type: ignore[attr-defined]
     ActionAuthenticatorMixin._authenticate_and_authorize_action = authorize  # type: ignore[method-assign]
