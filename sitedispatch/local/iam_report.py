@@ -88,6 +88,20 @@ EXPLAINED: list[tuple[str, str, str, str]] = [
         "the operations role takes it in the suite, an import only under a full cap",
     ),
     (
+        "publications",
+        "dynamodb:GetItem",
+        "TablesSites*",
+        "a promotion refused (a newer publication won, or its own reply was lost) reads the site's pointer "
+        "(publication/worker.py): the suite's concurrent publications take it when one loses that race",
+    ),
+    (
+        "publications",
+        "dynamodb:GetItem",
+        "TablesPublications*",
+        "a step whose condition no longer holds (a chunk or a finish delivered again, late) reads the publication "
+        "as it is (aws/publications.py _update): the strict cloud's redeliveries take it now and then",
+    ),
+    (
         "reconciler",
         "dynamodb:PutItem",
         "TablesEvents*",

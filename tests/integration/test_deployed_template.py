@@ -284,3 +284,22 @@ def test_outside_a_checkout_the_local_cloud_says_where_it_looked_in_one_line(
     inside = Path(__file__).resolve().parent
     monkeypatch.chdir(inside)
     assert checkout() == inside.parents[1]
+
+
+def test_an_input_too_large_to_inline_is_read_from_s3_by_the_operations_workers_role(cloud: Any) -> None:
+    """An input over INLINE_INPUT_BYTES is stored under inputs/ at submit (the api's role) and read there by the
+    worker (the operations worker's role): the path the IAM report needs taken on every run."""
+    from sitedispatch.domain.model import Status
+    from sitedispatch.operations.submission import INLINE_INPUT_BYTES
+    from tests.conftest import pump
+    from tests.factories import PROVISION
+
+    params = {**PROVISION, "url": "https://acme.example/" + "a" * INLINE_INPUT_BYTES}
+    op_id = cloud.deps.submitter().submit(kind="provision", site_id="large-input", principal="p", params=params)
+    pump(cloud)
+    assert cloud.deps.operations.get(op_id.operation.operation_id).status == Status.SUCCEEDED
+    role = cloud.deployment.functions["operations"].role_arn.rsplit("/", 1)[1]
+    assert any(
+        c["role"] == role and c["action"] == "s3:GetObject" and "/inputs/" in c["resource"] and c["allowed"]
+        for c in CALLS.calls()
+    )
