@@ -96,6 +96,9 @@ IN_PROCESS_TESTS := tests/unit tests/integration tests/infrastructure
 # template's grants and fails the run on a denied call or an unexplained unused grant (local/iam_report.py).
 IAM_CALLS := .sitedispatch/iam-calls
 IAM_REPORT := .sitedispatch/iam-report.md
+# The function timeouts the tests' local clouds use: their templates are synthesized together, once (local/template.py)
+LOCAL_TIMEOUTS := 5,10,20,30,120
+test test-localstack: export SITEDISPATCH_LOCAL_TIMEOUTS := $(LOCAL_TIMEOUTS)
 
 test: $(STAMP) $(LAMBDA_WHEELS) $(CHECKOV) $(SCHEMATHESIS) lint  ## the whole suite: unit, integration (moto), acceptance (real processes), the IAM report
 	rm -rf $(IAM_CALLS)

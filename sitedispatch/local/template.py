@@ -119,10 +119,12 @@ def synthesized(context: dict[str, Any], python: str = sys.executable) -> dict[s
 _read: dict[str, str] = {}
 
 
-# The function timeouts the local runtime and its tests ask for: on the first miss, every one of them missing is
-# synthesized too, as many at once as there are cores (each synthesis is a Node process of its own: the template
-# is exactly the one `cdk deploy -c ...` would deploy), so a run pays them together once.
-COMMON_FUNCTION_TIMEOUTS = (5, 10, 20, 30, 120)
+# Function timeouts to synthesize along with the one asked for, on its first miss (comma-separated): `make test`
+# names the ones its tests use, so a run pays them together, as many at once as there are cores (each synthesis a
+# Node process of its own: the template is exactly the one `cdk deploy -c ...` would deploy). Unset (the demo,
+# `local up`): the one asked for alone.
+ALONG_ENV = "SITEDISPATCH_LOCAL_TIMEOUTS"
+KEPT_TEMPLATES = 12
 
 
 def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
@@ -133,7 +135,8 @@ def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
     with (templates / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cached.is_file():
-            along = [{**context, FUNCTION_TIMEOUT_CONTEXT: t} for t in COMMON_FUNCTION_TIMEOUTS]
+            timeouts = [int(t) for t in os.environ.get(ALONG_ENV, "").split(",") if t.strip()]
+            along = [{**context, FUNCTION_TIMEOUT_CONTEXT: t} for t in timeouts]
             wanted = {inputs_digest(c, root): c for c in [context, *along]}
             missing = [
                 (c, templates / f"{d}.json") for d, c in wanted.items() if not (templates / f"{d}.json").is_file()
@@ -141,7 +144,7 @@ def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
                 list(pool.map(lambda job: _synthesize(job[0], python, root, job[1]), missing))
             kept = sorted(templates.glob("*.json"), key=lambda old: old.stat().st_mtime)
-            for old in kept[: -2 * len(COMMON_FUNCTION_TIMEOUTS)]:  # the newest few
+            for old in kept[:-KEPT_TEMPLATES]:  # the newest few
                 old.unlink(missing_ok=True)
     template: dict[str, Any] = json.loads(cached.read_text())
     return template
