@@ -286,6 +286,7 @@ def test_outside_a_checkout_the_local_cloud_says_where_it_looked_in_one_line(
     assert checkout() == inside.parents[1]
 
 
+@pytest.mark.moto_only  # the judgement it looks for is moto's (LocalStack's S3 judges nothing)
 def test_an_input_too_large_to_inline_is_read_from_s3_by_the_operations_workers_role(cloud: Any) -> None:
     """An input over INLINE_INPUT_BYTES is stored under inputs/ at submit (the api's role) and read there by the
     worker (the operations worker's role): the path the IAM report needs taken on every run."""
