@@ -6,7 +6,8 @@ stopped with SITEDISPATCH_IAM_CALLS_DIR set copies both there (the acceptance te
 reads them all, names every resource by its logical id in the template (`TablesOperationsTable4D7C3C58/index/
 by-site`, `StorageBucket5CB7C8EA/sites/*`), and writes the report. Grants never called are listed with the reason
 of each (EXPLAINED: a path no test takes under enforcement, or the platform's own use), or flagged unexplained.
-`python -m sitedispatch.local.iam_report DIR [--out FILE]` exits 1 when a call was denied or a grant is unexplained.
+`python -m sitedispatch.local.iam_report DIR [--out FILE] [--strict]` exits 1 when a call was denied (with --strict,
+also when a grant no call used is unexplained: a rare path a run did not take would fail a whole `make test`).
 """
 
 from __future__ import annotations
@@ -293,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--function-timeout", type=int, default=DEFAULT_FUNCTION_TIMEOUT_S)
+    parser.add_argument(
+        "--strict", action="store_true", help="fail on an unexplained unused grant too (not only on a denied call)"
+    )
     args = parser.parse_args(argv)
     if not args.directory.is_dir():
         print(
@@ -316,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(result['unused'])} unexplained, {len(result['explained'])} used by the platform"
         + (f" (report: {args.out})" if args.out else "")
     )
-    return 1 if result["denied"] or result["unused"] else 0
+    if result["unused"] and not args.strict:  # which rare paths a run takes can vary: said, not failed on
+        print(f"unexplained unused grants: {len(result['unused'])} (the report lists them; --strict fails on them)")
+    return 1 if result["denied"] or (args.strict and result["unused"]) else 0
 
 
 if __name__ == "__main__":
