@@ -10,6 +10,7 @@ request carrying it is just a signed request with an extra header.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -203,17 +204,24 @@ def gateway_refusal(
     return caller_refusal(identity, method, path)
 
 
+@functools.lru_cache(maxsize=1)
+def _settings() -> Any:
+    """Who is an operator or a reader: the gateway's environment, read once (not at every request)."""
+    from sitedispatch.domain.settings import Settings
+
+    return Settings()
+
+
 def caller_refusal(identity: str, method: str, path: str) -> dict[str, Any] | None:
     """In a local deployment, the caller holds only the managed policy the stack exports for its kind (producer,
     operator or reader): a request it does not allow is refused here, as API Gateway's IAM authorization would."""
-    from sitedispatch.domain.settings import Settings
     from sitedispatch.local.deployment import current_deployment
     from sitedispatch.operator.access import Caller
 
     deployed = current_deployment()
     if deployed is None:
         return None
-    caller = Caller.of(identity, Settings())
+    caller = Caller.of(identity, _settings())
     kind = "reader" if caller.reader else "operator" if caller.operator else "producer"
     if deployed.may_invoke(kind, method, path):
         return None
