@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from unittest.mock import patch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -283,6 +284,20 @@ def fresh_functions() -> None:
 
 
 @contextmanager
+def metrics_cleared_at_each_flush() -> Iterator[None]:
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+    flush = AmazonCloudWatchEMFProvider.flush_metrics
+
+    def flush_then_clear(self: AmazonCloudWatchEMFProvider, raise_on_empty_metrics: bool = False) -> None:
+        flush(self, raise_on_empty_metrics)
+        self.clear_metrics()
+
+    with patch.object(AmazonCloudWatchEMFProvider, "flush_metrics", flush_then_clear):
+        yield
+
+
+@contextmanager
 def local_api() -> Iterator[str]:
     """The HTTP API of this test's environment, served on a free 127.0.0.1 port from a thread (the local gateway
     in front of the API function); its URL, also in the environment where the CLI finds it."""
@@ -293,9 +308,11 @@ def local_api() -> Iterator[str]:
     fresh_functions()
     # The function runs in this process, whose stdout a CliRunner captures: its metrics (EMF lines printed to
     # stdout, as Lambda wants them) would land in the command's output. The local runtime's API process keeps them.
+    # Disabled, Powertools keeps what each flush would have printed, and prints it all (ignoring the setting) once
+    # 100 metrics have piled up: the flush clears them here as it would have after printing.
     changed = {API_URL_VARIABLE: "", "POWERTOOLS_METRICS_DISABLED": "true"}
     before = {key: os.environ.get(key) for key in changed}
-    with as_deployed({"api": api}), running_gateway() as url:
+    with as_deployed({"api": api}), metrics_cleared_at_each_flush(), running_gateway() as url:
         os.environ.update({**changed, API_URL_VARIABLE: url})
         try:
             yield url

@@ -512,3 +512,17 @@ def test_sites_list_shows_a_principal_its_own_and_an_operator_or_reader_every_on
     assert code != 0 and json.loads(out)["error"] == "forbidden", out
     code, out = run_cli(cli, "sites", "list", "--as", "tenant-a")
     assert code == 0 and "disk full (by operator" in out, out
+
+
+def test_json_output_stays_one_document_however_many_metrics_the_in_process_functions_emitted(
+    cli: CliRunner, cloud: Cloud
+) -> None:
+    # The in-process API function shares the CLI's stdout: its metrics must never reach a --json document, not even
+    # once a hundred have been recorded (Powertools prints them then, disabled or not, unless a flush cleared them).
+    from sitedispatch.observability import Metric, metrics
+
+    for _ in range(99):  # earlier requests' metrics, each flushed at the end of its request
+        metrics.add_metric(name=Metric.OperationAccepted, unit="Count", value=1)
+        metrics.flush_metrics()
+    code, out = run(cli, "submit", "provision", "--site", "acme-blog", "--param", "title=A", "--param", "admin_email=a@b.co", "--json")
+    assert code == 0 and json.loads(out)["status"] == "queued", out
