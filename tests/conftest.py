@@ -9,10 +9,10 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from unittest.mock import patch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from unittest.mock import patch
 
 import pytest
 from hypothesis import settings as hypothesis_settings

@@ -524,5 +524,16 @@ def test_json_output_stays_one_document_however_many_metrics_the_in_process_func
     for _ in range(99):  # earlier requests' metrics, each flushed at the end of its request
         metrics.add_metric(name=Metric.OperationAccepted, unit="Count", value=1)
         metrics.flush_metrics()
-    code, out = run(cli, "submit", "provision", "--site", "acme-blog", "--param", "title=A", "--param", "admin_email=a@b.co", "--json")
+    code, out = run(
+        cli,
+        "submit",
+        "provision",
+        "--site",
+        "acme-blog",
+        "--param",
+        "title=A",
+        "--param",
+        "admin_email=a@b.co",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["status"] == "queued", out
