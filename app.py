@@ -3,11 +3,7 @@
 
 import os
 
-import aws_cdk as cdk
-
-from stacks.dispatch_stack import SiteDispatchStack
+from stacks.synth import synthesize
 
 # The CDK CLI passes CDK_OUTDIR; `python app.py` alone (make synth) writes cdk.out/ like the CLI would.
-app = cdk.App(outdir=os.environ.get("CDK_OUTDIR", "cdk.out"))
-SiteDispatchStack(app, app.node.try_get_context("stack_name") or "SiteDispatch")
-app.synth()
+synthesize(os.environ.get("CDK_OUTDIR", "cdk.out"))

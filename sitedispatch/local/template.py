@@ -22,7 +22,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +119,9 @@ _read: dict[str, str] = {}
 
 
 # Function timeouts to synthesize along with the one asked for, on its first miss (comma-separated): `make test`
-# names the ones its tests use, so a run pays them together, as many at once as there are cores (each synthesis a
-# Node process of its own: the template is exactly the one `cdk deploy -c ...` would deploy). Unset (the demo,
-# `local up`): the one asked for alone.
+# names the ones its tests use, so a run pays them together, in one process (`stacks/synth.py`: the Node runtime
+# starts once; each template is exactly the one `cdk deploy -c ...` would deploy). Unset (the demo, `local up`): the
+# one asked for alone.
 ALONG_ENV = "SITEDISPATCH_LOCAL_TIMEOUTS"
 KEPT_TEMPLATES = 12
 
@@ -138,11 +137,11 @@ def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
             timeouts = [int(t) for t in os.environ.get(ALONG_ENV, "").split(",") if t.strip()]
             along = [{**context, FUNCTION_TIMEOUT_CONTEXT: t} for t in timeouts]
             wanted = {inputs_digest(c, root): c for c in [context, *along]}
-            missing = [
-                (c, templates / f"{d}.json") for d, c in wanted.items() if not (templates / f"{d}.json").is_file()
-            ]
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                list(pool.map(lambda job: _synthesize(job[0], python, root, job[1]), missing))
+            _synthesize(
+                [(c, templates / f"{d}.json") for d, c in wanted.items() if not (templates / f"{d}.json").is_file()],
+                python,
+                root,
+            )
             kept = sorted(templates.glob("*.json"), key=lambda old: old.stat().st_mtime)
             for old in kept[:-KEPT_TEMPLATES]:  # the newest few
                 old.unlink(missing_ok=True)
@@ -150,17 +149,18 @@ def _synthesized(context: dict[str, Any], python: str) -> dict[str, Any]:
     return template
 
 
-def _synthesize(context: dict[str, Any], python: str, root: Path, into: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="synth-") as outdir:
+def _synthesize(jobs: list[tuple[dict[str, Any], Path]], python: str, root: Path) -> None:
+    """Each (context, template file) of `jobs`, synthesized in one process."""
+    with tempfile.TemporaryDirectory(prefix="synth-") as scratch:
+        outdirs = [Path(scratch) / str(n) for n in range(len(jobs))]
         env = {
             **os.environ,
-            "CDK_OUTDIR": outdir,
-            "CDK_CONTEXT_JSON": json.dumps(context),
             "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "1",
         }
+        env.pop("CDK_CONTEXT_JSON", None)  # each job's context is its own, whatever the caller's shell holds
         done = subprocess.run(
-            [python, str(root / "app.py")],
+            [python, "-m", "stacks.synth", json.dumps([[c, str(o)] for (c, _), o in zip(jobs, outdirs, strict=True)])],
             cwd=root,
             env=env,
             capture_output=True,
@@ -168,14 +168,17 @@ def _synthesize(context: dict[str, Any], python: str, root: Path, into: Path) ->
             timeout=SYNTH_TIMEOUT_S,
             check=False,
         )
-        produced = Path(outdir) / f"{context['stack_name']}.template.json"
-        if done.returncode != 0 or not produced.is_file():
-            lines = done.stderr.strip().splitlines() or ["it printed nothing"]
-            cause = next((line.strip() for line in lines if "Error" in line or "ERROR" in line), lines[-1])
-            raise NotConfigured(f"synthesizing the stack for the local cloud failed: {cause[:300]} (run `make synth`)")
-        scratch = into.with_suffix(".tmp")
-        scratch.write_text(produced.read_text())
-        scratch.replace(into)  # atomic: a half-written template is never read
+        for (context, into), outdir in zip(jobs, outdirs, strict=True):
+            produced = outdir / f"{context['stack_name']}.template.json"
+            if done.returncode != 0 or not produced.is_file():
+                lines = done.stderr.strip().splitlines() or ["it printed nothing"]
+                cause = next((line.strip() for line in lines if "Error" in line or "ERROR" in line), lines[-1])
+                raise NotConfigured(
+                    f"synthesizing the stack for the local cloud failed: {cause[:300]} (run `make synth`)"
+                )
+            partial = into.with_suffix(".tmp")
+            partial.write_text(produced.read_text())
+            partial.replace(into)  # atomic: a half-written template is never read
 
 
 def resources_of(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
