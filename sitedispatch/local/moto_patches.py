@@ -291,7 +291,10 @@ def patch_moto_cloudformation() -> None:
     - a FIFO queue without a QueueName gets a generated name ending in `.fifo` (moto generates one without and
       then refuses it: "Queue name must end in .fifo");
     - a table's TimeToLiveSpecification is applied (moto creates the table and ignores it);
-    - `Ref` of an event bus is its name (moto answers the bus object, which breaks every value built from it)."""
+    - `Ref` of an event bus is its name (moto answers the bus object, which breaks every value built from it).
+    And one for speed: a JSON template is read as JSON (moto reads every template with PyYAML first, JSON being
+    YAML: 0.3 s of the stack's 0.4 s of each deploy)."""
+    from moto.cloudformation.models import Stack
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
     from moto.events.models import EventBus
@@ -324,3 +327,14 @@ def patch_moto_cloudformation() -> None:
         return table
 
     Table.create_from_cloudformation_json = classmethod(create_table)  # type: ignore[method-assign,assignment]
+
+    parse_yaml = Stack.parse_template
+
+    def parse_template(template: str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(template)
+        except ValueError:
+            return parse_yaml(template)
+        return parsed if isinstance(parsed, dict) else parse_yaml(template)
+
+    Stack.parse_template = staticmethod(parse_template)  # type: ignore[method-assign]
