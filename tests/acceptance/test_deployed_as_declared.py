@@ -140,8 +140,11 @@ def test_the_calls_the_template_once_lacked_pass_under_their_roles(
     """A batch submit (the api's BatchWriteItem on the counters), a quota cleared (its DeleteItem), a batch record
     a dead submitter left (the reconciler's BatchWriteItem), and work waiting for a fairness share released by
     the worker that ends the operation ahead of it (its SendMessage on its own lane)."""
+    # (an operation over the running cap looks again within 2 s, not the deployment's 30)
     env = runtime.start_cloud(
-        0, function_timeout_s=FUNCTION_TIMEOUT_S, policy={"max_running_per_principal": 1, "reference_latency_s": 1}
+        0,
+        function_timeout_s=FUNCTION_TIMEOUT_S,
+        policy={"max_running_per_principal": 1, "reference_latency_s": 1, "defer_max_s": 2},
     )
     runtime.start_workers(
         [("operations", 2, None, None, None), ("publications", 1, None, None, None), ("events", 1, None, None, None)]
