@@ -129,6 +129,7 @@ class Fifo:
 class SimVisibility:
     def __init__(self, queue: Fifo, message: Message, handle: int) -> None:
         self.queue, self.message, self.handle = queue, message, handle
+        self.receipt = f"{message.number}:{handle}"
 
     def change(self, seconds: float) -> None:
         self.queue.change_visibility(self.message, self.handle, seconds)
@@ -146,6 +147,16 @@ class SimOperationQueue:
     def send_many(self, messages: Sequence[tuple[QueueMessage, str]], lane: str) -> None:
         for message, dedup_id in messages:
             self.send(message, dedup_id, lane)
+
+    def wake(self, lane: str, receipts: Sequence[str]) -> int:
+        fifo, woken = self.lanes[lane], 0
+        for receipt in receipts:
+            number, handle = (int(part) for part in receipt.split(":"))
+            for message in fifo.messages:
+                if message.number == number and message.handle == handle:
+                    fifo.change_visibility(message, handle, 0)
+                    woken += 1
+        return woken
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         dlq = self.lanes[lane].dlq

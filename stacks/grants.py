@@ -181,11 +181,11 @@ class FunctionGrants:
 
     def api(self) -> None:
         """Submit (operation rows, admission counters, the input, the message), the controls (cancel, pause,
-        resume, redrive, replay: the DLQs a redrive empties; quotas set and cleared), registrations, webhooks
-        (endpoints, their deliveries and signing secrets, sitedispatch-webhooks/: created, rotated, deleted), the
-        audit log it alone writes, status (every queue's attributes), evidence, live content and feed reads, the
-        presigned uploads it signs (PutObject on uploads/), and a sweep an operator asks for (what the reconciler
-        does)."""
+        resume and the deliveries it wakes, redrive, replay: the DLQs a redrive empties; quotas set and cleared),
+        registrations, webhooks (endpoints, their deliveries and signing secrets, sitedispatch-webhooks/: created,
+        rotated, deleted), the audit log it alone writes, status (every queue's attributes), evidence, live content
+        and feed reads, the presigned uploads it signs (PutObject on uploads/), and a sweep an operator asks for
+        (what the reconciler does)."""
         role, lanes = "api", operation_lanes()
         self.allow(role, ["dynamodb:GetItem"], self.table("operations", "sites", "counters", "webhooks"))
         self.allow(role, ["dynamodb:BatchGetItem"], self.table("operations", "sites", "counters", "events"))
@@ -225,6 +225,8 @@ class FunctionGrants:
         # publication
         self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
         self.allow(role, CONSUME, self.dead_letters(*lanes))
+        # a resume makes the deliveries its pause deferred visible again, by their receipts
+        self.allow(role, ["sqs:ChangeMessageVisibility"], self.queue(*lanes))
         self.allow(
             role,
             [

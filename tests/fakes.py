@@ -43,6 +43,7 @@ from sitedispatch.domain.model import (
     AuditEntry,
     Commit,
     ErrorInfo,
+    HeldDelivery,
     Kind,
     Lease,
     Operation,
@@ -128,6 +129,7 @@ class MemoryDb:
 
     operations: dict[str, Operation] = field(default_factory=dict)
     sites: dict[str, Site] = field(default_factory=dict)
+    held_deliveries: dict[str, dict[str, HeldDelivery]] = field(default_factory=dict)  # a paused site's, to wake
     commits: dict[str, Commit] = field(default_factory=dict)
     publications: dict[tuple[str, int], Publication] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
@@ -809,6 +811,19 @@ class MemorySiteStore:
                 self.db.write_event(site_paused(site, paused, reason, by, now))
             return updated
 
+    def hold_until_resumed(self, site_id: str, held: HeldDelivery) -> bool:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            if site is None or not site.paused:
+                return False
+            self.db.held_deliveries.setdefault(site_id, {})[held.operation_id] = held
+            return True
+
+    def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:
+        with self.db.lock:
+            held = self.db.held_deliveries.pop(site_id, {})
+            return tuple(held[k] for k in sorted(held))
+
     def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
         with self.db.lock:
             site = self.db.sites.get(site_id)
@@ -1272,6 +1287,7 @@ class MemoryQueue:
     def __init__(self) -> None:
         self.sent: list[SentMessage] = []
         self.dead: list[SentMessage] = []
+        self.woken: list[tuple[str, str]] = []  # (lane, receipt) made visible (it holds no received messages)
 
     def send(self, message: QueueMessage, dedup_id: str, lane: str) -> str:
         self.sent.append(SentMessage(message, dedup_id, lane=lane))
@@ -1280,6 +1296,10 @@ class MemoryQueue:
     def send_many(self, messages: Sequence[tuple[QueueMessage, str]], lane: str) -> None:
         for message, dedup_id in messages:
             self.send(message, dedup_id, lane)
+
+    def wake(self, lane: str, receipts: Sequence[str]) -> int:
+        self.woken += [(lane, receipt) for receipt in receipts]
+        return len(receipts)
 
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         self.dead.append(SentMessage(message, dedup_id, dict(attributes), lane=lane))
@@ -1305,8 +1325,9 @@ class MemoryQueue:
 
 
 class RecordingVisibility:
-    def __init__(self) -> None:
+    def __init__(self, receipt: str = "receipt-1") -> None:
         self.changes: list[float] = []
+        self.receipt = receipt
 
     def change(self, seconds: float) -> None:
         self.changes.append(seconds)

@@ -6,8 +6,9 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
+from pynamodb.constants import UPDATED_OLD
 from pynamodb.expressions.update import Action
 
 from sitedispatch.aws.events import EventOutbox
@@ -16,7 +17,7 @@ from sitedispatch.aws.tables import DUE_PARTITION, LIVE, Models, SiteItem, index
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, read_all, transaction
 from sitedispatch.domain.errors import Conflict, LeaseHeld, NotFound, StaleFence
 from sitedispatch.domain.events import AUTOMATIC, site_paused
-from sitedispatch.domain.model import REFERENCE_DRIVER, Lease, Site, SiteConnection
+from sitedispatch.domain.model import REFERENCE_DRIVER, HeldDelivery, Lease, Site, SiteConnection
 from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import checked_registration
 
@@ -210,6 +211,35 @@ class DynamoSiteStore:
                 consecutive_failures=failures,
             )
         raise Conflict(f"site {site_id} was paused and resumed {PAUSE_RACES} times while this request looked")
+
+    def hold_until_resumed(self, site_id: str, held: HeldDelivery) -> bool:
+        M = self.M
+        item, kept = M(site_id), f"{held.lane} {held.receipt}"
+        paused = _paused_is(M, True)
+        entry = cast(Any, M.held)[held.operation_id]  # a document path into the map (pynamodb's raw map)
+        into_the_map = partial(item.update, actions=[entry.set(kept)], condition=paused & M.held.exists())
+        if conditionally(into_the_map):
+            return True
+        first = partial(
+            item.update, actions=[M.held.set({held.operation_id: kept})], condition=paused & M.held.does_not_exist()
+        )
+        return conditionally(first) or conditionally(into_the_map)  # (the map may have appeared in between)
+
+    def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:
+        M = self.M
+        taken: list[dict[str, Any]] = []
+
+        def take() -> None:
+            answer = M._get_connection().update_item(
+                site_id, actions=[M.held.remove()], condition=M.held.exists(), return_values=UPDATED_OLD
+            )
+            taken.append(answer.get("Attributes", {}).get("held", {}).get("M", {}))
+
+        if not conditionally(take):
+            return ()
+        return tuple(
+            HeldDelivery(operation_id, *value["S"].split(" ", 1)) for operation_id, value in sorted(taken[0].items())
+        )
 
     def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
         """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once),

@@ -57,6 +57,17 @@ class SqsOperationQueue:
                 message, dedup_id = batch[int(failed["Id"])]
                 self.send(message, dedup_id, lane)  # one entry refused (throttled, say): alone, or raise
 
+    def wake(self, lane: str, receipts: Sequence[str]) -> int:
+        woken = 0
+        for start in range(0, len(receipts), SEND_BATCH):
+            batch = receipts[start : start + SEND_BATCH]
+            response = self.client.change_message_visibility_batch(
+                QueueUrl=self.lanes[lane][0],
+                Entries=[{"Id": str(n), "ReceiptHandle": r, "VisibilityTimeout": 0} for n, r in enumerate(batch)],
+            )
+            woken += len(response.get("Successful", []))  # a receipt received again since, or deleted, fails alone
+        return woken
+
     def dead_letter(self, message: QueueMessage, dedup_id: str, attributes: dict[str, str], lane: str) -> str:
         response = self.client.send_message(
             QueueUrl=self.lanes[lane][1],
@@ -142,7 +153,7 @@ class SqsVisibility:
     ) -> None:
         self.client = client
         self.queue_url = queue_url
-        self.receipt_handle = receipt_handle
+        self.receipt_handle = self.receipt = receipt_handle
         self.clock = clock
         self.received_at = clock() - RECEIVE_MARGIN_S
 

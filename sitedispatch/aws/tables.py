@@ -15,6 +15,7 @@ from pynamodb.attributes import (
     BooleanAttribute,
     JSONAttribute,
     ListAttribute,
+    MapAttribute,
     NumberAttribute,
     NumberSetAttribute,
     UnicodeAttribute,
@@ -186,6 +187,9 @@ class SiteItem(Model):
     credential_ref = UnicodeAttribute(null=True)
     due = UnicodeAttribute(null=True)  # DUE_PARTITION while next_due_at is set: the sparse by-due index's key
     live = UnicodeAttribute(null=True)  # index_shard(LIVE, site_id) once promoted: the by-live index's key
+    held: MapAttribute[str, str] = MapAttribute(
+        null=True
+    )  # while paused: operation id -> "lane receipt", the deliveries a resume wakes
     by_due = SitesByDue()
     by_live = SitesByLive()
 

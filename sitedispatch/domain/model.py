@@ -287,6 +287,16 @@ class Site:
 
 
 @dataclass(frozen=True)
+class HeldDelivery:
+    """A delivery a paused site's worker left invisible for the pause's deferral, kept so that a resume makes it
+    visible at once: its operation, its lane, and the receipt of that receive (SQS's receipt handle)."""
+
+    operation_id: str
+    lane: str
+    receipt: str
+
+
+@dataclass(frozen=True)
 class Commit:
     """One canonical mutation of a site, identified by the operation that made it."""
 

@@ -12,6 +12,7 @@ from sitedispatch.domain.model import (
     AuditEntry,
     Commit,
     ErrorInfo,
+    HeldDelivery,
     Kind,
     Lease,
     Operation,
@@ -366,6 +367,14 @@ class SiteStore(Protocol):
         """Count a failed attempt; the `pause_at`-th in a row pauses the site with `reason`, writing its event with
         the pause. NotFound if unknown."""
 
+    def hold_until_resumed(self, site_id: str, held: HeldDelivery) -> bool:
+        """Keep `held` with the site while it is paused (one per operation: a later receive's replaces it); False,
+        keeping nothing, if the site is not paused (a resume came first: the worker makes the message visible
+        itself). Resuming, then taking what is held, wakes every delivery a pause deferred, whatever the order."""
+
+    def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:
+        """Remove and return, atomically, the deliveries held for the site's resume."""
+
 
 @dataclass(frozen=True)
 class Tally:
@@ -585,6 +594,10 @@ class OperationQueue(Protocol):
     ) -> tuple[list[DeadLetter], list[DeadLetter]]:
         """Look at up to `max_messages` of the lane's DLQ; delete those `remove` selects. Returns (removed, kept)."""
 
+    def wake(self, lane: str, receipts: Sequence[str]) -> int:
+        """Make the received messages of `receipts` visible now (a paused site's deliveries, at its resume); how many
+        were. A receipt no longer valid (its message received again, or deleted) is skipped."""
+
 
 class QuotaStore(Protocol):
     """An operator's override of a principal's (or one of its tenants') limits: its record, and the maximum it puts
@@ -628,5 +641,7 @@ class DeadLetter:
 
 class Visibility(Protocol):
     """The received message whose visibility the worker controls (defer, backoff, heartbeat)."""
+
+    receipt: str  # this receive's, for whoever wakes the message later (OperationQueue.wake)
 
     def change(self, seconds: float) -> None: ...

@@ -26,6 +26,7 @@ from sitedispatch.domain.errors import (
 from sitedispatch.domain.model import (
     SUPERSEDABLE_KINDS,
     ErrorInfo,
+    HeldDelivery,
     Kind,
     Lease,
     Operation,
@@ -34,6 +35,7 @@ from sitedispatch.domain.model import (
     QueueMessage,
     Site,
     Status,
+    lane_for,
 )
 from sitedispatch.domain.ports import (
     BlobStore,
@@ -144,8 +146,7 @@ class OperationsWorker:
     ) -> Result | None:
         """A delivery that must not run now: a paused site, a newer operation that supersedes it, a backoff."""
         if site.paused:
-            # Long deferrals: a paused site should not churn the queue (each look raises SQS's receive count).
-            return self._defer(visibility, self.deps.settings.pause_deferral_s, "site_paused")
+            return self._held_while_paused(op, site, visibility)
         if op.kind in SUPERSEDABLE_KINDS and op.status in {Status.ACCEPTED, Status.QUEUED}:
             newer = self._newer_of_same_kind(op)
             if newer is not None:
@@ -153,6 +154,23 @@ class OperationsWorker:
         if op.not_before and op.not_before > now:
             return self._defer(visibility, op.not_before - now, "backoff_pending")
         return None
+
+    def _held_while_paused(self, op: Operation, site: Site, visibility: Visibility) -> Result:
+        """A long deferral (a paused site should not churn the queue: each look raises SQS's receive count), its
+        receipt held with the site so that the resume wakes it; if the resume came first, visible again now."""
+        d = self.deps
+        deferred = self._defer(visibility, d.settings.pause_deferral_s, "site_paused")
+        try:
+            held = d.sites.hold_until_resumed(
+                site.site_id, HeldDelivery(op.operation_id, lane_for(op.kind), visibility.receipt)
+            )
+        except Exception as exc:  # the deferral stands: the delivery comes back when it ends
+            obs.logger.warning("could not hold the delivery for the resume", extra={"error": _describe(exc)})
+            return deferred
+        if held:
+            return deferred
+        visibility.change(0)
+        return Result(Outcome.DEFERRED, "site_resumed", delay_s=0.0)
 
     def _claim_and_run(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sitedispatch import observability as obs
 from sitedispatch.domain.errors import Conflict, NotRunnable
 from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import (
@@ -56,5 +57,20 @@ class Actions(Access):
         site = self.site(caller, site_id, action, reason)
         by = OPERATOR if caller.operator else caller.identity  # an event names no operator's identity
         updated = self.deps.sites.set_paused(site_id, paused, reason if paused else None, by, self.deps.clock.now())
-        self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused})
+        woken = 0 if paused else self._wake_held(site_id)
+        self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused, "woken": woken})
         return updated
+
+    def _wake_held(self, site_id: str) -> int:
+        """The deliveries the pause deferred, made visible now (a worker that finds the site resumed before it held
+        its own wakes it itself). A failure is logged: what it leaves comes back when its deferral ends."""
+        d = self.deps
+        try:
+            held = d.sites.take_held(site_id)
+            lanes = sorted({h.lane for h in held})
+            return sum(d.queue.wake(lane, [h.receipt for h in held if h.lane == lane]) for lane in lanes)
+        except Exception as exc:
+            obs.logger.warning(
+                "could not wake the deliveries the pause held", extra={"site_id": site_id, "error": repr(exc)}
+            )
+            return 0

@@ -219,6 +219,32 @@ def test_a_paused_sites_work_says_paused_not_an_estimate(api: str, cloud: Cloud)
     assert row["paused"] == "paused: maintenance window" and row["estimated_delay_s"] is None
 
 
+@pytest.mark.guarantee
+def test_a_resumed_sites_queued_work_starts_at_once_not_at_the_end_of_the_pauses_deferral(
+    api: str, cloud: Cloud
+) -> None:
+    import time
+
+    provisioned(api, cloud, "held-site")
+    client = as_(api, "tenant-a")
+    client.call("POST", "/sites/held-site/pause", body={"reason": "maintenance window"})
+    op_id = client.call("POST", "/operations", body={"kind": "publish", "site_id": "held-site", "params": {}})[
+        "operation_id"
+    ]
+    pump(cloud)  # delivered while paused: deferred for the pause's deferral (300 s), its receipt held
+    assert client.call("GET", f"/operations/{op_id}")["status"] == "queued"
+    assert [d.operation_id for d in cloud.deps.sites.take_held("nobody-site")] == []
+
+    client.call("POST", "/sites/held-site/resume", body={})
+    resumed = time.monotonic()
+    pump(cloud)  # the resume made it visible: received again now
+
+    assert client.call("GET", f"/operations/{op_id}")["status"] == "succeeded"
+    assert time.monotonic() - resumed < 5
+    [entry] = client.call("GET", "/audit", query={"action": "resume", "target": "held-site"})
+    assert entry["detail"]["woken"] == 1
+
+
 def test_the_long_poll_returns_when_the_operation_ends_or_at_its_timeout(api: str, cloud: Cloud) -> None:
     import threading
     import time

@@ -37,6 +37,7 @@ from sitedispatch.domain.events import (
 from sitedispatch.domain.model import (
     Commit,
     ErrorInfo,
+    HeldDelivery,
     Kind,
     Operation,
     Publication,
@@ -1163,6 +1164,46 @@ def test_pause_resume_and_consecutive_failures(stores: Stores) -> None:
         (EventType.SITE_PAUSED, OPERATOR, "maintenance"),
     ]
     assert {e.principal for e in written} == {"p"} and {e.site_id for e in written} == {"acme-blog"}
+
+
+def test_a_pause_holds_its_deliveries_and_the_resume_takes_them_once(stores: Stores) -> None:
+    sites = stores.sites
+    sites.register("held-site", "p", NOW)
+    assert not sites.hold_until_resumed("held-site", HeldDelivery("op_0", "operations", "r-0"))  # not paused
+    sites.set_paused("held-site", True, "maintenance", OPERATOR, NOW)
+    assert sites.hold_until_resumed("held-site", HeldDelivery("op_1", "operations", "r-1"))
+    assert sites.hold_until_resumed("held-site", HeldDelivery("op_1", "operations", "r 2"))  # a later receive's
+    assert sites.hold_until_resumed("held-site", HeldDelivery("op_2", "bulk", "r-3"))
+    assert not sites.hold_until_resumed("ghost-site", HeldDelivery("op_9", "bulk", "r-9"))
+    assert sites.get("ghost-site") is None
+    sites.set_paused("held-site", False, None, OPERATOR, NOW + 1)
+    assert not sites.hold_until_resumed("held-site", HeldDelivery("op_3", "bulk", "r-4"))  # resumed first
+    assert sites.take_held("held-site") == (
+        HeldDelivery("op_1", "operations", "r 2"),
+        HeldDelivery("op_2", "bulk", "r-3"),
+    )
+    assert sites.take_held("held-site") == () and sites.take_held("ghost-site") == ()
+    assert not present(sites.get("held-site")).paused
+
+
+def test_a_woken_delivery_is_received_again_at_once(stores: Stores, request: pytest.FixtureRequest) -> None:
+    from sitedispatch.domain.model import QueueMessage
+
+    if stores.impl == "memory":  # the fake holds no received messages: it records what it was asked to wake
+        assert stores.queue.wake("bulk", ["r-1", "r-2"]) == 2
+        return
+    d = request.getfixturevalue("cloud").deps
+    stores.queue.send(QueueMessage("op_1", "site-a"), "op_1-e0", lane="bulk")
+    url = d.settings.bulk_queue_url
+    [first] = d.sqs.receive_message(QueueUrl=url, VisibilityTimeout=300, WaitTimeSeconds=0)["Messages"]
+    assert d.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []  # held invisible
+    assert stores.queue.wake("bulk", [first["ReceiptHandle"]]) == 1
+    [again] = wait_for(
+        lambda: d.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []),
+        timeout_s=5,
+        what="the woken message received again",
+    )
+    assert again["MessageId"] == first["MessageId"]
 
 
 def test_due_sites_come_from_their_committed_heads_earliest_first(stores: Stores) -> None:

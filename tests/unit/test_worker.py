@@ -107,6 +107,25 @@ def test_paused_site_defers_without_spending_an_attempt(harness: Harness) -> Non
     assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
 
 
+def test_a_paused_delivery_is_held_for_the_resume_and_one_after_the_resume_is_visible_again(harness: Harness) -> None:
+    from dataclasses import replace
+
+    from sitedispatch.domain.model import HeldDelivery
+
+    op_id = harness.submit()
+    site = harness.world.db.sites["acme-blog"]
+    harness.world.db.sites["acme-blog"] = replace(site, paused=True)
+    result, visibility = harness.deliver(op_id)
+    assert result.reason == "site_paused" and visibility.changes[-1] > 60
+    assert harness.world.sites.take_held("acme-blog") == (HeldDelivery(op_id, "operations", visibility.receipt),)
+
+    # the site read as paused, and resumed before the worker held its delivery: visible again at once
+    harness.world.sites.hold_until_resumed = lambda site_id, held: False  # type: ignore[method-assign]
+    result, visibility = harness.deliver(op_id)
+    assert (result.outcome, result.reason) == (Outcome.DEFERRED, "site_resumed") and visibility.changes[-1] == 0
+    assert harness.world.operations.get(op_id).attempt == 0  # type: ignore[union-attr]
+
+
 def test_transient_failures_retry_with_backoff_then_commit_once_on_attempt_three(harness: Harness) -> None:
     harness.fail_first(Kind.PROVISION, TransientError("database busy"), RuntimeError("connection reset"))
     op_id = harness.submit()
