@@ -95,7 +95,14 @@ class Backpressure(SiteDispatchError):
     code = "backpressure"
 
     def __init__(
-        self, message: str, *, limit: str, value: int, maximum: int, retry_after_s: float, estimated_delay_s: float
+        self,
+        message: str,
+        *,
+        limit: str,
+        value: int,
+        maximum: int,
+        retry_after_s: float,
+        estimated_delay_s: float | None,  # None: nothing to estimate by (a paused site's work waits for its resume)
     ) -> None:
         super().__init__(message)
         self.limit = limit
@@ -218,7 +225,7 @@ def error_from_document(doc: dict[str, Any], status: int) -> SiteDispatchError:
             value=int(doc.get("value", 0)),
             maximum=int(doc.get("maximum", 0)),
             retry_after_s=float(doc.get("retry_after_s", 1.0)),
-            estimated_delay_s=float(doc.get("estimated_delay_s", 0.0)),
+            estimated_delay_s=None if doc.get("estimated_delay_s") is None else float(doc["estimated_delay_s"]),
         )
     cls = _codes(SiteDispatchError).get(code) or STATUS_ERRORS.get(status, SiteDispatchError)
     if issubclass(cls, InvalidInput):

@@ -157,3 +157,17 @@ def backpressure(limit: Limit, full: LimitReached, operation_seconds: float) -> 
         retry_after_s=retry_after,
         estimated_delay_s=estimated,
     )
+
+
+def paused_backpressure(refusal: Backpressure, site_id: str, reason: str | None, look_again_s: float) -> Backpressure:
+    """A paused site's own bound refused: nothing of it starts before its resume, so the refusal says so, gives no
+    estimate, and asks to look again after the pause's deferral (or to resume the site)."""
+    return Backpressure(
+        f"site {site_id} is paused: {reason or 'no reason given'}; its {refusal.value} of {refusal.maximum} "
+        f"outstanding operations wait for its resume (resume the site, or retry in about {look_again_s:g}s)",
+        limit=refusal.limit,
+        value=refusal.value,
+        maximum=refusal.maximum,
+        retry_after_s=look_again_s,
+        estimated_delay_s=None,
+    )

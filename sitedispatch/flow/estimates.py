@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sitedispatch.domain.model import Operation, Status, lane_for
+from sitedispatch.domain.model import Operation, Site, Status, lane_for
 from sitedispatch.domain.ports import OperationStore, SiteStore
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import estimated_wait_s, running_group_for
@@ -29,7 +29,11 @@ class DelayEstimate:
 
 
 def operation_seconds(sites: SiteStore, site_id: str, default_s: float) -> float:
-    site = sites.get(site_id)
+    return site_operation_s(sites.get(site_id), default_s)
+
+
+def site_operation_s(site: Site | None, default_s: float) -> float:
+    """A site's measured time per operation, or `default_s` until it has one."""
     return site.avg_operation_s if site is not None and site.avg_operation_s else default_s
 
 

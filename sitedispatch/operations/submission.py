@@ -37,9 +37,9 @@ from sitedispatch.domain.model import (
 from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteOwner, SiteStore
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
-from sitedispatch.flow.admission import Limit, backpressure, limit_of, limits_for, share_group_for
+from sitedispatch.flow.admission import Limit, backpressure, limit_of, limits_for, paused_backpressure, share_group_for
 from sitedispatch.flow.counters import site_counter
-from sitedispatch.flow.estimates import operation_seconds, principal_operation_s
+from sitedispatch.flow.estimates import principal_operation_s, site_operation_s
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import place
 from sitedispatch.kinds.contract import SiteDriver
@@ -240,12 +240,16 @@ class Submitter:
 
     def _backpressure(self, op: Operation, limit: Limit, full: LimitReached) -> Exception:
         d = self.deps
-        per_operation = operation_seconds(d.sites, op.site_id, d.settings.default_operation_s)
+        site = d.sites.get(op.site_id)
+        per_operation = site_operation_s(site, d.settings.default_operation_s)
         if limit.name in {"principal", "tenant"} and d.pace is not None:
             _, per_operation = principal_operation_s(
                 d.pace, lane_for(op.kind), op.principal, op.tenant_key, op.created_at, per_operation
             )
-        return backpressure(limit, full, per_operation)
+        refusal = backpressure(limit, full, per_operation)
+        if limit.name == "site" and site is not None and site.paused:
+            return paused_backpressure(refusal, site.site_id, site.pause_reason, d.settings.pause_deferral_s)
+        return refusal
 
     def _validated(
         self, kind: Kind, params: dict[str, Any], raw_size: int | None, principal: str, site_id: str

@@ -72,7 +72,10 @@ def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Clou
 
     assert surprises == [], "".join(traceback.format_exception(surprises[0]))[-3000:]
     assert len(accepted) + len(refusals) == 120 and refusals and accepted
-    assert all(r.retry_after_s >= 1 and r.estimated_delay_s > 0 and r.value <= r.maximum for r in refusals)
+    assert all(
+        r.retry_after_s >= 1 and r.estimated_delay_s is not None and r.estimated_delay_s > 0 and r.value <= r.maximum
+        for r in refusals
+    )
     ops = limited.deps.operations
 
     def total(group: str) -> int:  # a limit kept on shards: their sum

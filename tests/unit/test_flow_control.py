@@ -58,7 +58,7 @@ def test_a_full_limit_refuses_with_backpressure_and_writes_nothing(limit: str, p
     error = refused(harness, site_id=site, principal=principal)
 
     assert (error.limit, error.value, error.maximum) == (limit, 2, 2)
-    assert error.retry_after_s >= 1 and error.estimated_delay_s > 0
+    assert error.retry_after_s >= 1 and error.estimated_delay_s is not None and error.estimated_delay_s > 0
     assert limit in str(error) and "retry in" in str(error)
     assert harness.world.db.operations == ops_before and len(harness.world.queue.sent) == sent_before
 
@@ -244,6 +244,22 @@ def test_a_paused_site_defers_without_attempts_and_resumes(harness: Harness) -> 
     assert harness.deliver(other)[0].outcome == Outcome.SUCCEEDED  # other sites untouched
     harness.controls().set_paused(OPERATOR, "acme-blog", False, None)
     assert harness.deliver(op_id)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_a_paused_sites_full_queue_refuses_saying_it_is_paused_with_no_estimate() -> None:
+    harness = Harness(max_queued_per_site=2)
+    for n in range(2):
+        harness.submit(key=f"k{n}")
+    harness.controls().set_paused(OPERATOR, "acme-blog", True, "migration in progress")
+
+    error = refused(harness, site_id="acme-blog", idempotency_key="k2")
+
+    assert (error.limit, error.value, error.maximum) == ("site", 2, 2)
+    assert "paused: migration in progress" in str(error) and "resume the site" in str(error)
+    assert error.retry_after_s == harness.settings.pause_deferral_s and error.estimated_delay_s is None
+    harness.controls().set_paused(OPERATOR, "acme-blog", False, None)
+    resumed = refused(harness, site_id="acme-blog", idempotency_key="k2")  # full still, and no longer paused
+    assert "paused" not in str(resumed) and resumed.estimated_delay_s is not None
 
 
 def test_consecutive_failures_pause_the_site_automatically_with_a_reason() -> None:
