@@ -229,6 +229,13 @@ def assert_committed_once(deps: Dependencies, site: str, operation_ids: list[str
     )
 
 
+def registered(cloud: Cloud, site: str, principal: str = "default") -> str:
+    """A site registered (as `sites register` does), not provisioned: other work may then be submitted for it
+    (`default`: whom the local CLI submits for without --as)."""
+    cloud.deps.sites.register(site, principal, time.time())
+    return site
+
+
 def pump(cloud: Cloud, max_rounds: int = 200) -> int:
     """Drive every queue through the real Lambda entrypoints in this process until they are empty (an in-process
     event source mapping for integration tests; the real-process one is `sitedispatch local worker`)."""

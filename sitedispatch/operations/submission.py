@@ -15,6 +15,7 @@ from sitedispatch.domain.errors import (
     IdempotencyConflict,
     InvalidInput,
     LimitReached,
+    NotFound,
     SiteRegistered,
     TooLarge,
     UnclaimedSite,
@@ -229,6 +230,12 @@ class Submitter:
             try:
                 return create(first)
             except (UnclaimedSite, SiteRegistered):
+                if op.kind != Kind.PROVISION and d.sites.get(op.site_id) is None:
+                    # only a provision creates a site: other work for a name never registered is a typo's
+                    raise NotFound(
+                        f"site {op.site_id} is not registered: a site's first operation is a provision "
+                        "(or register it first: POST /sites)"
+                    ) from None
                 try:
                     return create(then)
                 except (UnclaimedSite, SiteRegistered):  # registered before, never submitted to: claimed if ours

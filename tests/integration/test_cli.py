@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import Cloud, cli_runner, run_cli, wait_for
+from tests.conftest import Cloud, cli_runner, registered, run_cli, wait_for
 
 
 @pytest.fixture
@@ -91,8 +91,9 @@ def test_invalid_input_exits_2_and_names_the_field(cli: CliRunner, args: list[st
     assert json.loads(out)["field"] == field
 
 
-def test_a_param_is_typed_by_the_kinds_schema(cli: CliRunner) -> None:
+def test_a_param_is_typed_by_the_kinds_schema(cli: CliRunner, cloud: Cloud) -> None:
     # The API takes typed JSON; a KEY=VALUE pair is text, sent as an integer where the schema states one.
+    registered(cloud, "acme-blog")
     code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=29433600", "--json")
     assert code == 0, out
     code, out = run(cli, "ops", "get", json.loads(out)["operation_id"], "--json")
@@ -187,6 +188,7 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
 
 
 def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, cloud: Cloud) -> None:
+    registered(cloud, "queue-site")
     ids = []
     for n in range(3):
         code, out = run(cli, "submit", "publish", "--site", "queue-site", "--idempotency-key", f"p{n}", "--json")
@@ -205,6 +207,7 @@ def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, clou
 def test_a_long_operations_progress_is_in_the_api_and_drawn_by_ops_wait(cli: CliRunner, cloud: Cloud) -> None:
     """A running import's last checkpoint, as its worker records it: the API derives the rate and the ETA from it,
     and `ops wait` draws the bar (and says it is still running when the wait times out)."""
+    registered(cloud, "long-site")
     code, out = run(cli, "submit", "publish", "--site", "long-site", "--json")
     op_id = json.loads(out)["operation_id"]
     lease = cloud.deps.sites.claim_lease("long-site", op_id, time.time(), 30)
@@ -401,6 +404,7 @@ def test_submit_batch_answers_every_line_and_exits_75_listing_those_refused_for_
     cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    registered(cloud, "busy-site", "control-plane")
     lines = [
         {"kind": "wp_cron", "site_id": "busy-site", "params": {"due_minute": n}, "idempotency_key": f"k{n}"}
         for n in range(3)

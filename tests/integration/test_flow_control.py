@@ -14,7 +14,7 @@ from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.errors import Backpressure
 from sitedispatch.domain.model import Status
 from sitedispatch.local.cloud import deploy_local, local_environment
-from tests.conftest import Cloud, cli_runner, pump, run_cli
+from tests.conftest import Cloud, cli_runner, pump, registered, run_cli
 from tests.factories import PROVISION, present
 
 
@@ -37,10 +37,13 @@ def limited(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
 @pytest.mark.strict_suffices
 def test_flood_past_every_cap_refuses_explicitly_and_loses_nothing(limited: Cloud) -> None:
     # Given limits of 3 per site, 12 per principal and 20 in all, and 6 threads submitting 120 operations at once
-    # (a third of them publishes, which end dead on sites never provisioned, or superseded: all terminal)
+    # (a third of them publishes, which end dead on sites registered and never provisioned, or superseded: all
+    # terminal)
     rng = random.Random(42)
     sites = [rng.randrange(6) for _ in range(120)]
     plan = [(f"site-{n}", f"tenant-{n // 2}") for n in sites]  # each tenant owns two sites
+    for n in (1, 3):
+        registered(limited, f"site-{n}", f"tenant-{n // 2}")
     accepted: list[str] = []
     refusals: list[Backpressure] = []
     surprises: list[BaseException] = []

@@ -14,7 +14,7 @@ import pytest
 import urllib3
 
 from sitedispatch.api.app import OPERATOR_ROUTES, routes
-from tests.conftest import Cloud, local_api, pump
+from tests.conftest import Cloud, local_api, pump, registered
 from tests.integration.conftest import as_
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wxr"
@@ -194,6 +194,7 @@ def test_an_unsigned_request_is_refused_before_the_function(api: str) -> None:
 
 def test_429_carries_retry_after_and_the_limit(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    registered(cloud, "busy-site", "tenant-a")
     with local_api() as url:
         client = as_(url, "tenant-a")
         replies = [
@@ -243,6 +244,15 @@ def test_a_resumed_sites_queued_work_starts_at_once_not_at_the_end_of_the_pauses
     assert time.monotonic() - resumed < 5
     [entry] = client.call("GET", "/audit", query={"action": "resume", "target": "held-site"})
     assert entry["detail"]["woken"] == 1
+
+
+def test_work_for_a_site_never_registered_is_a_404_in_one_line_and_creates_no_site(api: str, cloud: Cloud) -> None:
+    client = as_(api, "tenant-a")
+    reply = client.request("POST", "/operations", body={"kind": "publish", "site_id": "acme-blgo", "params": {}})
+    assert reply.status == 404 and reply.body["error"] == "not_found", reply
+    assert "site acme-blgo is not registered" in reply.body["message"] and "\n" not in reply.body["message"]
+    assert cloud.deps.sites.get("acme-blgo") is None
+    assert client.request("GET", "/sites/acme-blgo").status == 404
 
 
 def test_the_long_poll_returns_when_the_operation_ends_or_at_its_timeout(api: str, cloud: Cloud) -> None:
@@ -385,6 +395,7 @@ def test_a_batch_is_answered_item_by_item_with_the_status_a_single_submit_would_
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SITEDISPATCH_MAX_QUEUED_PER_SITE", "2")
+    registered(cloud, "busy-site", "control-plane")
     with local_api() as url:
         client = as_(url, "control-plane")
         item = {"kind": "wp_cron", "site_id": "busy-site", "params": {"due_minute": 1}, "tenant": "customer-1"}

@@ -159,6 +159,11 @@ class Harness:
         """Submit one operation of `kind` and deliver it once."""
         return self.deliver(self.submit(site=site, kind=kind, key=key, params=params))[0]
 
+    def registered(self, site: str = "acme-blog", principal: str = "tenant-a") -> str:
+        """A site registered (`sites register`), not provisioned: work other than a provision may be submitted."""
+        self.world.sites.register(site, principal, self.world.clock.now())
+        return site
+
     def import_file(self, path: Path, site: str = "acme-blog", key: str | None = None) -> Result:
         return self.run("import", site=site, key=key, **self.submitter.stage_upload(site, path, "tenant-a"))
 

@@ -168,6 +168,7 @@ def test_a_waiting_operations_delay_is_bounded_by_its_principals_running_cap() -
 def test_the_site_bound_decides_when_a_sites_own_backlog_is_longer() -> None:
     harness = Harness(max_running_per_principal=10)
     pace = harness.pace()
+    harness.registered()
     ops = []
     for n in range(3):
         ops.append(harness.submit(kind="publish", params={}, key=f"p{n}"))
@@ -287,7 +288,8 @@ def test_an_operations_own_permanent_errors_never_pause_its_site() -> None:
     """Found by a new user: 300 publishes for sites never provisioned went dead one by one, then each site paused
     itself and the rest waited. A poisoned input or an unprovisioned site says nothing about the destination."""
     harness = Harness(auto_pause_failures=3)
-    for n in range(6):  # work for a site never provisioned ends on its own, saying how to provision
+    harness.registered("bare-site")
+    for n in range(6):  # work for a site registered, never provisioned ends on its own, saying how to provision
         result = harness.run("publish", site="bare-site", key=f"early-{n}")
         assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
     bare = harness.world.sites.get("bare-site")

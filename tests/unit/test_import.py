@@ -135,9 +135,27 @@ def test_an_import_names_only_its_own_principals_upload_for_that_site(harness: H
     assert len(harness.world.operations.list()) == before  # nothing written
 
 
-def test_import_into_an_unprovisioned_site_is_permanent(harness: Harness) -> None:
-    result = harness.import_file(FIXTURES / "fixture-1.2.xml", site="bare-site")
+def test_import_into_a_registered_site_never_provisioned_is_permanent(harness: Harness) -> None:
+    result = harness.import_file(FIXTURES / "fixture-1.2.xml", site=harness.registered("bare-site"))
     assert result.outcome == Outcome.DEAD and result.reason == "not_provisioned"
+
+
+@pytest.mark.parametrize("kind", ["import", "publish", "wp_cron", "recover"])
+def test_work_for_a_site_never_registered_is_refused_at_submit_and_writes_nothing(harness: Harness, kind: str) -> None:
+    from sitedispatch.domain.errors import NotFound
+
+    params: dict[str, object] = {"revision_id": "a" * 64} if kind == "recover" else {}
+    if kind == "import":
+        params = harness.submitter.stage_upload("acme-blgo", FIXTURES / "fixture-1.2.xml", "tenant-a")
+    operations, sites, sent = (
+        dict(harness.world.db.operations),
+        dict(harness.world.db.sites),
+        len(harness.world.queue.sent),
+    )
+    with pytest.raises(NotFound, match="site acme-blgo is not registered: a site's first operation is a provision"):
+        harness.submitter.submit(kind=kind, site_id="acme-blgo", principal="tenant-a", params=params)
+    assert harness.world.db.operations == operations and harness.world.db.sites == sites
+    assert len(harness.world.queue.sent) == sent and harness.world.sites.get("acme-blgo") is None
 
 
 @pytest.fixture

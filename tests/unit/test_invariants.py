@@ -24,7 +24,7 @@ def healthy() -> tuple[Harness, DriverLedger]:
         harness.provisioned(site)
     harness.import_file(FIXTURES / "fixture-1.2.xml")
     harness.drain_publications()
-    dead = harness.submit(site="never-provisioned", kind="publish", params={})
+    dead = harness.submit(site=harness.registered("never-provisioned"), kind="publish", params={})
     harness.deliver(dead)
     harness.controls().set_paused(OPERATOR, "acme-blog", True, "x")
     harness.controls().set_paused(OPERATOR, "acme-blog", False, "y")

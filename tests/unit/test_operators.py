@@ -130,7 +130,7 @@ def test_a_redrive_that_meets_its_operation_revived_meanwhile_audits_the_skip() 
 def test_redrive_by_site_and_by_error_code_moves_only_the_matching_operations(harness: Harness) -> None:
     bad_one = poisoned_import(harness, "site-one")
     bad_two = poisoned_import(harness, "site-two")
-    unready = harness.submit(site="site-three", kind="publish", params={})  # never provisioned
+    unready = harness.submit(site=harness.registered("site-three"), kind="publish", params={})  # not provisioned
     assert harness.deliver(unready)[0].reason == "not_provisioned"
     controls = harness.controls()
     assert {op.operation_id for op in controls.dead_letters(OPERATOR)} == {bad_one, bad_two, unready}
@@ -168,7 +168,7 @@ def test_redrive_of_a_superseded_or_cancelled_operation_is_refused_with_the_reas
 
 
 def test_replay_requeues_a_dead_operation_whose_dlq_message_is_gone(harness: Harness) -> None:
-    op_id = harness.submit(site="never-provisioned", kind="publish", params={})
+    op_id = harness.submit(site=harness.registered("never-provisioned"), kind="publish", params={})
     harness.deliver(op_id)
     harness.world.queue.dead.clear()  # expired after 14 days, or purged
 

@@ -199,9 +199,9 @@ def test_wp_events_submits_one_wp_cron_per_site_and_due_minute(harness: Harness)
 
 
 def test_queue_repair_removes_dead_letters_of_operations_no_longer_dead(harness: Harness) -> None:
-    dead = [harness.submit(site=f"site-{n}", kind="publish", params={}) for n in range(2)]
+    dead = [harness.submit(site=harness.registered(f"site-{n}"), kind="publish", params={}) for n in range(2)]
     for op_id in dead:
-        assert harness.deliver(op_id)[0].outcome == Outcome.DEAD  # never provisioned
+        assert harness.deliver(op_id)[0].outcome == Outcome.DEAD  # registered, never provisioned
     letters = list(harness.world.queue.dead)
     harness.controls().replay(OPERATOR, dead[0])
     # its DLQ message was out of the replay's reach (a FIFO group held by another reader): still there

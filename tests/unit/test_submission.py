@@ -172,6 +172,7 @@ def test_every_kind_validates_its_own_input(harness: Harness, kind: str, params:
 
 def test_an_integer_is_any_json_number_without_a_fraction(harness: Harness) -> None:
     # JSON Schema's `integer` (what the OpenAPI document states) includes 5.0: a client that sends it is valid.
+    harness.registered("acme-blog", "p")
     result = harness.submitter.submit(kind="wp_cron", site_id="acme-blog", principal="p", params={"due_minute": 5.0})
     assert result.created and op_input(harness.world.blobs, result.operation) == b'{"due_minute":5}'
 
@@ -179,6 +180,7 @@ def test_an_integer_is_any_json_number_without_a_fraction(harness: Harness) -> N
 def test_imports_travel_in_the_bulk_lane(harness: Harness) -> None:
     from tests.unit.conftest import FIXTURES
 
+    harness.registered("acme-blog", "p")
     harness.submitter.submit(
         kind="import",
         site_id="acme-blog",
