@@ -264,9 +264,15 @@ class Unbuffered(NoDelayHandler):
 
 def make_handler(invoke: Invoke) -> type[BaseHTTPRequestHandler]:
     log = sys.stdout  # as it is when the gateway starts (a test's CliRunner swaps sys.stdout later)
+    writing = threading.Lock()
 
     def emit(**line: Any) -> None:
-        print(json.dumps(line), file=log, flush=True)
+        """One whole line per write, one writer at a time: `print` writes the text and its newline apart, and the
+        server's threads interleaved two requests' lines into one."""
+        text = json.dumps(line) + "\n"
+        with writing:
+            log.write(text)
+            log.flush()
 
     table = route_table()
 

@@ -6,7 +6,10 @@ idempotent submit; uploads bound to their caller and digest; the caller from the
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +188,35 @@ def test_a_method_or_path_no_route_declares_is_answered_as_api_gateway_answers_i
             assert (reply.status, json.loads(reply.data)) == (404, {"message": "Not Found"}), (method, path)
     head = http.request("HEAD", f"{api}/status", headers={"X-Sitedispatch-As": "tenant-a"})
     assert head.status == 404 and head.data == b""
+
+
+class SlowStream(io.StringIO):
+    """As a pipe whose reader is busy: each write blocks a moment, and other threads run meanwhile."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0.001)
+        return super().write(text)
+
+
+def test_the_access_log_is_one_json_document_per_line_however_many_requests_arrive_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway answers on many threads; the demo's api.log once held two requests' lines on one line."""
+    from sitedispatch.local.gateway import running_gateway
+
+    sink = SlowStream()
+    monkeypatch.setattr("sys.stdout", sink)  # the gateway logs to the stdout it starts with
+    with running_gateway(invoke=lambda event: {"statusCode": 200, "body": "{}"}) as url:
+        monkeypatch.undo()
+        http = urllib3.PoolManager(maxsize=16)
+
+        def ask(i: int) -> int:
+            return http.request("GET", f"{url}/status?n={i}", headers={"X-Sitedispatch-As": "tenant-a"}).status
+
+        with ThreadPoolExecutor(16) as pool:
+            assert set(pool.map(ask, range(400))) == {200}
+    lines = sink.getvalue().splitlines()
+    assert len(lines) == 400 and all(json.loads(line)["message"] == "request" for line in lines)
 
 
 def test_an_unsigned_request_is_refused_before_the_function(api: str) -> None:
