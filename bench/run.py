@@ -30,6 +30,7 @@ from . import (
     fairness,
     fleet,
     import_steps,
+    large_publication,
     latency,
     requests,
     stamp,
@@ -258,6 +259,12 @@ def main() -> None:
     parser.add_argument(
         "--large-site-posts", type=int, default=300_000, help="posts of the site ten posts are imported into (0: none)"
     )
+    parser.add_argument(
+        "--large-publication-posts",
+        type=int,
+        default=40_000,
+        help="posts of the site published on `local up`'s runtime beside small sites (0: none)",
+    )
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--publish-routes", type=int, nargs="*", default=[500, 5000])
@@ -342,6 +349,10 @@ def main() -> None:
         if args.large_site_posts:
             large = import_steps.ten_into_large_site(Path(tmp), args.large_site_posts, args.steps_timeout)
             (RESULTS / "import-large-site.json").write_text(json.dumps({**meta, **large}, indent=2))
+        if args.large_publication_posts:
+            with scoped_environ():
+                wide = large_publication.report(Path(tmp) / "large-publication", args.large_publication_posts)
+            (RESULTS / "publication-large-site.json").write_text(json.dumps({**meta, **wide}, indent=2))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ class Metric(StrEnum):
     OperationWaiting = "OperationWaiting"
     OperationsRedriven = "OperationsRedriven"
     PrincipalRunningCapDeferred = "PrincipalRunningCapDeferred"
+    PublicationChunkContinued = "PublicationChunkContinued"
     PublicationFinishRecovered = "PublicationFinishRecovered"
     PublicationLatency = "PublicationLatency"
     PublicationPlanned = "PublicationPlanned"

@@ -180,14 +180,17 @@ class FunctionGrants:
         self.allow(role, CONSUME, self.dead_letters(*lanes))
 
     def api(self) -> None:
-        """Submit (operation rows, admission counters, the input, the message), the controls (cancel, pause,
-        resume and the deliveries it wakes, redrive, replay: the DLQs a redrive empties; quotas set and cleared),
+        """Submit (operation rows, admission counters, the input, the message), an operation's publication, the
+        controls (cancel, pause, resume and the deliveries it wakes, redrive, replay: the DLQs a redrive empties;
+        quotas set and cleared),
         registrations, webhooks (endpoints, their deliveries and signing secrets, sitedispatch-webhooks/: created,
         rotated, deleted), the audit log it alone writes, status (every queue's attributes), evidence, live content
         and feed reads, the presigned uploads it signs (PutObject on uploads/), and a sweep an operator asks for
         (what the reconciler does)."""
         role, lanes = "api", operation_lanes()
-        self.allow(role, ["dynamodb:GetItem"], self.table("operations", "sites", "counters", "webhooks"))
+        self.allow(
+            role, ["dynamodb:GetItem"], self.table("operations", "sites", "counters", "webhooks", "publications")
+        )
         self.allow(role, ["dynamodb:BatchGetItem"], self.table("operations", "sites", "counters", "events"))
         self.allow(
             role, ["dynamodb:PutItem"], self.table("operations", "sites", "counters", "events", "audit", "webhooks")

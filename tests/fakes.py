@@ -39,6 +39,7 @@ from sitedispatch.domain.events import (
     site_paused,
 )
 from sitedispatch.domain.model import (
+    MAX_FAILURE_CHARS,
     RUNNABLE,
     AuditEntry,
     Commit,
@@ -949,6 +950,14 @@ class MemoryPublicationStore:
         return self._change(
             site_id, seq, lambda p: p.total_chunks is not None, done_chunks=lambda p: p.done_chunks | {chunk}
         )
+
+    def step_failed(self, site_id: str, seq: int, failure: str, retried: bool) -> None:
+        with self.db.lock:
+            pub = self.db.publications.get((site_id, seq))
+            if pub is not None:
+                self.db.publications[(site_id, seq)] = replace(
+                    pub, last_failure=failure[:MAX_FAILURE_CHARS], retried_steps=pub.retried_steps + int(retried)
+                )
 
     def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         with self.db.lock:

@@ -21,6 +21,7 @@ from sitedispatch.domain.model import (
     WORDPRESS_DRIVER,
     Kind,
     Operation,
+    Publication,
     Status,
 )
 from sitedispatch.domain.schemas import INTEGRAL, SCHEMAS
@@ -241,12 +242,15 @@ class ReconcileRequest(Body):
 @dataclass(frozen=True)
 class OperationDetail(Operation):
     """An operation, and for one still waiting its estimated delay and what decided it; for a long one not yet
-    ended, its progress from the last checkpoint (steps, items, bytes of its file, the measured rate and the ETA)."""
+    ended, its progress from the last checkpoint (steps, items, bytes of its file, the measured rate and the ETA);
+    for one that committed a change to publish, that publication as it is now (its chunks, its steps retried and the
+    last reason)."""
 
     estimated_delay_s: float | None = None
     estimate: DelayEstimate | None = None
     waiting_because: str | None = None  # "paused: REASON" when its site is paused (no estimate then)
     progress: Progress | None = None
+    publication: Publication | None = None
 
     @classmethod
     def of(cls, op: Operation, **extra: Any) -> OperationDetail:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from pynamodb.expressions.update import Action
+
 from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.sites import promotion, to_site
 from sitedispatch.aws.tables import OPEN, Models, PublicationItem, SiteItem, index_shards
 from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, get_items, transaction
 from sitedispatch.domain.errors import Conflict, NotFound
 from sitedispatch.domain.events import Event
-from sitedispatch.domain.model import Publication, PublicationStatus, Site
+from sitedispatch.domain.model import MAX_FAILURE_CHARS, Publication, PublicationStatus, Site
 
 
 def to_publication(item: PublicationItem) -> Publication:
@@ -25,6 +27,8 @@ def to_publication(item: PublicationItem) -> Publication:
         total_chunks=None if item.total_chunks is None else int(item.total_chunks),
         done_chunks=frozenset(int(n) for n in (item.done_chunks or ())),
         finished_at=item.finished_at,
+        retried_steps=int(item.retried_steps or 0),
+        last_failure=item.last_failure,
     )
 
 
@@ -66,6 +70,13 @@ class DynamoPublicationStore:
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
         M = self.M
         return self._update(site_id, seq, [M.done_chunks.add({chunk})], M.total_chunks.exists())
+
+    def step_failed(self, site_id: str, seq: int, failure: str, retried: bool) -> None:
+        M = self.M
+        actions: list[Action] = [M.last_failure.set(failure[:MAX_FAILURE_CHARS])]
+        if retried:
+            actions.append(M.retried_steps.add(1))
+        conditionally(lambda: M(site_id, seq).update(actions=actions, condition=M.seq.exists()))
 
     def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         M, S = self.M, self.S

@@ -231,6 +231,8 @@ class PublicationItem(Model):
     total_chunks = NumberAttribute(null=True)
     done_chunks = NumberSetAttribute(null=True)
     finished_at = NumberAttribute(null=True)
+    retried_steps = NumberAttribute(null=True)
+    last_failure = UnicodeAttribute(null=True)
     open = UnicodeAttribute(null=True)  # index_shard(OPEN, site_id) until finished: the by-open index's key
     by_open = PublicationsByOpen()
 

@@ -11,9 +11,10 @@ from sitedispatch.cli.args import AsOpt, InputFileOpt, JsonOpt, SiteFilterOpt
 from sitedispatch.cli.context import client
 from sitedispatch.cli.dlq import redrive_command
 from sitedispatch.cli.output import STATUS_STYLE, console, emit_json, reported, table, when
+from sitedispatch.cli.sites import describe_publication
 from sitedispatch.client import operation_fields, operation_of, typed
 from sitedispatch.domain.errors import InvalidInput
-from sitedispatch.domain.model import Operation, Status
+from sitedispatch.domain.model import Operation, Publication, Status
 from sitedispatch.operations.progress import Progress
 
 if TYPE_CHECKING:
@@ -127,6 +128,8 @@ def get(operation_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
         elif body.get("estimate") is not None:
             estimate = typed(DelayEstimate, body["estimate"])
             console.print(f"estimated delay: about {estimate.delay_s:g}s ({describe_estimate(op, estimate)})")
+        if body.get("publication"):
+            console.print(describe_publication(typed(Publication, body["publication"])), soft_wrap=True)
 
 
 @app.command("list")

@@ -11,7 +11,7 @@ from sitedispatch.cli.args import AsOpt, JsonOpt
 from sitedispatch.cli.context import client
 from sitedispatch.cli.output import console, emit_json, reported, table, when
 from sitedispatch.client import typed
-from sitedispatch.domain.model import Site
+from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
 
@@ -108,6 +108,18 @@ def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
         )
 
 
+def describe_publication(p: Publication) -> str:
+    """One line: where a publication is, and what went wrong on its way, if anything did."""
+    chunks = "one step" if p.total_chunks is None else f"{len(p.done_chunks)}/{p.total_chunks} chunks"
+    done = p.status in {PublicationStatus.PUBLISHED, PublicationStatus.SUPERSEDED}
+    line = f"publication {p.seq}: {p.status.value}" + ("" if done else f", {chunks} done")
+    if p.retried_steps:
+        line += f"; {p.retried_steps} steps delivered again, the last because {p.last_failure}"
+    elif p.last_failure:
+        line += f"; last failure: {p.last_failure}"
+    return line
+
+
 @app.command("history")
 def history(
     site_id: str, limit: Annotated[int, typer.Option(min=1, max=1000)] = 50, as_: AsOpt = None, json: JsonOpt = False
@@ -132,19 +144,23 @@ def history(
         )
         table(
             f"publications of {site_id}",
-            ["seq", "revision", "status", "chunks", "created", "finished"],
+            ["seq", "revision", "status", "chunks", "retried", "created", "finished"],
             [
                 [
                     p.seq,
                     p.revision_id[:16],
                     p.status.value,
-                    f"{len(p.done_chunks)}/{p.total_chunks or '?'}",
+                    "one step" if p.total_chunks is None else f"{len(p.done_chunks)}/{p.total_chunks}",
+                    p.retried_steps,
                     when(p.created_at),
                     when(p.finished_at),
                 ]
                 for p in publications
             ],
         )
+        for p in publications:
+            if p.last_failure:
+                console.print(describe_publication(p), soft_wrap=True)
 
 
 @app.command("read")

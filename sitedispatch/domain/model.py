@@ -363,32 +363,40 @@ class Publication:
     total_chunks: int | None = None
     done_chunks: frozenset[int] = frozenset()
     finished_at: float | None = None
+    # Deliveries of its steps that came again because an earlier one did not finish (an error, a timeout, a stop),
+    # and the last known reason (its step first: "chunk 7: ...").
+    retried_steps: int = 0
+    last_failure: str | None = None
 
 
 PLAN = -1  # the chunk number of a publication's planning step
+MAX_FAILURE_CHARS = 500  # of a publication's last failure, as recorded
 
 
 @dataclass(frozen=True)
 class PublicationMessage:
-    """A publications-queue message: identifies a publication and one step of it (plan, or a chunk)."""
+    """A publications-queue message: identifies a publication and one step of it (plan, or a chunk). A chunk that
+    did not fit in one delivery's slice of time is continued by a message naming the parts already stored: `parts`
+    are where each ended (ascending), and the next delivery starts at the last."""
 
     site_id: str
     revision_id: str
     seq: int
     chunk: int = PLAN
+    parts: tuple[int, ...] = ()
 
     def to_body(self) -> str:
         import json
 
-        return json.dumps(
-            {
-                "site_id": self.site_id,
-                "revision_id": self.revision_id,
-                "seq": self.seq,
-                "chunk": "plan" if self.chunk == PLAN else self.chunk,
-            },
-            separators=(",", ":"),
-        )
+        body: dict[str, object] = {
+            "site_id": self.site_id,
+            "revision_id": self.revision_id,
+            "seq": self.seq,
+            "chunk": "plan" if self.chunk == PLAN else self.chunk,
+        }
+        if self.parts:
+            body["parts"] = list(self.parts)
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_body(cls, body: str) -> PublicationMessage:
@@ -396,9 +404,21 @@ class PublicationMessage:
 
         data = json.loads(body)
         chunk = data["chunk"]
+        parts = tuple(int(end) for end in data.get("parts", ()))
+        if any(a >= b for a, b in zip((0, *parts), parts, strict=False)) or (parts and chunk == "plan"):
+            raise ValueError("a continuation's parts end in ascending order, after 0, of a chunk")
         return cls(
-            str(data["site_id"]), str(data["revision_id"]), int(data["seq"]), PLAN if chunk == "plan" else int(chunk)
+            str(data["site_id"]),
+            str(data["revision_id"]),
+            int(data["seq"]),
+            PLAN if chunk == "plan" else int(chunk),
+            parts,
         )
+
+    @property
+    def resume_at(self) -> int:
+        """The first route of its chunk this delivery renders."""
+        return self.parts[-1] if self.parts else 0
 
     @property
     def step(self) -> str:
@@ -412,4 +432,5 @@ class PublicationMessage:
 
     @property
     def dedup_id(self) -> str:
-        return f"{self.site_id}-{self.seq}-{self.step}"
+        continued = f"-r{self.resume_at}" if self.parts else ""
+        return f"{self.site_id}-{self.seq}-{self.step}{continued}"

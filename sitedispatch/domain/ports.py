@@ -419,6 +419,10 @@ class PublicationStore(Protocol):
     def chunk_done(self, site_id: str, seq: int, chunk: int) -> Publication:
         """Add `chunk` to the done set (idempotent) and return the publication as it is now."""
 
+    def step_failed(self, site_id: str, seq: int, failure: str, retried: bool) -> None:
+        """Record why a step did not finish (`failure`, its step first); `retried`: count a step delivered again.
+        Nothing happens for an unknown publication."""
+
     def publish(self, site_id: str, seq: int, revision_id: str, now: float, event: Event) -> bool:
         """In one transaction: the site's live pointer moves to this publication, only forward (its live_seq <
         `seq`), and the publication is recorded published (from pending or planned). False, writing nothing, when

@@ -90,6 +90,11 @@ class Settings(BaseModel):
     auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
+    publication_slice_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="longest one delivery renders a publication chunk before it stores its part and hands the rest on",
+    )
     import_step_items: int = Field(
         default=10_000, ge=1, description="items an import step merges before it records a checkpoint"
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from functools import lru_cache
 from typing import Any
 
@@ -15,7 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.delivery import Result
 from sitedispatch.domain.model import QueueMessage
-from sitedispatch.functions.runtime import dependencies, drop_malformed, fifo_processor, init_phase
+from sitedispatch.functions.runtime import deadline_of, dependencies, drop_malformed, fifo_processor, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.operations.worker import OperationsWorker
 
@@ -50,13 +49,6 @@ def parse_message(body: str) -> QueueMessage | None:
     if not all(isinstance(value, str) for value in routing):
         return None
     return QueueMessage(operation_id, site_id, *routing)
-
-
-def deadline_of(context: LambdaContext | None) -> float | None:
-    """When the invocation is stopped (the function's timeout), in the clock's time."""
-    if context is None:
-        return None
-    return time.time() + context.get_remaining_time_in_millis() / 1000
 
 
 @tracer.capture_method

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sitedispatch.aws.sqs import SqsVisibility
 from sitedispatch.domain.model import PublicationMessage
-from sitedispatch.functions.runtime import dependencies, drop_malformed, fifo_processor, init_phase
+from sitedispatch.functions.runtime import deadline_of, dependencies, drop_malformed, fifo_processor, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 from sitedispatch.publication.worker import PublicationWorker
 
@@ -25,14 +25,15 @@ def worker() -> PublicationWorker:
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     try:
         message = PublicationMessage.from_body(record.body)
     except (ValueError, TypeError, KeyError):
         return drop_malformed(record, "publications")
     deps = dependencies()
     visibility = SqsVisibility(deps.sqs, deps.queue_url_for_arn(record.event_source_arn), record.receipt_handle)
-    result = worker().process(message, visibility, int(record.attributes.approximate_receive_count or 1))
+    receive_count = int(record.attributes.approximate_receive_count or 1)
+    result = worker().process(message, visibility, receive_count, deadline_of(lambda_context))
     return {"outcome": result.outcome.value, "reason": result.reason}
 
 

@@ -4,6 +4,7 @@ else (an import by a test or a tool builds no client)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,14 @@ from sitedispatch.observability import Metric, count, logger
 if TYPE_CHECKING:  # the queue consumers import the batch utility; the API and the reconciler never need it
     from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+def deadline_of(context: LambdaContext | None) -> float | None:
+    """When the invocation is stopped (the function's timeout), in the clock's time."""
+    if context is None:
+        return None
+    return time.time() + context.get_remaining_time_in_millis() / 1000
 
 
 @lru_cache(maxsize=1)

@@ -32,6 +32,11 @@ def chunk_receipt_key(site_id: str, revision_id: str, total: int, chunk: int) ->
     return f"{revision_prefix(site_id, revision_id)}_chunks/{total}-{chunk}.json"
 
 
+def chunk_part_key(chunk_receipt: str, start: int, end: int) -> str:
+    """A continued chunk's part: the receipt entries of its routes `start` to `end` (end excluded)."""
+    return f"{chunk_receipt.removesuffix('.json')}.{start}-{end}.json"
+
+
 def receipt_key(site_id: str, revision_id: str) -> str:
     return f"sites/{site_id}/receipts/{revision_id}.json"
 

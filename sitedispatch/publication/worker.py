@@ -14,6 +14,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain, pairwise
 
 from sitedispatch import observability as obs
 from sitedispatch.concurrency import pool
@@ -28,6 +29,7 @@ from sitedispatch.kinds.contract import SiteDriver
 from sitedispatch.kinds.registry import driver_for
 from sitedispatch.publication.live import (
     canonical,
+    chunk_part_key,
     chunk_receipt_key,
     receipt_key,
     revision_prefix,
@@ -37,6 +39,11 @@ from sitedispatch.publication.routes import Route
 from sitedispatch.publication.sources import RoutePlan, RouteSource
 
 PUT_CONCURRENCY = 8
+SLICE_ROUTES = 4 * PUT_CONCURRENCY  # routes rendered between two looks at the clock
+# A chunk's delivery starts no batch of routes it could not end this long before the function's timeout: what
+# follows the last batch (its part or receipt, the fan-in of a last chunk, the promotion) needs time too.
+FINISH_RESERVE_S = 5.0
+SLOWEST_BATCHES_LEFT = 2  # and none unless this many of its slowest batch so far still fit
 PLAN_CACHE_SIZE = 4
 RECEIPT_INLINE_ROUTES = 10_000  # a receipt past this many routes names its chunks' receipts instead
 
@@ -79,14 +86,22 @@ class PublicationWorker:
         return plan
 
     def process(
-        self, message: PublicationMessage, visibility: Visibility | None = None, receive_count: int = 1
+        self,
+        message: PublicationMessage,
+        visibility: Visibility | None = None,
+        receive_count: int = 1,
+        deadline: float | None = None,
     ) -> Result:
         """Handle one publications-queue message. Errors propagate: the message is delivered again; after a
         TransientError (a route the origin cannot serve now) it comes back after a backoff with full jitter, not
-        after the queue's visibility timeout of minutes."""
+        after the queue's visibility timeout of minutes. `deadline`: when the invocation is stopped (the clock's
+        time), if bounded; a chunk's delivery renders for at most `publication_slice_s` and ends well before it."""
         try:
-            return self._process(message)
-        except TransientError as exc:
+            return self._process(message, deadline, receive_count)
+        except Exception as exc:
+            self._record_failure(message, f"{_label(message)}: {exc}", retried=False)
+            if not isinstance(exc, TransientError):
+                raise
             if visibility is not None:
                 s = self.deps.settings
                 delay = full_jitter(receive_count, s.backoff_base_s, s.backoff_cap_s, self._rng)
@@ -98,7 +113,14 @@ class PublicationWorker:
                 )
             raise
 
-    def _process(self, message: PublicationMessage) -> Result:
+    def _record_failure(self, message: PublicationMessage, failure: str, retried: bool) -> None:
+        """What the operator sees of a step that did not finish; recording it never hides the failure itself."""
+        try:
+            self.deps.publications.step_failed(message.site_id, message.seq, failure, retried)
+        except Exception as exc:
+            obs.logger.warning("publication failure not recorded", extra={"error": repr(exc)})
+
+    def _process(self, message: PublicationMessage, deadline: float | None, receive_count: int = 1) -> Result:
         d = self.deps
         obs.bind(site_id=message.site_id, seq=message.seq, step=message.step)
         publication, site = d.publications.get_with_site(message.site_id, message.seq)
@@ -121,18 +143,41 @@ class PublicationWorker:
         if site is None:
             obs.logger.error("publication of a site that does not exist")
             return Result(Outcome.ACKED, "unknown_site")
+        if receive_count > 1:  # an earlier delivery of this step did not finish: why, if it said, else it was stopped
+            label = _label(message)
+            known = publication.last_failure if (publication.last_failure or "").startswith(f"{label}:") else None
+            stopped = f"{label}: an earlier delivery did not finish (timed out, or its environment stopped)"
+            self._record_failure(message, known or stopped, retried=True)
+        return self._step(message, publication, site, deadline)
+
+    def _step(
+        self, message: PublicationMessage, publication: Publication, site: Site, deadline: float | None
+    ) -> Result:
+        """The step's work, for an unfinished publication of a site that exists: plan, or a chunk (or its part)."""
+        d = self.deps
         plan = self._plan_for(site, message.revision_id)
         total = plan.chunks.chunk_count()
         if message.step == "plan" and total <= 1:
-            # One chunk: rendered here, not fanned out (no plan write, chunk message, chunk receipt or fan-in)
-            entries = self._render(plan.source, publication, plan.chunks.chunk(0))
-            return self._finish(publication, site, self._receipt(publication, entries))
+            # One chunk: rendered here, not fanned out (no plan write, chunk message, chunk receipt or fan-in),
+            # unless it does not fit in this delivery: then it is a plan of one chunk, continued.
+            part = plan.chunks.chunk(0)
+            entries, end = self._render(plan.source, publication, part, 0, self._until(deadline))
+            if end == len(part):
+                return self._finish(publication, site, self._receipt(publication, entries))
+            planned = d.publications.plan(publication.site_id, publication.seq, 1, d.clock.now())
+            self._hand_on(planned, PublicationMessage(site.site_id, message.revision_id, message.seq, 0), end, entries)
+            return Result(Outcome.SUCCEEDED, "chunk 1/1: continued")
         if message.step == "plan":
             return self._plan(publication, total)
         if publication.total_chunks != total or not 0 <= message.chunk < total:
             obs.logger.error("chunk does not belong to the plan", extra={"total": publication.total_chunks})
             return Result(Outcome.ACKED, "chunk_outside_plan")
-        self._render_chunk(plan.source, publication, message.chunk, plan.chunks.chunk(message.chunk))
+        part = plan.chunks.chunk(message.chunk)
+        if message.resume_at >= len(part):
+            obs.logger.error("continuation past its chunk's end", extra={"parts": message.parts})
+            return Result(Outcome.ACKED, "chunk_outside_plan")
+        if not self._render_chunk(plan.source, publication, message, part, self._until(deadline)):
+            return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{total}: continued")
         done = d.publications.chunk_done(publication.site_id, publication.seq, message.chunk)
         if len(done.done_chunks) < total:
             return Result(Outcome.SUCCEEDED, f"chunk {message.chunk + 1}/{total}")
@@ -146,16 +191,65 @@ class PublicationWorker:
         obs.count(obs.Metric.PublicationPlanned)
         return Result(Outcome.SUCCEEDED, f"planned {total} chunks")
 
-    def _render_chunk(self, source: RouteSource, publication: Publication, chunk: int, part: list[Route]) -> None:
-        entries = self._render(source, publication, part)
-        total = publication.total_chunks or 0
-        self.deps.blobs.put_if_absent(
-            chunk_receipt_key(publication.site_id, publication.revision_id, total, chunk),
-            canonical({"chunk": chunk, "routes": entries}),
-        )
+    def _until(self, deadline: float | None) -> float:
+        """When this delivery of a chunk starts no more routes: after its slice of time (so a large site's chunks
+        take turns with other sites' work), and well before the function's timeout."""
+        until = self.deps.clock.now() + self.deps.settings.publication_slice_s
+        return until if deadline is None else min(until, deadline - FINISH_RESERVE_S)
 
-    def _render(self, source: RouteSource, publication: Publication, part: list[Route]) -> list[dict[str, object]]:
-        """Store each route's object (immutable) and describe it for the receipt."""
+    def _render_chunk(
+        self,
+        source: RouteSource,
+        publication: Publication,
+        message: PublicationMessage,
+        part: list[Route],
+        until: float,
+    ) -> bool:
+        """Render the chunk's routes from where its last delivery stopped until `until`. True when the chunk is done
+        (its receipt stored, from its parts' and this delivery's routes); False when the rest was handed on."""
+        entries, end = self._render(source, publication, part, message.resume_at, until)
+        if end < len(part):
+            self._hand_on(publication, message, end, entries)
+            return False
+        key = self._chunk_key(publication, message.chunk)
+        earlier = [self._part_routes(chunk_part_key(key, a, b)) for a, b in pairwise((0, *message.parts))]
+        routes = [*chain(*earlier), *entries]
+        self.deps.blobs.put_if_absent(key, canonical({"chunk": message.chunk, "routes": routes}))
+        return True
+
+    def _hand_on(
+        self, publication: Publication, message: PublicationMessage, end: int, entries: list[dict[str, object]]
+    ) -> None:
+        """Store the routes this delivery rendered as a part of the chunk (immutable), and send the continuation
+        that renders from `end`: it queues behind the work already waiting, so other sites take their turn."""
+        start = message.resume_at
+        key = chunk_part_key(self._chunk_key(publication, message.chunk), start, end)
+        self.deps.blobs.put_if_absent(key, canonical({"chunk": message.chunk, "from": start, "routes": entries}))
+        self.deps.queue.send(replace(message, parts=(*message.parts, end)))
+        obs.count(obs.Metric.PublicationChunkContinued)
+        obs.logger.info("chunk continued", extra={"chunk": message.chunk, "from": start, "to": end})
+
+    @staticmethod
+    def _chunk_key(publication: Publication, chunk: int) -> str:
+        return chunk_receipt_key(publication.site_id, publication.revision_id, publication.total_chunks or 0, chunk)
+
+    def _part_routes(self, key: str) -> list[dict[str, object]]:
+        try:
+            return list(json.loads(self.deps.blobs.get(key))["routes"])
+        except NotFound:
+            raise RuntimeError(f"a continued chunk's part {key} is missing") from None
+
+    def _render(
+        self,
+        source: RouteSource,
+        publication: Publication,
+        part: list[Route],
+        start: int = 0,
+        until: float | None = None,
+    ) -> tuple[list[dict[str, object]], int]:
+        """Store each route's object (immutable) from `start`, and describe it for the receipt; the descriptions and
+        where it stopped. With `until`, in batches: a batch starts only while the slowest so far fits twice before
+        it (at least one batch always runs, so every delivery makes progress)."""
         d = self.deps
         prefix = revision_prefix(publication.site_id, publication.revision_id)
 
@@ -176,10 +270,19 @@ class PublicationWorker:
                 "content_type": route.content_type,
             }
 
+        entries: list[dict[str, object]] = []
+        end, slowest = start, 0.0
+        batch = len(part) if until is None else SLICE_ROUTES
         with pool(PUT_CONCURRENCY, "route-put") as puts:
-            entries = list(puts.map(put, part))
+            while end < len(part):
+                began = d.clock.now()
+                if until is not None and end > start and began + SLOWEST_BATCHES_LEFT * slowest > until:
+                    break
+                entries.extend(puts.map(put, part[end : end + batch]))
+                end = min(end + batch, len(part))
+                slowest = max(slowest, d.clock.now() - began)
         obs.count(obs.Metric.RoutesRendered, len(entries))
-        return entries
+        return entries, end
 
     def _receipt(self, publication: Publication, entries: list[dict[str, object]]) -> dict[str, object]:
         return {
@@ -268,6 +371,10 @@ class PublicationWorker:
             obs.seconds(obs.Metric.PublicationLatency, now - publication.created_at)
         obs.logger.info("publication finished", extra={"promoted": promoted, "routes": receipt["route_count"]})
         return Result(Outcome.SUCCEEDED, "promoted" if promoted else "superseded")
+
+
+def _label(message: PublicationMessage) -> str:
+    return "plan" if message.step == "plan" else f"chunk {message.chunk}"
 
 
 def _stored(blobs: BlobStore, key: str) -> bytes | None:

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import Cloud, cli_runner, registered, run_cli, wait_for
 
+PROVISION_ARGS = ("--param", "title=Acme", "--param", "admin_email=a@acme.example")
+
 
 @pytest.fixture
 def cli(cloud: Cloud) -> Iterator[CliRunner]:
@@ -68,6 +70,32 @@ def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
     assert [p["seq"] for p in json.loads(out)["publications"]] == [1]
     code, out = run(cli, "sites", "history", "acme-blog")
     assert code == 0 and "provision" in out
+
+
+def test_an_operation_shows_the_publication_it_started_and_why_its_steps_came_again(
+    cli: CliRunner, cloud: Cloud
+) -> None:
+    from sitedispatch.domain.model import PublicationMessage, QueueMessage
+    from tests.fakes import RecordingVisibility
+
+    code, out = run(cli, "submit", "provision", "--site", "acme-blog", *PROVISION_ARGS, "--as", "tenant-a", "--json")
+    op_id = json.loads(out)["operation_id"]
+    cloud.deps.worker().process(QueueMessage(op_id, "acme-blog"), RecordingVisibility())
+    code, out = run(cli, "ops", "get", op_id, "--json", "--as", "tenant-a")
+    assert code == 0 and json.loads(out)["publication"]["status"] == "pending"
+    started = json.loads(out)["result"]["publication"]
+    # its one step's first delivery was stopped (a timeout): the second records it, then publishes
+    step = PublicationMessage("acme-blog", started["revision_id"], started["seq"])
+    assert cloud.deps.publication_worker().process(step, receive_count=2).reason == "promoted"
+    code, out = run(cli, "ops", "get", op_id, "--json", "--as", "tenant-a")
+    publication = json.loads(out)["publication"]
+    assert (publication["status"], publication["retried_steps"]) == ("published", 1)
+    stopped = "plan: an earlier delivery did not finish (timed out, or its environment stopped)"
+    assert publication["last_failure"] == stopped
+    code, out = run(cli, "ops", "get", op_id, "--as", "tenant-a")
+    assert code == 0 and f"publication 1: published; 1 steps delivered again, the last because {stopped}" in out
+    code, out = run(cli, "sites", "history", "acme-blog", "--as", "tenant-a")
+    assert code == 0 and stopped in out
 
 
 def test_submit_from_an_input_file(cli: CliRunner, tmp_path: Path) -> None:

@@ -754,6 +754,15 @@ def test_publication_fan_in_is_a_set_and_finish_keeps_the_first_word(stores: Sto
     publications.chunk_done("acme-blog", 1, 2)
     publications.chunk_done("acme-blog", 1, 2)
     assert publications.chunk_done("acme-blog", 1, 0).done_chunks == frozenset({0, 2})
+    publications.step_failed("acme-blog", 1, "chunk 1: S3 answered 503", retried=False)
+    publications.step_failed("acme-blog", 1, "chunk 1: " + "x" * 900, retried=True)
+    publications.step_failed("acme-blog", 1, "chunk 2: stopped", retried=True)
+    publications.step_failed("acme-blog", 99, "plan: stopped", retried=True)  # no such publication: nothing
+    failed = present(publications.get("acme-blog", 1))
+    assert (failed.retried_steps, failed.last_failure) == (2, "chunk 2: stopped")
+    assert publications.get("acme-blog", 99) is None and failed.done_chunks == frozenset({0, 2})
+    publications.step_failed("acme-blog", 1, "chunk 1: " + "x" * 900, retried=False)
+    assert len(present(publications.get("acme-blog", 1)).last_failure or "") == 500
     publications.finish("acme-blog", 1, PublicationStatus.PUBLISHED, NOW)
     publications.finish("acme-blog", 1, PublicationStatus.SUPERSEDED, NOW)
     assert present(publications.get("acme-blog", 1)).status == PublicationStatus.PUBLISHED

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -295,3 +297,101 @@ def test_a_publication_promoted_before_its_finisher_stopped_is_recorded_publishe
     publication = publications.get("acme-blog", 2)
     assert publication is not None and publication.status == PublicationStatus.PUBLISHED
     assert json.loads(harness.world.blobs.get(live_key("acme-blog")))["seq"] == 2
+
+
+def slow_puts(harness: Harness, seconds: float) -> None:
+    """Every object stored takes `seconds` of the harness's clock (an origin, or S3, that is slow today)."""
+    world = harness.world
+    put = world.blobs.put_if_absent
+
+    def slow(key: str, body: Any, content_type: str = "application/json", sha256: str | None = None) -> bool:
+        world.clock.advance(seconds)
+        return put(key, body, content_type, sha256)
+
+    world.blobs.put_if_absent = slow  # type: ignore[method-assign]
+
+
+def deliveries(harness: Harness, order: Callable[[list[PublicationMessage]], list[PublicationMessage]]) -> list[Any]:
+    """Deliver every publication message as `order` arranges each round, the clock's time each delivery took."""
+    publisher, world, taken = harness.publisher(), harness.world, []
+    while world.publication_queue.sent:
+        batch = list(world.publication_queue.sent)
+        world.publication_queue.sent.clear()
+        for message in order(batch):
+            began = world.clock.now()
+            result = publisher.process(message)
+            taken.append((message, result.reason, world.clock.now() - began))
+    return taken
+
+
+@pytest.mark.parametrize("chunk_routes", [1000, 60], ids=["one chunk", "several chunks"])
+def test_a_chunk_longer_than_a_delivery_is_stored_in_parts_continued_and_published_as_if_in_one(
+    chunk_routes: int,
+) -> None:
+    """Each delivery renders for its slice of time and hands the rest on; the receipt is the one a single
+    delivery would have written, byte for byte, whatever order and duplicates the continuations arrive in."""
+    receipts = []
+    for slow, order in ((0.0, list), (0.05, list), (0.05, lambda batch: list(reversed(batch + batch)))):
+        harness = Harness(publication_chunk_routes=chunk_routes, publication_slice_s=1.0)
+        harness.provisioned()
+        revision = harness.import_file(THEME_TEST_DATA).commit.revision_id  # type: ignore[union-attr]
+        slow_puts(harness, slow)
+        taken = deliveries(harness, order)
+        assert live(harness) == (2, revision)
+        receipts.append(harness.world.blobs.get(receipt_key("acme-blog", revision)))
+        continued = [m for m, reason, _ in taken if m.parts]
+        if slow:
+            # a batch of 32 routes takes 1.6 s here: one batch a delivery, and each is continued from where it ended
+            assert continued and all(m.resume_at % 32 == 0 for m in continued)
+            assert max(seconds for _, _, seconds in taken) <= 1.0 + 32 * slow + 3 * slow  # its slice and one batch
+        else:
+            assert continued == []
+        assert_complete(harness, revision)
+    assert receipts[0] == receipts[1] == receipts[2]
+
+
+def test_a_delivery_stops_well_before_the_functions_timeout_and_always_makes_progress() -> None:
+    harness = Harness(publication_chunk_routes=1000, publication_slice_s=60.0)
+    harness.provisioned()
+    harness.import_file(THEME_TEST_DATA)
+    slow_puts(harness, 0.05)
+    plan = harness.world.publication_queue.sent.pop()
+    publisher, clock = harness.publisher(), harness.world.clock
+    # 8 s left: 3 s before the reserve kept for what follows the last batch; batches of 1.6 s
+    result = publisher.process(plan, deadline=clock.now() + 8.0)
+    assert result.reason == "chunk 1/1: continued"
+    (continuation,) = harness.world.publication_queue.sent
+    assert continuation.parts == (32,)  # a second batch would not have ended twice its time before the reserve
+    # no time left at all: one batch still runs, so a chain of deliveries always ends
+    harness.world.publication_queue.sent.clear()
+    publisher.process(continuation, deadline=clock.now())
+    assert harness.world.publication_queue.sent[-1].parts == (32, 64)
+
+
+def test_a_step_that_fails_or_is_stopped_is_counted_with_its_reason_on_the_publication() -> None:
+    from sitedispatch.domain.errors import TransientError
+
+    harness = Harness(publication_chunk_routes=40)
+    harness.provisioned()
+    harness.import_file(THEME_TEST_DATA)
+    publisher, queue = harness.publisher(), harness.world.publication_queue
+    publisher.process(queue.sent.pop())  # the plan
+    first, second = queue.sent[0], queue.sent[1]
+    put = harness.world.blobs.put_if_absent
+
+    def refused(*args: Any, **kwargs: Any) -> bool:
+        raise TransientError("S3 answered 503 SlowDown", code="s3_slow_down")
+
+    harness.world.blobs.put_if_absent = refused  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        publisher.process(first)
+    harness.world.blobs.put_if_absent = put  # type: ignore[method-assign]
+    publication = harness.world.publications.get("acme-blog", 2)
+    assert publication is not None and publication.retried_steps == 0
+    assert publication.last_failure == "chunk 0: S3 answered 503 SlowDown"
+    publisher.process(first, receive_count=2)  # it comes again, for the reason it gave
+    publisher.process(second, receive_count=3)  # an earlier delivery of this one said nothing: it was stopped
+    publication = harness.world.publications.get("acme-blog", 2)
+    assert publication is not None and publication.retried_steps == 2
+    stopped = "chunk 1: an earlier delivery did not finish (timed out, or its environment stopped)"
+    assert publication.last_failure == stopped

@@ -161,12 +161,14 @@ def replay_operation(operation_id: str, body: ReplayRequest) -> RedriveReport:
 def detail(op: Operation) -> OperationDetail:
     d = dependencies()
     standing = standing_of(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
+    started = op.result.get("publication") if op.status == Status.SUCCEEDED else None
     return OperationDetail.of(
         op,
         estimated_delay_s=standing.estimate.delay_s if standing.estimate else None,
         estimate=standing.estimate,
         waiting_because=standing.waiting_because,
         progress=standing.progress,
+        publication=d.publications.get(op.site_id, int(started["seq"])) if started else None,
     )
 
 
