@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlencode, urlsplit
 
 import urllib3
 
-from sitedispatch.domain.errors import Unreachable, error_from_document
+from sitedispatch.domain.errors import Forbidden, Unreachable, error_from_document
 
 if TYPE_CHECKING:
     from sitedispatch.domain.model import Operation
@@ -64,10 +64,17 @@ class SigV4:
 
 class ApiClient:
     def __init__(
-        self, base_url: str, *, identity: str | None = None, signer: SigV4 | None = None, timeout_s: float = 35.0
+        self,
+        base_url: str,
+        *,
+        identity: str | None = None,
+        signer: SigV4 | None = None,
+        timeout_s: float = 35.0,
+        forbidden_hint: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.identity = identity
+        self.forbidden_hint = forbidden_hint  # added to a 403's message (how to act as another caller)
         self.signer = signer
         self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout_s), retries=False)
 
@@ -114,12 +121,20 @@ class ApiClient:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """One call; its JSON body, or the core's exception the error body stands for."""
-        return _answered(self.request(method, path, **kwargs))
+        return self._answered(self.request(method, path, **kwargs))
+
+    def _answered(self, reply: Reply) -> Any:
+        try:
+            return _answered(reply)
+        except Forbidden as exc:
+            if self.forbidden_hint is None:
+                raise
+            raise Forbidden(f"{exc} ({self.forbidden_hint})") from None
 
     def page(self, path: str, query: Mapping[str, Any] | None = None) -> tuple[list[Any], str | None]:
         """One page of a paged listing and the cursor of the next (None: nothing follows), from its Link header."""
         reply = self.request("GET", path, query=query)
-        _answered(reply)
+        self._answered(reply)
         link = {k.lower(): v for k, v in reply.headers.items()}.get("link", "")
         found = NEXT_CURSOR.search(link)
         return list(reply.body), (unquote(found.group(1)) if found else None)

@@ -12,7 +12,12 @@ from sitedispatch.domain.errors import InvalidInput
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 AsOpt = Annotated[
-    str | None, typer.Option("--as", help="who is acting (locally; on AWS the STS identity); default: the operator")
+    str | None,
+    typer.Option(
+        "--as",
+        help="who is acting, locally (default: the principal `default`; operators: --as operator); on AWS "
+        "your credentials' identity",
+    ),
 ]
 ReasonOpt = Annotated[str, typer.Option(help="why (recorded in the audit)")]
 RequiredReasonOpt = Annotated[str, typer.Option(help="why (required: it goes into the audit trail)")]

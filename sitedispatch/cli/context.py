@@ -15,8 +15,13 @@ if TYPE_CHECKING:
     from sitedispatch.client import ApiClient
     from sitedispatch.dependencies import Dependencies
 
-LOCAL_DEFAULT_CALLER = "operator"  # locally the person at the keyboard runs the runtime: the operator
-LOCAL_DEFAULT_PRINCIPAL = "default"  # whom a local submit is for without --as
+# Locally every command acts as this principal unless --as names another: one identity, whose sites, operations,
+# events and webhooks are one another's. An operator is named (--as operator), never defaulted.
+LOCAL_DEFAULT_PRINCIPAL = "default"
+DEFAULTED_HINT = (
+    f"locally you act as {LOCAL_DEFAULT_PRINCIPAL!r} unless --as names another; an operator's command takes "
+    "--as operator"
+)
 
 DEFAULT_LOCAL_ENV = Path(".sitedispatch") / "local.env"
 _env_file: Path | None = None
@@ -92,24 +97,21 @@ def api_url() -> str:
 
 
 @lru_cache(maxsize=8)
-def client(as_: str | None = None, local_default: str = "operator") -> ApiClient:
-    """The API client for this command. Locally the caller is `--as NAME` (or `local_default`); on AWS it is the
-    identity of your credentials, which sign every request (`--as` is refused: the API would ignore it)."""
+def client(as_: str | None = None) -> ApiClient:
+    """The API client for this command. Locally the caller is `--as NAME`, else the principal `default` (a refusal
+    then says how to act as another); on AWS it is the identity of your credentials, which sign every request
+    (`--as` is refused: the API would ignore it)."""
     from sitedispatch.client import ApiClient, SigV4, is_local
 
     url = api_url()
     if is_local(url):
         if as_ is not None:
             check_principal(as_, field="as")  # the identity header carries it: only what a principal may be
-        return ApiClient(url, identity=as_ or local_default)
+            return ApiClient(url, identity=as_)
+        return ApiClient(url, identity=LOCAL_DEFAULT_PRINCIPAL, forbidden_hint=DEFAULTED_HINT)
     if as_ is not None:
         raise InvalidInput("--as names the caller of a local runtime; on AWS you act as your credentials' identity")
     return ApiClient(url, signer=SigV4(os.environ.get(f"{ENV_PREFIX}REGION") or os.environ.get("AWS_REGION")))
-
-
-def producer(as_: str | None) -> ApiClient:
-    """The client of a producer's command (submit, register): locally `--as` or the principal `default`."""
-    return client(as_, LOCAL_DEFAULT_PRINCIPAL)
 
 
 @lru_cache(maxsize=1)

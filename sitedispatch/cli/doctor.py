@@ -96,7 +96,7 @@ class Doctor:
     def canary_provision(self) -> str:
         from sitedispatch.domain.model import Status
 
-        api = client(self.as_, "default")
+        api = client(self.as_)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         body = {
             "kind": "provision",
@@ -128,7 +128,9 @@ class Doctor:
 
 
 def doctor(
-    as_: Annotated[str | None, typer.Option("--as", help="locally, whom to check as (default: operator)")] = None,
+    as_: Annotated[
+        str | None, typer.Option("--as", help="locally, whom to check as (default: the principal default)")
+    ] = None,
     canary: Annotated[str, typer.Option(help="the site the check provisions (created once, reused)")] = CANARY_SITE,
     wait: Annotated[float, typer.Option(help="longest wait for the canary's operation and event (s)")] = EVENT_WAIT_S,
 ) -> None:

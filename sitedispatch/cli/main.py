@@ -10,7 +10,7 @@ import typer
 from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites, webhooks
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.console import console as console_command
-from sitedispatch.cli.context import client, producer, use_env_file, use_stack
+from sitedispatch.cli.context import client, use_env_file, use_stack
 from sitedispatch.cli.doctor import doctor as doctor_command
 from sitedispatch.cli.output import console, emit_json, render_status, reported
 from sitedispatch.client import ApiClient, typed
@@ -82,7 +82,7 @@ def submit(
     """Submit one operation for a site, or a file of them (--batch). Exit 2 invalid input, 4 idempotency conflict,
     75 backpressure (with --batch: if any item was refused for it; they are listed)."""
     with reported(json):
-        api = producer(as_)
+        api = client(as_)
         if batch is not None:
             if kind or site or input_file or param or idempotency_key or tenant:
                 raise InvalidInput("--batch takes everything from its file: give no KIND or other option", "batch")
@@ -150,11 +150,12 @@ def status(as_: AsOpt = None, json: JsonOpt = False) -> None:
 @app.command()
 def reconcile(
     schedule: Annotated[str, typer.Option(help="reconcile | wp-events | queue-repair")] = "reconcile",
+    as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Run one reconciler sweep by hand (what the schedule of that name runs)."""
+    """Run one reconciler sweep by hand (what the schedule of that name runs; operators only)."""
     with reported(json):
-        sweep = client().call("POST", "/reconcile", body={"schedule": schedule})
+        sweep = client(as_).call("POST", "/reconcile", body={"schedule": schedule})
         if json:
             emit_json(sweep)
             return

@@ -16,8 +16,9 @@ from sitedispatch.publication.sources import RouteSource
 # A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
 HEARTBEAT_FRACTION = 1 / 3
 # A long operation starts another step in this invocation only with this many step times left before its deadline:
-# a step runs at most `import_step_s` (plus its last item), and what follows the last step (the commit) needs time too.
+# a step runs at most `step_s()` (plus its last item), and what follows the last step (the commit) needs time too.
 STEPS_OF_TIME_LEFT = 1.5
+MIN_STEP_S = 1.0  # however short the invocation, a step is allowed this long (so that it makes progress)
 
 
 class ContinueLater(Exception):  # not an error: how a handler hands its attempt to the next invocation
@@ -54,9 +55,18 @@ class HandlerContext:
     last_checkpoint: dict[str, Any] | None = None  # the last one recorded in this attempt
     deadline: float | None = None  # when this invocation must have returned (the function's timeout), if bounded
     _last_beat: float = field(default=0.0)
+    _began: float = field(default=0.0)
 
     def __post_init__(self) -> None:
-        self._last_beat = self.clock.now()
+        self._last_beat = self._began = self.clock.now()
+
+    def step_s(self) -> float:
+        """How long one step of a long operation runs: `import_step_s`, or less when this invocation has less time
+        (a function whose timeout is short, as locally): the step and what follows it fit before the deadline."""
+        limit = self.settings.import_step_s
+        if self.deadline is None:
+            return limit
+        return max(MIN_STEP_S, min(limit, (self.deadline - self._began) / (1 + STEPS_OF_TIME_LEFT)))
 
     @property
     def fence(self) -> int:
@@ -85,7 +95,7 @@ class HandlerContext:
         out_of_time = (
             self.checkpoints is not None
             and self.deadline is not None
-            and self.deadline - self.clock.now() < STEPS_OF_TIME_LEFT * self.settings.import_step_s
+            and self.deadline - self.clock.now() < STEPS_OF_TIME_LEFT * self.step_s()
         )
         self.save_checkpoint(checkpoint, continues=out_of_time)
         if out_of_time:

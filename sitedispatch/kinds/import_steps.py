@@ -1,4 +1,4 @@
-"""An import in bounded steps, for every driver: after every `import_step_items` events or `import_step_s` seconds
+"""An import in bounded steps, for every driver: after every `import_step_items` events or `ctx.step_s()` seconds
 the driver stores what the step did (the reference driver: the manifest merged so far and the merge's state; the
 wordpress driver: what it has counted, WordPress holding the items) and a checkpoint naming it and the file's
 position is recorded under the attempt's fence (`HandlerContext.step_done`, which also hands the attempt to the next
@@ -125,10 +125,10 @@ class Steps:
         self._events = read_wxr(self.source, resume)
 
     def events(self, checkpoint: Callable[[WxrPosition], None]) -> Iterator[WxrEvent]:
-        settings, clock = self.ctx.settings, self.ctx.clock
+        settings, clock, step_s = self.ctx.settings, self.ctx.clock, self.ctx.step_s()
         in_step, began = 0, clock.now()
         for n, (position, event) in enumerate(self._events, start=1):
-            if in_step >= settings.import_step_items or clock.now() - began >= settings.import_step_s:
+            if in_step >= settings.import_step_items or clock.now() - began >= step_s:
                 self.done += 1
                 checkpoint(position)
                 in_step, began = 0, clock.now()

@@ -49,11 +49,11 @@ def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
     assert submitted["status"] == "queued" and submitted["created"] is True
     op_id = submitted["operation_id"]
 
-    code, out = run(cli, "ops", "get", op_id, "--json")
+    code, out = run(cli, "ops", "get", op_id, "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["site_id"] == "acme-blog"
-    code, out = run(cli, "ops", "list", "--site", "acme-blog", "--json")
+    code, out = run(cli, "ops", "list", "--site", "acme-blog", "--json", "--as", "operator")
     assert code == 0 and [o["operation_id"] for o in json.loads(out)] == [op_id]
-    code, out = run(cli, "ops", "get", op_id)
+    code, out = run(cli, "ops", "get", op_id, "--as", "operator")
     assert code == 0 and "acme-blog" in out and "queued" in out
 
     # process it with the core, then wait sees it succeed
@@ -61,14 +61,14 @@ def test_submit_get_list_and_wait(cli: CliRunner, cloud: Cloud) -> None:
     from tests.fakes import RecordingVisibility
 
     cloud.deps.worker().process(QueueMessage(op_id, "acme-blog"), RecordingVisibility())
-    code, out = run(cli, "ops", "wait", op_id, "--timeout", "5", "--json")
+    code, out = run(cli, "ops", "wait", op_id, "--timeout", "5", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["status"] == "succeeded"
-    code, out = run(cli, "sites", "get", "acme-blog", "--json")
+    code, out = run(cli, "sites", "get", "acme-blog", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["head_version"] == 1
-    code, out = run(cli, "sites", "history", "acme-blog", "--json")
+    code, out = run(cli, "sites", "history", "acme-blog", "--json", "--as", "operator")
     assert code == 0 and [c["operation_id"] for c in json.loads(out)["commits"]] == [op_id]
     assert [p["seq"] for p in json.loads(out)["publications"]] == [1]
-    code, out = run(cli, "sites", "history", "acme-blog")
+    code, out = run(cli, "sites", "history", "acme-blog", "--as", "operator")
     assert code == 0 and "provision" in out
 
 
@@ -124,7 +124,7 @@ def test_a_param_is_typed_by_the_kinds_schema(cli: CliRunner, cloud: Cloud) -> N
     registered(cloud, "acme-blog")
     code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=29433600", "--json")
     assert code == 0, out
-    code, out = run(cli, "ops", "get", json.loads(out)["operation_id"], "--json")
+    code, out = run(cli, "ops", "get", json.loads(out)["operation_id"], "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["kind"] == "wp_cron"
     code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=soon", "--json")
     assert code == 2 and json.loads(out)["field"] == "due_minute"
@@ -156,9 +156,9 @@ def test_idempotency_conflict_exits_4(cli: CliRunner) -> None:
 
 
 def test_not_found_exits_3(cli: CliRunner) -> None:
-    assert run(cli, "ops", "get", "op_nope")[0] == 3
-    assert run(cli, "sites", "get", "no-such-site", "--json")[0] == 3
-    assert run(cli, "sites", "history", "no-such-site")[0] == 3
+    assert run(cli, "ops", "get", "op_nope", "--as", "operator")[0] == 3
+    assert run(cli, "sites", "get", "no-such-site", "--json", "--as", "operator")[0] == 3
+    assert run(cli, "sites", "history", "no-such-site", "--as", "operator")[0] == 3
 
 
 def test_wait_exits_1_when_the_operation_does_not_succeed_in_time(cli: CliRunner) -> None:
@@ -175,7 +175,7 @@ def test_wait_exits_1_when_the_operation_does_not_succeed_in_time(cli: CliRunner
         "--json",
     )
     started = time.monotonic()
-    code, out = run(cli, "ops", "wait", json.loads(out)["operation_id"], "--timeout", "0.5")
+    code, out = run(cli, "ops", "wait", json.loads(out)["operation_id"], "--timeout", "0.5", "--as", "operator")
     assert code == 1 and "still queued" in out and time.monotonic() - started < 5
 
 
@@ -194,7 +194,7 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
             "--as",
             "tenant-a",
         )
-    code, out = run(cli, "status", "--json")
+    code, out = run(cli, "status", "--json", "--as", "operator")
     assert code == 0, out
     report = json.loads(out)
     operations = next(q for q in report["queues"] if q["queue"] == "operations")
@@ -211,7 +211,7 @@ def test_status_reports_queues_and_backlog(cli: CliRunner) -> None:
         (d["principal"], d["lane"], d["backlog"], d["completed_recently"], d["estimated_delay_s"])
         for d in report["delay_by_principal"]
     ] == [("tenant-a", "operations", 2, 0, 0.0)]
-    code, out = run(cli, "status")
+    code, out = run(cli, "status", "--as", "operator")
     assert code == 0 and "operations" in out and "DLQ depth" in out and "estimated delay" in out
 
 
@@ -224,11 +224,13 @@ def test_ops_get_estimates_the_delay_of_a_waiting_operation(cli: CliRunner, clou
     site = cloud.deps.sites.get("queue-site")
     assert site is not None
     cloud.deps.models.Site(site.site_id).update(actions=[cloud.deps.models.Site.avg_operation_s.set(4.0)])
-    delays = [json.loads(run(cli, "ops", "get", op_id, "--json")[1])["estimated_delay_s"] for op_id in ids]
+    delays = [
+        json.loads(run(cli, "ops", "get", op_id, "--json", "--as", "operator")[1])["estimated_delay_s"] for op_id in ids
+    ]
     assert delays == [0.0, 4.0, 8.0]  # one at a time behind the earlier ones, at the site's measured 4 s
-    code, out = run(cli, "ops", "get", ids[2])
+    code, out = run(cli, "ops", "get", ids[2], "--as", "operator")
     assert code == 0 and "estimated delay: about 8s (2 earlier operations of queue-site" in out
-    estimate = json.loads(run(cli, "ops", "get", ids[2], "--json")[1])["estimate"]
+    estimate = json.loads(run(cli, "ops", "get", ids[2], "--json", "--as", "operator")[1])["estimate"]
     assert estimate["bound"] == "site" and estimate["site_ahead"] == 2 and estimate["principal_ahead"] == 2
 
 
@@ -244,7 +246,7 @@ def test_a_long_operations_progress_is_in_the_api_and_drawn_by_ops_wait(cli: Cli
     checkpoint |= {"started_at": 1000.0, "at": 1100.0}  # 250 MB in 100 s: 2.5 MB/s, 750 MB (300 s) to go
     cloud.deps.operations.save_checkpoint(op_id, lease.fence, checkpoint, time.time())
 
-    code, out = run(cli, "ops", "get", op_id, "--json")
+    code, out = run(cli, "ops", "get", op_id, "--json", "--as", "operator")
     assert code == 0
     assert json.loads(out)["progress"] == {
         "steps": 3,
@@ -255,7 +257,7 @@ def test_a_long_operations_progress_is_in_the_api_and_drawn_by_ops_wait(cli: Cli
         "eta_s": 300.0,
         "fraction": 0.25,
     }
-    code, out = run(cli, "ops", "wait", op_id, "--timeout", "0.5")
+    code, out = run(cli, "ops", "wait", op_id, "--timeout", "0.5", "--as", "operator")
     assert code == 1
     assert "25%" in out and "3 steps, 30,000 items, about 300s left" in out and "still running" in out
 
@@ -287,7 +289,7 @@ def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
     resent: list[int] = []
 
     def sweep() -> bool:  # as the schedule would, again: it finds orphans through an eventually consistent index
-        code, out = run(cli, "reconcile", "--json")
+        code, out = run(cli, "reconcile", "--json", "--as", "operator")
         assert code == 0, out
         resent.append(json.loads(out)["repaired"]["orphans_resent"])
         return sum(resent) > 0
@@ -297,7 +299,7 @@ def test_reconcile_resends_an_orphan(cli: CliRunner, cloud: Cloud) -> None:
     assert sum(resent) == 1 and resent[-2] == 1  # re-sent once, by the first sweep that saw it
     assert cloud.deps.operations.get("op_orphan").status == Status.QUEUED  # type: ignore[union-attr]
     assert cloud.deps.operations.get("op_fresh").status == Status.ACCEPTED  # type: ignore[union-attr]
-    assert run(cli, "reconcile", "--schedule", "nonsense")[0] == 2
+    assert run(cli, "reconcile", "--schedule", "nonsense", "--as", "operator")[0] == 2
 
 
 def test_import_a_wxr_file_then_read_the_published_routes(cli: CliRunner, cloud: Cloud) -> None:
@@ -315,19 +317,19 @@ def test_import_a_wxr_file_then_read_the_published_routes(cli: CliRunner, cloud:
     assert op is not None and op.input_digest  # the input is the staged file's reference, not the file
     pump(cloud)
 
-    code, out = run(cli, "sites", "read", "wxr-site", "/2023/01/02/published-post/")
+    code, out = run(cli, "sites", "read", "wxr-site", "/2023/01/02/published-post/", "--as", "operator")
     assert code == 0 and "日本語" in out
-    code, out = run(cli, "sites", "read", "wxr-site", "about/team", "--json")
+    code, out = run(cli, "sites", "read", "wxr-site", "about/team", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["seq"] == 2 and "The team." in json.loads(out)["content"]
-    code, out = run(cli, "sites", "get", "wxr-site", "--json")
+    code, out = run(cli, "sites", "get", "wxr-site", "--json", "--as", "operator")
     assert json.loads(out)["live_seq"] == 2
-    assert run(cli, "sites", "read", "wxr-site", "/no-such-route/")[0] == 3
+    assert run(cli, "sites", "read", "wxr-site", "/no-such-route/", "--as", "operator")[0] == 3
     assert run(cli, "submit", "import", "--site", "wxr-site", "--param", "x=y")[0] == 2
 
 
 def test_reading_a_site_before_its_first_publication_is_not_found(cli: CliRunner) -> None:
     run(cli, "submit", "provision", "--site", "unpublished", "--param", "title=x", "--param", "admin_email=a@b.co")
-    code, out = run(cli, "sites", "read", "unpublished", "/")
+    code, out = run(cli, "sites", "read", "unpublished", "/", "--as", "operator")
     assert code == 3 and "no live publication" in out
 
 
@@ -370,7 +372,7 @@ def test_the_cli_finds_a_deployed_stack_by_its_outputs(
     assert cloud.deps.operations.get(json.loads(out)["operation_id"]) is not None  # it went to these resources
     context.reset()  # a new process
     monkeypatch.delenv(API_URL_VARIABLE)
-    code, out = run(cli, "--stack", "NoSuchStack", "status", "--json")
+    code, out = run(cli, "--stack", "NoSuchStack", "status", "--json", "--as", "operator")
     assert code == 3 and "NoSuchStack" in out
     assert f"{ENV_PREFIX}STACK" == "SITEDISPATCH_STACK"
 
@@ -569,3 +571,53 @@ def test_json_output_stays_one_document_however_many_metrics_the_in_process_func
         "--json",
     )
     assert code == 0 and json.loads(out)["status"] == "queued", out
+
+
+def readme_walk() -> list[str]:
+    """The README's first walk: each line of its block that runs the CLI."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("A first walk, locally", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.startswith("sitedispatch ")]
+
+
+def test_the_readmes_first_walk_works_as_written_as_one_identity(cli: CliRunner, cloud: Cloud) -> None:
+    """No --as anywhere: the webhook registered, the site registered, its provision and import, the wait, the live
+    page and the event feed are one identity's, and each line does what its comment says."""
+    import re
+    import shlex
+
+    from sitedispatch.local.receiver import WebhookReceiver
+    from tests.conftest import pump
+    from tests.unit.conftest import THEME_TEST_DATA
+
+    lines = readme_walk()
+    assert lines[0].startswith("sitedispatch local up") and len(lines) == 8, lines
+    receiver, outputs, last_op = WebhookReceiver(), [], ""
+    with receiver.serving() as url:
+        for line in lines[1:]:  # the runtime is the test's
+            args = shlex.split(line, comments=True)[1:]
+            args = [{"export.xml": str(THEME_TEST_DATA), "OP": last_op}.get(a, a) for a in args]
+            args = [url if a.startswith("http://127.0.0.1:9000/") else a for a in args]
+            code, out = run(cli, *args)
+            assert code == 0, (line, out)
+            outputs.append(out)
+            if found := re.search(r"follow it: sitedispatch ops wait (op_\w+)", out):
+                last_op = found.group(1)
+            if found := re.search(r"signing secret \(shown once\): (whsec_\S+)", out):
+                receiver.secrets = [found.group(1)]
+            pump(cloud)
+        created, registered_, provisioned, imported, waited, home, events = outputs
+        assert "signing secret" in created and "acme-blog" in registered_ and "accepted" in provisioned
+        assert f"follow it: sitedispatch ops wait {last_op}" in imported
+        assert "succeeded" in waited and last_op in waited
+        assert "Template: Sticky" in home  # a post of the import, on the live home page
+        assert events.count("operation.succeeded") == 2 and "publication.live" in events
+        wait_for(lambda: pump(cloud) >= 0 and len(receiver.accepted()) >= 4, what="the events POSTed, signed")
+        assert all(r.verified for r in receiver.accepted())
+
+
+def test_an_operators_command_without_as_says_in_one_line_how_to_act_as_one(cli: CliRunner) -> None:
+    code, out = run(cli, "reconcile")
+    assert code == 4 and out.count("\n") == 1 and "default may not run sweeps" in out
+    assert "--as operator" in out and "Traceback" not in out
+    assert run(cli, "reconcile", "--as", "operator")[0] == 0

@@ -63,7 +63,7 @@ def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(
     pump(cloud)
 
     def dead_letters() -> list[Any]:  # listed through the by-status index: eventually consistent, as on AWS
-        code, out = run(cli, "dlq", "list", "--json")
+        code, out = run(cli, "dlq", "list", "--json", "--as", "operator")
         assert code == 0, out
         return list(json.loads(out))
 
@@ -75,44 +75,48 @@ def test_a_poisoned_import_is_recovered_by_running_its_evidence_command(
     def bulk_row() -> Any:
         # status reads the dead and the waiting operations through an index, eventually consistent (the strict cloud
         # lags each read on its own): the dead operation's age shows, and its queued entry goes, in either order
-        row = next(q for q in json.loads(run(cli, "status", "--json")[1])["queues"] if q["queue"] == "bulk")
+        row = next(
+            q for q in json.loads(run(cli, "status", "--json", "--as", "operator")[1])["queues"] if q["queue"] == "bulk"
+        )
         return row if row["dlq_oldest_age_s"] is not None and row["oldest_age_s"] is None else None
 
     bulk = wait_for(bulk_row, timeout_s=5, what="status to show the dead operation's age and no waiting one")
     assert bulk["dlq_depth"] == 1 and bulk["dlq_oldest_age_s"] >= 0 and bulk["oldest_age_s"] is None
 
-    code, out = run(cli, "dlq", "show", op_id, "--json")
+    code, out = run(cli, "dlq", "show", op_id, "--json", "--as", "operator")
     evidence = json.loads(out)
     assert code == 0 and evidence["site_id"] == "acme-blog" and evidence["attempt"] == 1
     assert evidence["request_id"]  # the Lambda request that failed (the pump's context)
     assert evidence["traceback"] and evidence["input_digest"] == dead["evidence"]["input_digest"]
-    code, out = run(cli, "dlq", "show", op_id)
+    code, out = run(cli, "dlq", "show", op_id, "--as", "operator")
     assert code == 0 and "wxr_malformed" in out and "recover:" in out
 
     # the operator runs the recovery command, with the corrected file in place of FIXED_INPUT
     command = evidence["recovery_command"].split()
     assert command[:2] == ["sitedispatch", "dlq"] and command[-1] == "FIXED_INPUT"
-    code, out = run(cli, *command[1:-1], str(THEME_TEST_DATA), "--reason", "fixed the export", "--json")
+    code, out = run(
+        cli, *command[1:-1], str(THEME_TEST_DATA), "--reason", "fixed the export", "--json", "--as", "operator"
+    )
     assert code == 0, out
     report = json.loads(out)
     assert report["redriven"] == [op_id] and report["dlq_messages_removed"] == 1
     assert dlq_messages(cloud, "bulk") == []
     pump(cloud)
 
-    code, out = run(cli, "ops", "get", op_id, "--json")
+    code, out = run(cli, "ops", "get", op_id, "--json", "--as", "operator")
     op = json.loads(out)
     assert op["status"] == "succeeded" and op["epoch"] == 1 and op["attempt"] == 1
     assert_committed_once(cloud.deps, "acme-blog", [op_id, provisioned])  # the import once, after the provision
-    code, out = run(cli, *command[1:-1], str(THEME_TEST_DATA), "--json")  # running it again changes nothing
+    code, out = run(cli, *command[1:-1], str(THEME_TEST_DATA), "--json", "--as", "operator")  # again: no change
     assert code == 0 and json.loads(out)["redriven"] == [] and op_id in json.loads(out)["skipped"]
 
-    code, out = run(cli, "audit", "list", "--action", "redrive", "--json")
+    code, out = run(cli, "audit", "list", "--action", "redrive", "--json", "--as", "operator")
     entries = json.loads(out)
     assert [(e["actor"], e["target"], e["outcome"], e["reason"]) for e in entries] == [
         ("operator", op_id, "skipped", None),
         ("operator", op_id, "ok", "fixed the export"),
     ]
-    code, out = run(cli, "audit", "list")
+    code, out = run(cli, "audit", "list", "--as", "operator")
     assert code == 0 and "redrive" in out
 
 
@@ -125,19 +129,19 @@ def test_redrive_by_site_and_by_error_code_on_sqs_moves_only_the_matching(cli: C
     pump(cloud)
     assert len(dlq_messages(cloud, "bulk")) >= 1
 
-    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--dry-run", "--json")
+    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--dry-run", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["selected"] == [bad["site-two"]] and json.loads(out)["redriven"] == []
-    code, out = run(cli, "dlq", "redrive", "--error-code", "wxr_unsafe", "--json")
+    code, out = run(cli, "dlq", "redrive", "--error-code", "wxr_unsafe", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["redriven"] == [unsafe], out
-    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--json")
+    code, out = run(cli, "dlq", "redrive", "--site", "site-two", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["redriven"] == [bad["site-two"]], out
 
-    remaining = {op["operation_id"] for op in json.loads(run(cli, "dlq", "list", "--json")[1])}
+    remaining = {op["operation_id"] for op in json.loads(run(cli, "dlq", "list", "--json", "--as", "operator")[1])}
     assert remaining == {bad["site-one"]}
     # what is left in the DLQ is only the untouched operation's message (FIFO: read all groups)
     left = {letter["operation_id"] for letter in dlq_messages(cloud, "bulk")}
     assert left == {bad["site-one"]}
-    assert run(cli, "dlq", "redrive")[0] == 2  # no selection: invalid
+    assert run(cli, "dlq", "redrive", "--as", "operator")[0] == 2  # no selection: invalid
 
 
 def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud) -> None:
@@ -167,7 +171,7 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
     assert run(cli, "dlq", "show", op_id, "--as", "tenant-a")[0] == 0
     assert run(cli, "sites", "read", "a-site", "/", "--as", "tenant-a")[0] == 0
     provision(cli, "a-second", "tenant-a")  # queued: a row of tenant A's in the backlog
-    everyone = json.loads(run(cli, "status", "--json")[1])  # the operator
+    everyone = json.loads(run(cli, "status", "--json", "--as", "operator")[1])  # the operator
     assert everyone["backlog_by_principal"] == {"tenant-a": 1}
     assert [d["site_id"] for d in everyone["delay_by_site"]] == ["a-second"]
     mine = json.loads(run(cli, "status", "--as", "tenant-b", "--json")[1])
@@ -192,7 +196,19 @@ def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audi
         cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account", "--as", "tenant-a"
     )
     assert code == 4 and "only operators" in out  # a principal cannot raise (or set) its own
-    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "1", "--reason", "trial account", "--json")
+    code, out = run(
+        cli,
+        "quotas",
+        "set",
+        "tenant-a",
+        "--max-outstanding",
+        "1",
+        "--reason",
+        "trial account",
+        "--json",
+        "--as",
+        "operator",
+    )
     assert code == 0, out
     assert json.loads(out)["max_outstanding"] == 1 and json.loads(out)["quota"]["updated_by"] == "operator"
 
@@ -216,14 +232,14 @@ def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audi
     limits = json.loads(out)
     assert code == 0 and (limits["max_outstanding"], limits["outstanding"]) == (1, 1)
     assert run(cli, "quotas", "get", "tenant-a", "--as", "tenant-b")[0] == 4
-    code, out = run(cli, "quotas", "get", "tenant-a")
+    code, out = run(cli, "quotas", "get", "tenant-a", "--as", "operator")
     assert code == 0 and "override by operator" in out and "trial account" in out
 
-    code, out = run(cli, "quotas", "clear", "tenant-a", "--reason", "converted to paid", "--json")
+    code, out = run(cli, "quotas", "clear", "tenant-a", "--reason", "converted to paid", "--json", "--as", "operator")
     assert code == 0 and json.loads(out)["quota"] is None and json.loads(out)["max_outstanding"] == 2000
     provision(cli, "trial-two")  # the deployment's limit applies again
 
-    code, out = run(cli, "audit", "list", "--action", "quota", "--json")
+    code, out = run(cli, "audit", "list", "--action", "quota", "--json", "--as", "operator")
     entries = sorted((e["actor"], e["outcome"], e["reason"]) for e in json.loads(out))
     assert entries == [
         ("operator", "ok", "converted to paid"),
