@@ -197,8 +197,9 @@ class FunctionGrants:
         )
         self.allow(role, ["dynamodb:UpdateItem"], self.table("operations", "sites", "counters"))
         self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))  # a share's guard at admission
-        # a webhook endpoint removed with its deliveries, a batch's unsent-groups record, a quota cleared
-        self.allow(role, ["dynamodb:DeleteItem"], self.table("webhooks", "counters"))
+        # a webhook endpoint removed with its deliveries, a batch's unsent-groups record, a quota cleared, an empty
+        # site deleted with its admission counter
+        self.allow(role, ["dynamodb:DeleteItem"], self.table("webhooks", "counters", "sites"))
         self.allow(role, ["dynamodb:BatchWriteItem"], self.table("deliveries", "counters"))
         self.allow(
             role,

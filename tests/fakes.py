@@ -101,7 +101,7 @@ from sitedispatch.domain.webhooks import (
     signing_secrets,
 )
 from sitedispatch.flow.admission import held_by
-from sitedispatch.flow.counters import quota_key
+from sitedispatch.flow.counters import quota_key, site_counter
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
 
 T = TypeVar("T")
@@ -818,6 +818,16 @@ class MemorySiteStore:
             if site is None or not site.paused:
                 return False
             self.db.held_deliveries.setdefault(site_id, {})[held.operation_id] = held
+            return True
+
+    def delete_empty(self, site_id: str) -> bool:
+        with self.db.lock:
+            site, counter = self.db.sites.get(site_id), site_counter(site_id)
+            if site is None or site.head_version != 0 or self.db.counters.get(counter, 0) != 0:
+                return False
+            del self.db.sites[site_id]
+            self.db.counters.pop(counter, None)
+            self.db.counter_owner.pop(counter, None)
             return True
 
     def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:

@@ -20,6 +20,7 @@ from sitedispatch.domain.events import AUTOMATIC, site_paused
 from sitedispatch.domain.model import REFERENCE_DRIVER, HeldDelivery, Lease, Site, SiteConnection
 from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import checked_registration
+from sitedispatch.flow.counters import site_counter
 
 PAUSE_RACES = 5  # a pause or resume looks again this often when the site's state changed under it
 
@@ -83,6 +84,7 @@ def new_site(S: Any, site_id: str, principal: str, now: float, connection: SiteC
 class DynamoSiteStore:
     def __init__(self, models: Models, outbox: EventOutbox) -> None:
         self.M = models.Site
+        self.C = models.Counter  # a site's admission counter keeps its owner: deleted with it
         self.outbox = outbox
 
     def get(self, site_id: str) -> Site | None:
@@ -240,6 +242,17 @@ class DynamoSiteStore:
         return tuple(
             HeldDelivery(operation_id, *value["S"].split(" ", 1)) for operation_id, value in sorted(taken[0].items())
         )
+
+    def delete_empty(self, site_id: str) -> bool:
+        M, C = self.M, self.C
+        try:
+            with transaction(M) as tx:
+                # nothing committed, and nothing outstanding: every operation holds the site's counter until it ends
+                tx.delete("site", M(site_id), condition=M.site_id.exists() & (M.head_version == 0))
+                tx.delete("counter", C(site_counter(site_id)), condition=C.value.does_not_exist() | (C.value == 0))
+        except TransactionFailed:
+            return False
+        return True
 
     def record_failure(self, site_id: str, pause_at: int, reason: str, now: float) -> Site:
         """Count a failed attempt; the one that reaches `pause_at` in a row pauses the site (conditional, once),

@@ -1,4 +1,4 @@
-"""`sitedispatch sites register|list|get|history|read|pause|resume`."""
+"""`sitedispatch sites register|list|get|history|read|pause|resume|delete`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli.args import AsOpt, JsonOpt
+from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
 from sitedispatch.cli.context import client
 from sitedispatch.cli.output import console, emit_json, reported, table, when
 from sitedispatch.client import typed
@@ -200,3 +200,12 @@ def resume(
     with reported(json):
         site = client(as_).call("POST", f"/sites/{site_id}/resume", body={"reason": reason})
         emit_json(site) if json else sys.stdout.write(f"resumed {site_id}\n")
+
+
+@app.command("delete")
+def delete(site_id: str, reason: RequiredReasonOpt, as_: AsOpt = None, json: JsonOpt = False) -> None:
+    """Delete a site that has nothing (no commit, nothing queued or running), e.g. one registered by mistake: its id
+    is free again. Its owner or an operator; audited."""
+    with reported(json):
+        site = client(as_).call("DELETE", f"/sites/{site_id}", query={"reason": reason})
+        emit_json(site) if json else sys.stdout.write(f"deleted {site_id} (it was {site['principal']}'s)\n")

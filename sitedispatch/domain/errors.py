@@ -47,6 +47,12 @@ class Forbidden(Conflict):
     code = "forbidden"
 
 
+class SiteTaken(Conflict):
+    """A site id another principal holds: site ids are one namespace for the deployment, as domain names are."""
+
+    code = "site_taken"
+
+
 class IdempotencyConflict(Conflict):
     """Same idempotency key, different input."""
 

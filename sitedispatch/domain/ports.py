@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from sitedispatch.domain.errors import Conflict
+from sitedispatch.domain.errors import Conflict, SiteTaken
 from sitedispatch.domain.events import Event, EventMessage, FeedEntry, StoredEvent
 from sitedispatch.domain.model import (
     AuditEntry,
@@ -29,9 +29,11 @@ from sitedispatch.domain.paging import Page
 from sitedispatch.domain.webhooks import Attempt, AttemptResult, Endpoint, WebhookDelivery, WebhookMessage
 
 
-def foreign_site(site_id: str) -> Conflict:
-    """The refusal of a site to anyone but its owner (registration, and the owner kept on the site's counter)."""
-    return Conflict(f"site {site_id} belongs to another principal")
+def foreign_site(site_id: str) -> SiteTaken:
+    """The refusal of a site id to anyone but its owner when it would create or claim it (registration, a first
+    provision, the owner kept on the site's counter): ids are one namespace, so that one is taken. Every other
+    route answers another's site as a missing one (404)."""
+    return SiteTaken(f"site id {site_id} is taken by another principal (site ids are one namespace): choose another")
 
 
 def checked_registration(site: Site, principal: str, connection: SiteConnection | None) -> Site:
@@ -328,7 +330,8 @@ class SiteStore(Protocol):
 
     def register(self, site_id: str, principal: str, now: float, connection: SiteConnection | None = None) -> Site:
         """Create the site owned by `principal` if absent (with `connection`, default the reference driver);
-        Conflict if another principal owns it, or if `connection` differs from the one it was registered with."""
+        SiteTaken if another principal owns it; Conflict if `connection` differs from the one it was registered
+        with."""
 
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         """Conditional: free, expired or already ours. Increments the fence. Raises LeaseHeld."""
@@ -374,6 +377,11 @@ class SiteStore(Protocol):
 
     def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:
         """Remove and return, atomically, the deliveries held for the site's resume."""
+
+    def delete_empty(self, site_id: str) -> bool:
+        """In one transaction, delete a site that has nothing (no commit, no lease, nothing queued or running: its
+        admission counter at zero) with that counter, which keeps its owner: its id is free again. False, deleting
+        nothing, when it is not empty (or not there)."""
 
 
 @dataclass(frozen=True)

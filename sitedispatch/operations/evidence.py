@@ -28,7 +28,9 @@ def evidence_key(op: Operation) -> str:
 
 
 def recovery_for(op: Operation, error: ErrorInfo) -> tuple[str, str]:
-    """(command, what it does) for an operator reading the evidence."""
+    """(command, what it does) for the operation's principal or an operator reading the evidence: it runs as copied
+    once its capitalized placeholders are filled in, under whoever runs it (on AWS your credentials; locally
+    `default`, or add --as)."""
     redrive = f"sitedispatch dlq redrive --operation {op.operation_id}"
     if error.code in INPUT_ERROR_CODES:
         what = "the WXR file" if op.kind == Kind.IMPORT else "the JSON input"
@@ -37,9 +39,11 @@ def recovery_for(op: Operation, error: ErrorInfo) -> tuple[str, str]:
             f"the input is invalid ({error.code}): fix {what}, then redrive with it (same operation, new epoch)",
         )
     if error.code in NOT_READY_CODES:
+        provision = f"sitedispatch submit provision --site {op.site_id} --param title=TITLE --param admin_email=EMAIL"
         return (
-            f"sitedispatch submit provision --site {op.site_id} --as {op.principal} && {redrive}",
-            "the site is not provisioned: provision it, then redrive",
+            f"{provision} && {redrive}",
+            "the site is not provisioned: provision it (its title and admin email in place of TITLE and EMAIL), "
+            "then redrive",
         )
     if error.code == "already_provisioned":
         return ("none", "the site is already provisioned: nothing to recover")

@@ -1,4 +1,4 @@
-"""Actions on accepted work: cancel an operation, pause or resume a site."""
+"""Actions on accepted work: cancel an operation, pause or resume a site, delete an empty one."""
 
 from __future__ import annotations
 
@@ -60,6 +60,21 @@ class Actions(Access):
         woken = 0 if paused else self._wake_held(site_id)
         self._record(caller, action, site_id, site_id, reason, "ok", {"was_paused": site.paused, "woken": woken})
         return updated
+
+    def delete_site(self, caller: Caller, site_id: str, reason: str) -> Site:
+        """Delete a site that has nothing: never committed, nothing queued or running (a registration mistyped, or
+        never used). Its id is free again; operations that ended on it keep their rows. Audited either way."""
+        site = self.site(caller, site_id, "delete", reason)
+        if not self.deps.sites.delete_empty(site_id):
+            why = (
+                f"site {site_id} has {site.head_version} commits: its history is kept (pause it instead)"
+                if site.head_version
+                else f"site {site_id} has work queued or running: cancel it first (ops list --site {site_id})"
+            )
+            self._record(caller, "delete", site_id, site_id, reason, "refused", {"why": why})
+            raise Conflict(why)
+        self._record(caller, "delete", site_id, site_id, reason, "ok", {"principal": site.principal})
+        return site
 
     def _wake_held(self, site_id: str) -> int:
         """The deliveries the pause deferred, made visible now (a worker that finds the site resumed before it held

@@ -165,6 +165,15 @@ def test_principals_are_confined_to_their_own_sites(cli: CliRunner, cloud: Cloud
     ):
         code, out = run(cli, *args, "--as", "tenant-b")  # another tenant's is not found, as a missing one is
         assert code == 3 and "not found" in out and "tenant-a" not in out, (args, out)
+    # site ids are one namespace: creating or claiming another's says only that the id is taken, the same way
+    for args in (
+        ["sites", "register", "a-site", "--driver", "reference"],
+        ["submit", "provision", "--site", "a-site", "--param", "title=T", "--param", "admin_email=b@b.co"],
+        ["submit", "publish", "--site", "a-site"],
+    ):
+        code, out = run(cli, *args, "--as", "tenant-b", "--json")
+        taken = "site id a-site is taken by another principal (site ids are one namespace): choose another"
+        assert (code, json.loads(out)) == (4, {"error": "site_taken", "message": taken}), (args, out)
     assert json.loads(run(cli, "dlq", "list", "--as", "tenant-b", "--json")[1]) == []
     assert json.loads(run(cli, "ops", "list", "--as", "tenant-b", "--json")[1]) == []
     assert run(cli, "audit", "list", "--as", "tenant-b", "--actor", "tenant-a")[0] == 4
@@ -246,3 +255,61 @@ def test_an_operator_overrides_a_principals_limit_through_the_cli_and_it_is_audi
         ("operator", "ok", "trial account"),
         ("tenant-a", "denied", "trial account"),
     ]
+
+
+def test_an_unprovisioned_sites_recovery_command_provisions_it_and_redrives_the_operation_as_copied(
+    cli: CliRunner, cloud: Cloud
+) -> None:
+    """Registered, never provisioned: a publish ends dead (not_provisioned); its evidence's command, its placeholders
+    filled in, run as written by the one local identity, provisions the site and completes the same operation."""
+    import shlex
+
+    code, out = run(cli, "sites", "register", "bare-site", "--driver", "reference")
+    assert code == 0, out
+    code, out = run(cli, "submit", "publish", "--site", "bare-site", "--json")
+    op_id = json.loads(out)["operation_id"]
+    pump(cloud)
+    code, out = run(cli, "dlq", "show", op_id, "--json")
+    assert code == 0 and json.loads(out)["error_code"] == "not_provisioned", out
+    command = json.loads(out)["recovery_command"]
+    filled = command.replace("TITLE", "Bare").replace("EMAIL", "ops@bare.example")
+    for part in filled.split(" && "):
+        args = shlex.split(part)
+        assert args[0] == "sitedispatch" and not {"TITLE", "EMAIL"} & set(args), command
+        code, out = run(cli, *args[1:])
+        assert code == 0, (part, out)
+        pump(cloud)
+    code, out = run(cli, "ops", "get", op_id, "--json")
+    assert json.loads(out)["status"] == "succeeded" and json.loads(out)["epoch"] == 1
+
+
+def test_a_site_registered_by_mistake_is_deleted_by_its_owner_and_only_an_empty_one(
+    cli: CliRunner, cloud: Cloud
+) -> None:
+    code, out = run(cli, "sites", "register", "acme-blgo", "--driver", "reference")  # a typo, as `default`
+    assert code == 0, out
+    code, out = run(cli, "sites", "delete", "acme-blgo", "--reason", "typo", "--as", "tenant-b")
+    assert code == 3 and "not found" in out  # another's is a missing one
+    code, out = run(cli, "sites", "delete", "acme-blgo", "--reason", "typo", "--as", "reader")
+    assert code == 4 and "may only read" in out
+    code, out = run(cli, "sites", "delete", "acme-blgo")
+    assert code == 2 and "--reason" in out  # a reason is required
+    code, out = run(cli, "sites", "delete", "acme-blgo", "--reason", "typo")
+    assert code == 0 and out == "deleted acme-blgo (it was default's)\n", out
+    assert run(cli, "sites", "get", "acme-blgo")[0] == 3
+    code, out = run(cli, "sites", "register", "acme-blgo", "--driver", "reference", "--as", "tenant-b")
+    assert code == 0, out  # the id is free again, for anyone
+
+    provision(cli, "kept-site", "tenant-a")
+    code, out = run(cli, "sites", "delete", "kept-site", "--reason", "tidy", "--as", "operator", "--json")
+    assert code == 4 and "has work queued or running: cancel it first" in json.loads(out)["message"]
+    pump(cloud)
+    code, out = run(cli, "sites", "delete", "kept-site", "--reason", "tidy", "--as", "operator", "--json")
+    assert code == 4 and "has 1 commits: its history is kept" in json.loads(out)["message"]
+    audit = json.loads(run(cli, "audit", "list", "--action", "delete", "--as", "operator", "--json")[1])
+    assert [(e["actor"], e["target"], e["outcome"]) for e in audit] == [
+        ("operator", "kept-site", "refused"),
+        ("operator", "kept-site", "refused"),
+        ("default", "acme-blgo", "ok"),
+        ("tenant-b", "acme-blgo", "denied"),  # (the reader's refusal is audited as a write: read-only)
+    ], audit

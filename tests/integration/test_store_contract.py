@@ -289,11 +289,31 @@ def test_the_owner_on_a_sites_counter_is_checked_claimed_once_and_names_the_site
     stores.operations.create(new_op("op_2"), limit, SiteOwner(counter))  # named: checked, not claimed
     intruder = replace(new_op("op_3"), principal="intruder")
     for claim in (False, True):
-        with pytest.raises(Conflict, match="belongs to another principal"):
+        with pytest.raises(Conflict, match="is taken by another principal"):
             stores.operations.create(intruder, limit, SiteOwner(counter, claim=claim))
     assert stores.operations.get("op_3") is None and stores.operations.counter(counter) == 2
     with pytest.raises(AlreadyExists):  # a repeat is named as such before anything else
         stores.operations.create(new_op("op_1"), [Slot(counter, 2)], SiteOwner(counter))
+
+
+def test_only_an_empty_site_is_deleted_and_with_its_owner_its_id_is_free_again(stores: Stores) -> None:
+    counter = "site#acme-blog"
+    stores.sites.register("acme-blog", "p", NOW)
+    stores.operations.create(new_op("op_1"), [Slot(counter, 5)], SiteOwner(counter, claim=True))
+    assert not stores.sites.delete_empty("acme-blog")  # an operation outstanding: kept
+    assert present(stores.sites.get("acme-blog")).principal == "p"
+    stores.operations.end(as_read(stores, "op_1"), Status.CANCELLED, NOW + 1, from_statuses=(Status.QUEUED,))
+    assert stores.operations.counter(counter) == 0
+    assert stores.sites.delete_empty("acme-blog")
+    assert stores.sites.get("acme-blog") is None and not stores.sites.delete_empty("acme-blog")
+    # its id is free: another principal registers it and claims its counter
+    assert stores.sites.register("acme-blog", "q", NOW + 2).principal == "q"
+    stores.operations.create(replace(new_op("op_2"), principal="q"), [Slot(counter, 5)], SiteOwner(counter, claim=True))
+    lease = stores.sites.claim_lease("acme-blog", "op_2", NOW + 3, 30)
+    stores.operations.start_attempt("op_2", lease.fence, NOW + 3)
+    stores.commits.commit(prepared(lease, "op_2"), NOW + 4)
+    assert not stores.sites.delete_empty("acme-blog")  # committed: its history is kept
+    assert present(stores.sites.get("acme-blog")).head_version == 1
 
 
 def test_an_operation_and_its_site_are_read_together(stores: Stores) -> None:

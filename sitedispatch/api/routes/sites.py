@@ -1,4 +1,5 @@
-"""Sites: register one with its driver, read it, its history and a live route; pause and resume it."""
+"""Sites: register one with its driver, read it, its history and a live route; pause and resume it; delete an empty
+one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import Field
 
 from sitedispatch.api.errors import ERRORS, LISTED
-from sitedispatch.api.models import NUMBER, ReasonRequest, RegisterSiteRequest
+from sitedispatch.api.models import NOT_BLANK, NUMBER, REASON_CHARS, ReasonRequest, RegisterSiteRequest
 from sitedispatch.api.request import CURSOR_QUERY, caller, dependencies, paged
 from sitedispatch.domain.model import Site, SiteConnection
 from sitedispatch.operator.reads import LiveRoute, SiteHistory
@@ -38,6 +39,17 @@ def list_sites(
 @router.get("/sites/<site_id>", responses=ERRORS, summary="A site: owner, head, lease, fence, pause")
 def get_site(site_id: str) -> Site:
     return dependencies().controls().site(caller(), site_id)
+
+
+@router.delete(
+    "/sites/<site_id>",
+    responses=ERRORS,
+    summary="Delete a site that has nothing (no commit, nothing queued or running): its id is free again",
+)
+def delete_site(
+    site_id: str, reason: Annotated[str, Query(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK)]
+) -> Site:
+    return dependencies().controls().delete_site(caller(), site_id, reason)
 
 
 @router.get("/sites/<site_id>/history", responses=ERRORS, summary="The site's commits and publications, newest first")
