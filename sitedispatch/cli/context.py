@@ -64,12 +64,22 @@ def stack_environment(name: str, region: str | None = None) -> dict[str, str]:
     return found
 
 
+def find_local_env(start: Path | None = None) -> Path:
+    """.sitedispatch/local.env in this folder or the nearest one above it that has one (as git finds .git), else
+    where it would be here."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_LOCAL_ENV).exists():
+            return folder / DEFAULT_LOCAL_ENV
+    return DEFAULT_LOCAL_ENV
+
+
 def load_local_env() -> Path | None:
-    """The local runtime's env file (--env-file, else .sitedispatch/local.env here), loaded into the environment
-    for what is not set already; the file, if there is one."""
+    """The local runtime's env file (--env-file, else .sitedispatch/local.env here or in a folder above),
+    loaded into the environment for what is not set already; the file, if there is one."""
     from sitedispatch.local.cloud import read_env_file
 
-    path = _env_file or DEFAULT_LOCAL_ENV
+    path = _env_file or find_local_env()
     if not path.exists():
         if _env_file is not None:
             raise NotConfigured(f"{path} does not exist: start the local runtime with `sitedispatch local up`")
@@ -112,6 +122,26 @@ def client(as_: str | None = None) -> ApiClient:
     if as_ is not None:
         raise InvalidInput("--as names the caller of a local runtime; on AWS you act as your credentials' identity")
     return ApiClient(url, signer=SigV4(os.environ.get(f"{ENV_PREFIX}REGION") or os.environ.get("AWS_REGION")))
+
+
+def require_running_cloud() -> str:
+    """The local cloud's endpoint, once it answers; else Unreachable in one line (an env file left by a runtime that
+    stopped names an endpoint nothing listens on)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from sitedispatch.domain.errors import Unreachable
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    where = urlsplit(endpoint)
+    try:
+        socket.create_connection((where.hostname or "127.0.0.1", where.port or 80), timeout=2).close()
+    except OSError:
+        raise Unreachable(
+            f"nothing answers at {endpoint or 'the local cloud'}: the local runtime is not running (start it with "
+            "`sitedispatch local up`, or `sitedispatch local cloud` first)"
+        ) from None
+    return endpoint
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, deps, load_local_env
+from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, deps, load_local_env, require_running_cloud
 from sitedispatch.cli.output import console, reported
 from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, LOCAL_API_ENVIRONMENTS, QUEUES
 
@@ -100,6 +100,7 @@ def worker(
 
     with reported(False):
         deps()  # started in another shell: find the running local runtime as the other commands do, or say so
+        require_running_cloud()
     if queue not in QUEUES:
         raise typer.BadParameter(f"unknown queue {queue!r}; queues: {', '.join(QUEUES)}")
     raise typer.Exit(run_worker(queue, concurrency, timeout_s=timeout, batch_size=batch_size, handler=handler))
@@ -116,6 +117,7 @@ def scheduler(
 
     with reported(False):
         deps()
+        require_running_cloud()
     raise typer.Exit(run_scheduler(Settings().region, rate_scale, once))
 
 

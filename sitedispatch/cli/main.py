@@ -192,4 +192,6 @@ def demo(
     from sitedispatch.local.demo import run_demo
 
     keep = sys.stdin.isatty() if hold is None else hold
-    raise typer.Exit(run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress, hold=keep))
+    with reported(json):  # a second demo in the same folder, a runtime that does not come up: one line
+        code = run_demo(sites_, latency, workdir, as_json=json, wordpress=wordpress, hold=keep)
+    raise typer.Exit(code)

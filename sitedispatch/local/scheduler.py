@@ -33,6 +33,7 @@ def run_scheduler(region: str, rate_scale: float = 1.0, once: bool = False) -> i
     if once:
         next_due = dict.fromkeys(plan, 0.0)
     print(json.dumps({"ready": True, "schedules": list(plan)}), flush=True)
+    failed = 0
     while not stop.is_set():
         now = time.time()
         for name, due in sorted(next_due.items(), key=lambda item: item[1]):
@@ -44,9 +45,10 @@ def run_scheduler(region: str, rate_scale: float = 1.0, once: bool = False) -> i
                 result: Any = load_handler(function.handler)(dict(payload), context)
                 print(json.dumps({"schedule": name, "result": result}), flush=True)
             except Exception as exc:
+                failed += 1
                 print(json.dumps({"level": "ERROR", "schedule": name, "error": repr(exc)}), flush=True)
             next_due[name] = now + rate * rate_scale
-        if once:
-            return 0
+        if once:  # a run by hand: its exit says whether every schedule's function succeeded
+            return 1 if failed else 0
         stop.wait(max(0.05, min(next_due.values()) - time.time()))
     return 0

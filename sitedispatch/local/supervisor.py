@@ -8,6 +8,7 @@ file under the work directory, and announces readiness with one JSON line contai
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -84,21 +85,46 @@ class Child:
         return self.process.poll() is None
 
 
+LOCK_FILE_NAME = "runtime.lock"  # held (flock) by the one runtime a work folder has at a time; it names its pid
+
+
 class LocalRuntime:
-    """A set of local processes sharing one emulated cloud. Use as a context manager: every child is stopped."""
+    """A set of local processes sharing one emulated cloud. Use as a context manager: every child is stopped. A work
+    folder holds one at a time: a second one there is refused in one line, naming the first's process."""
 
     def __init__(self, workdir: Path, python: str = sys.executable) -> None:
         self.workdir = workdir
         self.python = python
         self.children: list[Child] = []
         self.env: dict[str, str] = {}
+        self._lock: Any = None
         workdir.mkdir(parents=True, exist_ok=True)
 
     def __enter__(self) -> LocalRuntime:
+        lock = (self.workdir / LOCK_FILE_NAME).open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
+            raise LocalRuntimeError(
+                f"a local runtime already runs from {self.workdir} (process {holder}): use it (the CLI finds it "
+                "here), stop it with Ctrl-C where it runs, or start another with --workdir"
+            ) from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        self._lock = lock
         return self
 
     def __exit__(self, *_: Any) -> None:
-        self.stop_all()
+        try:
+            self.stop_all()
+        finally:
+            if self._lock is not None:
+                self._lock.close()  # releases the flock
+                self._lock = None
 
     @property
     def env_file(self) -> Path:
