@@ -174,3 +174,29 @@ def test_unit_tests_run_without_the_network() -> None:
 
     with pytest.raises(SocketBlockedError):
         socket.create_connection(("127.0.0.1", 9), timeout=1)
+
+
+def test_the_scheduler_run_once_by_hand_exits_non_zero_when_a_schedule_failed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sitedispatch.local.scheduler as scheduler
+    from sitedispatch.local.deployment import DEPLOYMENT_ENV
+
+    monkeypatch.delenv(DEPLOYMENT_ENV, raising=False)
+    ran: list[str] = []
+
+    def handler_of(path: str) -> object:
+        def handler(event: dict[str, str], context: object) -> dict[str, str]:
+            ran.append(event["schedule"])
+            if event["schedule"] == "reconcile":
+                raise RuntimeError("the table is not there")
+            return {"ok": "yes"}
+
+        return handler
+
+    monkeypatch.setattr(scheduler, "load_handler", handler_of)
+    assert scheduler.run_scheduler("us-east-1", once=True) == 1
+    assert "reconcile" in ran and len(ran) > 1  # every schedule fired once, the failure reported
+    assert "the table is not there" in capsys.readouterr().out
+    monkeypatch.setattr(scheduler, "load_handler", lambda path: lambda event, context: {"ok": "yes"})
+    assert scheduler.run_scheduler("us-east-1", once=True) == 0
