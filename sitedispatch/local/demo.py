@@ -86,15 +86,19 @@ def run_demo(
             function_timeout_s=120,
             policy={"reference_latency_s": latency_s, "max_queued_per_site": 3, "pause_deferral_s": 2},
         )
-        for _ in range(WORKER_PROCESSES):
-            runtime.start_worker("operations", per_worker)
-        runtime.start_worker("bulk", IMPORT_SITES)
-        runtime.start_worker("publications", PUBLICATION_ENVIRONMENTS)
-        runtime.start_worker("events", 1)
-        runtime.start_worker("webhooks", 2)
+        # the API and the console first: their URL is what a person opens while the workers warm up
         api = DemoApi(runtime.start_api())
         board = later.enter_context(running_console(api.operator, caller=api.operator.identity or ""))
         console.print(f"[bold]watch it in the operator console[/]: {board.gate.url}", soft_wrap=True)
+        runtime.start_workers(
+            [("operations", per_worker, None, None, None) for _ in range(WORKER_PROCESSES)]
+            + [
+                ("bulk", IMPORT_SITES, None, None, None),
+                ("publications", PUBLICATION_ENVIRONMENTS, None, None, None),
+                ("events", 1, None, None, None),
+                ("webhooks", 2, None, None, None),
+            ]
+        )
         endpoint_id = register_webhook(api, receiver, hook_url)
         os.environ.update(runtime.env)
         deps = Dependencies(Settings()).warm()  # the report's reads (what an operator sees)
@@ -129,8 +133,23 @@ def run_demo(
         code = _summarize(console, final, t0, phases, as_json)
         if hold and not as_json:
             console.print(f"the fleet and the console ({board.gate.url}) stay up: Ctrl-C stops them", soft_wrap=True)
+            cli = f".venv/bin/sitedispatch --env-file {runtime.env_file}"
+            console.print("[bold]try next[/], in another terminal, against this fleet:")
+            for line in (
+                f"{cli} sites list --as operator",
+                f"{cli} ops list --site {sites[0]} --as operator",
+                f"{cli} dlq list --as operator",
+                f"{cli} events tail --as demo",
+            ):
+                console.print(f"  {line}", soft_wrap=True, highlight=False)
             with contextlib.suppress(KeyboardInterrupt):
                 threading.Event().wait()
+        else:
+            console.print(
+                "the fleet stopped with the demo. Next: `.venv/bin/sitedispatch local up` in one terminal, then the "
+                "README's first walk in another (or `make demo` in a terminal: it keeps the fleet up)",
+                soft_wrap=True,
+            )
 
     return code
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,7 @@ class LocalRuntime:
         return child
 
     def start_workers(
-        self, specs: list[tuple[str, int, str | None, list[str] | None, dict[str, str] | None]]
+        self, specs: Sequence[tuple[str, int, str | None, list[str] | None, dict[str, str] | None]]
     ) -> list[Child]:
         """Start several workers at once and wait until all are ready (they warm up in parallel)."""
         started = []

@@ -46,3 +46,6 @@ def test_the_demo_acts_through_the_api_and_every_phase_succeeds(tmp_path: Path) 
     assert any("POST /webhooks " in r for r in requests)
     # the operator console ran beside it, its URL (with its token) printed first
     assert re.search(r"operator console\S*: http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", run.stderr), run.stderr[:2000]
+    # ended (no terminal: nothing held) with what to do next, the URL before any worker started
+    assert "the fleet stopped with the demo. Next: `.venv/bin/sitedispatch local up`" in run.stderr
+    assert run.stderr.index("operator console") < run.stderr.index("submitting 5 provisions")
