@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sitedispatch.cli.context import DEFAULT_LOCAL_ENV, deps, load_local_env, require_running_cloud
 from sitedispatch.cli.output import console, reported
 from sitedispatch.domain.resources import DEFAULT_FUNCTION_TIMEOUT_S, LOCAL_API_ENVIRONMENTS, QUEUES
+
+if TYPE_CHECKING:
+    from sitedispatch.local.supervisor import LocalRuntime
 
 app = typer.Typer(
     help="Run the whole system on this machine (moto server + event source mapping emulation).", no_args_is_help=True
@@ -128,35 +131,74 @@ def up(
     concurrency: Annotated[int, typer.Option(min=1, help="environments per worker")] = 5,
     workdir: Annotated[Path, typer.Option(help="logs and env file")] = DEFAULT_LOCAL_ENV.parent,
 ) -> None:
-    """Cloud, API, workers and scheduler as child processes. Ctrl-C stops them all."""
+    """Cloud, API, workers and scheduler as child processes. Ctrl-C stops them all, at any moment."""
+    stop, up = threading.Event(), threading.Event()
+
+    def interrupted(*_: object) -> None:
+        stop.set()
+        if not up.is_set():  # still starting: stop now, not once every child is ready
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the stopping short
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        code = _run_up(port, workers, concurrency, workdir, stop, up)
+    except KeyboardInterrupt:
+        console.print("interrupted while starting: stopped")
+        raise typer.Exit(130) from None
+    console.print("stopped")
+    raise typer.Exit(code)
+
+
+def _run_up(
+    port: int, workers: int, concurrency: int, workdir: Path, stop: threading.Event, up: threading.Event
+) -> int:
+    """Start everything, then wait for Ctrl-C (0) or a child that exits (1); the env file goes with the runtime."""
     from sitedispatch.local.supervisor import LocalRuntime
 
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    code = 0
     with reported(False), LocalRuntime(workdir) as runtime:
-        env = runtime.start_cloud(port)
-        api_url = runtime.start_api()
-        for _ in range(workers):
-            runtime.start_worker("operations", concurrency)
-            runtime.start_worker("bulk", concurrency)
-            runtime.start_worker("publications", concurrency)
-        runtime.start_worker("events", 1)  # one principal's events go one batch at a time: one environment
-        runtime.start_worker("webhooks", concurrency)  # one wake per endpoint at a time (its message group)
-        runtime.start_scheduler()
-        console.print(
-            f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
-            f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; "
-            "a webhooks worker; scheduler; "
-            f"logs in {workdir}/"
-        )
-        console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
-        while not stop.wait(1.0):
-            dead = [c.name for c in runtime.children if not c.alive()]
-            if dead:
-                console.print(f"[red]exited:[/] {', '.join(dead)}; stopping")
-                break
-    console.print("stopped")
+        try:
+            code = _serve_up(runtime, port, workers, concurrency, workdir, stop, up)
+        finally:
+            runtime.env_file.unlink(missing_ok=True)  # nothing answers there any more: the CLI says so
+    return code
+
+
+def _serve_up(
+    runtime: LocalRuntime,
+    port: int,
+    workers: int,
+    concurrency: int,
+    workdir: Path,
+    stop: threading.Event,
+    up: threading.Event,
+) -> int:
+    env = runtime.start_cloud(port)
+    api_url = runtime.start_api()
+    runtime.start_workers(
+        [(q, concurrency, None, None, None) for _ in range(workers) for q in ("operations", "bulk", "publications")]
+        + [
+            ("events", 1, None, None, None),  # one principal's events go one batch at a time: one environment
+            ("webhooks", concurrency, None, None, None),  # one wake per endpoint at a time (its message group)
+        ]
+    )
+    runtime.start_scheduler()
+    up.set()
+    console.print(
+        f"[green]local runtime up[/]: API {api_url}; cloud {env['AWS_ENDPOINT_URL']}; {workers} operations, "
+        f"{workers} bulk and {workers} publications workers x {concurrency} environments; an events worker; "
+        "a webhooks worker; scheduler; "
+        f"logs in {workdir}/"
+    )
+    console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
+    while not stop.wait(1.0):
+        dead = [c.name for c in runtime.children if not c.alive()]
+        if dead:
+            console.print(f"[red]exited:[/] {', '.join(dead)} (see its log in {workdir}/); stopping")
+            return 1
+    return 0
 
 
 wordpress_app = typer.Typer(

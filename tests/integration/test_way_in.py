@@ -69,3 +69,43 @@ def test_the_cli_finds_the_runtime_from_a_folder_below_it(tmp_path: Path) -> Non
     nowhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
     nowhere.mkdir()
     assert find_local_env(nowhere) == DEFAULT_LOCAL_ENV
+
+
+def test_ctrl_c_while_local_up_starts_stops_it_at_once_and_leaves_nothing_running(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from sitedispatch.local.template import CHECKOUT_ENV
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SITEDISPATCH_", "AWS_"))}
+    clean[CHECKOUT_ENV] = str(Path(__file__).resolve().parents[2])  # run elsewhere, it names its checkout
+    workdir = tmp_path / "runtime"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "sitedispatch", "local", "up", "--port", "0", "--workdir", str(workdir)],
+        cwd=tmp_path,
+        env=clean,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (workdir / "local.env").exists() and time.monotonic() < deadline:  # the cloud is up, the rest not
+            time.sleep(0.05)
+        assert (workdir / "local.env").exists()
+        interrupted = time.monotonic()
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=30)
+        took = time.monotonic() - interrupted
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+    assert up.returncode == 130 and "interrupted while starting: stopped" in out and "Traceback" not in out, out
+    assert "local runtime up" not in out and took < 20
+    assert not (workdir / "local.env").exists()  # nothing to find: the CLI says no runtime runs
+    left = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True).stdout.split()
+    assert left == [], left  # every child stopped
+    with LocalRuntime(workdir):  # and the folder is free
+        pass
