@@ -12,7 +12,7 @@ from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.console import console as console_command
 from sitedispatch.cli.context import client, use_env_file, use_stack
 from sitedispatch.cli.doctor import doctor as doctor_command
-from sitedispatch.cli.output import console, emit_json, render_status, reported
+from sitedispatch.cli.output import console, emit_json, render_status, reported, use_wide_tables
 from sitedispatch.client import ApiClient, typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.resources import ENV_PREFIX
@@ -43,7 +43,11 @@ def main(
             envvar=f"{ENV_PREFIX}STACK", help="a deployed stack's name: its outputs say where the resources are"
         ),
     ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="tables as wide as their content: every id and command on one line")
+    ] = False,
 ) -> None:
+    use_wide_tables(wide)
     if ctx.invoked_subcommand == "demo":  # the demo reads the stores in this process: their logs stay off stdout
         from sitedispatch.observability import to_stderr
 

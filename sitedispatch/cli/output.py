@@ -110,15 +110,29 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+WIDE_COLUMNS = 10_000  # --wide: tables drawn this wide never narrow a column
+wide_console = Console(width=WIDE_COLUMNS)  # what --wide draws tables with (the terminal's width is the other's)
+_wide = False
+
+
+def use_wide_tables(wide: bool) -> None:
+    """--wide (for this command): every table as wide as its content, each id and command on one line to copy,
+    whatever the terminal's width."""
+    global _wide
+    _wide = wide
+
+
 def table(
     title: str, columns: list[str], rows: list[list[Any]], styler: Callable[[list[Any]], str] | None = None
 ) -> None:
+    """A table whose cells are never cut: at the terminal's width a long id or command folds onto the next line
+    (every character printed; --wide keeps each on one line)."""
     t = Table(title=title, show_lines=False)
     for column in columns:
-        t.add_column(column)
+        t.add_column(column, overflow="fold")
     for row in rows:
         t.add_row(*(str(cell) for cell in row), style=styler(row) if styler else None)
-    console.print(t)
+    (wide_console if _wide else console).print(t)
 
 
 STATUS_STYLE = {

@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import Cloud, cli_runner, registered, run_cli, wait_for
+from tests.conftest import Cloud, cli_runner, pump, registered, run_cli, wait_for
 
 PROVISION_ARGS = ("--param", "title=Acme", "--param", "admin_email=a@acme.example")
 
@@ -621,3 +621,31 @@ def test_an_operators_command_without_as_says_in_one_line_how_to_act_as_one(cli:
     assert code == 4 and out.count("\n") == 1 and "default may not run sweeps" in out
     assert "--as operator" in out and "Traceback" not in out
     assert run(cli, "reconcile", "--as", "operator")[0] == 0
+
+
+def test_at_eighty_columns_no_id_or_command_is_cut_and_wide_keeps_each_on_one_line(
+    cli: CliRunner, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sitedispatch.cli.output import console
+    from tests.unit.conftest import FIXTURES
+
+    monkeypatch.setattr(console, "_width", 80)  # a terminal of 80 columns
+    site = "a-site-with-a-rather-long-identifier-for-its-customer"
+    run(cli, "submit", "provision", "--site", site, "--param", "title=T", "--param", "admin_email=a@b.co")
+    pump(cloud)
+    code, out = run(cli, "submit", "import", "--site", site, "--input-file", str(FIXTURES / "malformed.xml"))
+    op_id = out.split("follow it: sitedispatch ops wait ")[1].split()[0]
+    pump(cloud)
+    command = f"sitedispatch dlq redrive --operation {op_id} --input-file FIXED_INPUT"
+    for args in (["ops", "list"], ["dlq", "list"], ["sites", "history", site], ["audit", "list"]):
+        code, narrow = run(cli, *args)
+        assert code == 0 and "…" not in narrow and max(map(len, narrow.splitlines())) <= 80, (args, narrow)
+        code, wide = run(cli, "--wide", *args)
+        assert code == 0 and "…" not in wide, (args, wide)
+        lines = wide.splitlines()
+        if args[0] != "audit":
+            assert any(site in line for line in lines), (args, wide)  # each id whole on one line
+        if args[0] in ("ops", "dlq"):
+            assert any(op_id in line for line in lines), (args, wide)
+        if args[0] == "dlq":
+            assert any(command in line for line in lines), wide  # the recovery command, copyable as it is
