@@ -9,7 +9,7 @@ import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, ReasonOpt, SiteFilterOpt, parse_age, parse_params
 from sitedispatch.cli.context import client
-from sitedispatch.cli.output import console, emit_json, reported, table, when
+from sitedispatch.cli.output import EXIT_CONFLICT, console, emit_json, reported, table, when
 from sitedispatch.client import typed
 from sitedispatch.domain.errors import InvalidInput
 from sitedispatch.domain.model import Kind
@@ -158,7 +158,10 @@ def redrive_command(
             report = api.call("POST", "/dead-letters/redrive", body=body)
         from sitedispatch.operator.redrive import RedriveReport
 
-        render_report(typed(RedriveReport, report), json)
+        replayed = typed(RedriveReport, report)
+        render_report(replayed, json)
+    if action == "replay" and not replayed.redriven:  # (a redrive run again is idempotent: it stays 0)
+        raise typer.Exit(EXIT_CONFLICT)
 
 
 def render_report(report: RedriveReport, json: bool) -> None:

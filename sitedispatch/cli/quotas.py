@@ -53,10 +53,10 @@ def get(principal: str, tenant: TenantOpt = None, as_: AsOpt = None, json: JsonO
 @app.command("set")
 def set_(
     principal: str,
+    reason: RequiredReasonOpt,
     max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
     max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
     tenant: TenantOpt = None,
-    reason: RequiredReasonOpt = "",
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -75,7 +75,7 @@ def set_(
 
 @app.command("clear")
 def clear(
-    principal: str, tenant: TenantOpt = None, reason: RequiredReasonOpt = "", as_: AsOpt = None, json: JsonOpt = False
+    principal: str, reason: RequiredReasonOpt, tenant: TenantOpt = None, as_: AsOpt = None, json: JsonOpt = False
 ) -> None:
     """Remove a principal's (or a tenant's) override: the deployment's settings apply again (operators only)."""
     with reported(json):

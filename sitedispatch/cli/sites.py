@@ -11,6 +11,7 @@ from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
 from sitedispatch.cli.context import client
 from sitedispatch.cli.output import console, emit_json, reported, table, when
 from sitedispatch.client import typed
+from sitedispatch.domain.errors import InvalidInput, SiteDispatchError
 from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
@@ -57,7 +58,8 @@ def _paused(site: Site) -> str:
 @app.command("list")
 def list_sites(
     search: Annotated[str | None, typer.Option(help="only sites whose id contains this")] = None,
-    paused: Annotated[bool | None, typer.Option("--paused/--running", help="only paused (or running) sites")] = None,
+    paused: Annotated[bool, typer.Option("--paused", help="only paused sites")] = False,
+    running: Annotated[bool, typer.Option("--running", help="only sites not paused")] = False,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
     as_: AsOpt = None,
     json: JsonOpt = False,
@@ -65,7 +67,10 @@ def list_sites(
     """Your sites (an operator's or reader's: every site), in the table's order; the API's pages are followed up to
     --limit."""
     with reported(json):
-        body = client(as_).every("/sites", {"search": search, "paused": paused}, limit=limit)
+        if paused and running:
+            raise InvalidInput("--paused and --running exclude each other: give one (or neither: every site)", "paused")
+        state = True if paused else False if running else None
+        body = client(as_).every("/sites", {"search": search, "paused": state}, limit=limit)
         if json:
             emit_json(body)
             return
@@ -179,14 +184,25 @@ def read(
 @app.command("pause")
 def pause(
     site_id: str,
-    reason: Annotated[str, typer.Option(help="why (shown by sites get)")] = "paused by operator",
+    reason: Annotated[str, typer.Option(help="why (required, as in the console: shown by sites get, audited)")],
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched."""
+    """Pause a site: its queued operations wait (deferred, no attempt spent); other sites are untouched. Pausing a
+    paused site replaces its reason, and says what it was."""
     with reported(json):
-        site = client(as_).call("POST", f"/sites/{site_id}/pause", body={"reason": reason})
-        emit_json(site) if json else sys.stdout.write(f"paused {site_id}: {reason}\n")
+        api = client(as_)
+        try:  # how it was; the pause itself decides (and audits) whether the caller may
+            before: Site | None = typed(Site, api.call("GET", f"/sites/{site_id}"))
+        except SiteDispatchError:
+            before = None
+        site = api.call("POST", f"/sites/{site_id}/pause", body={"reason": reason})
+        if json:
+            emit_json(site)
+            return
+        already = before is not None and before.paused
+        was = f" (it was paused already: {_paused(before)}; that reason is replaced)" if before and already else ""
+        sys.stdout.write(f"paused {site_id}: {reason}{was}\n")
 
 
 @app.command("resume")

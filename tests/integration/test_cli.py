@@ -649,3 +649,17 @@ def test_at_eighty_columns_no_id_or_command_is_cut_and_wide_keeps_each_on_one_li
             assert any(op_id in line for line in lines), (args, wide)
         if args[0] == "dlq":
             assert any(command in line for line in lines), wide  # the recovery command, copyable as it is
+
+
+def test_the_small_mistakes_each_get_one_line(cli: CliRunner, cloud: Cloud) -> None:
+    registered(cloud, "small-site", "default")
+    code, out = run(cli, "sites", "list", "--paused", "--running")
+    assert code == 2 and "--paused and --running exclude each other" in out and "Traceback" not in out
+    code, out = run(cli, "quotas", "set", "tenant-a", "--max-outstanding", "3", "--as", "operator")
+    assert code == 2 and "Missing option '--reason'" in out and "Field required" not in out
+    code, out = run(cli, "sites", "pause", "small-site")
+    assert code == 2 and "Missing option '--reason'" in out
+    code, out = run(cli, "sites", "pause", "small-site", "--reason", "disk full")
+    assert code == 0 and out == "paused small-site: disk full\n"
+    code, out = run(cli, "sites", "pause", "small-site", "--reason", "still full")
+    assert code == 0 and "(it was paused already: yes: disk full (by default, " in out and "reason is replaced" in out

@@ -141,5 +141,6 @@ def test_cli_cancel_pause_resume(cli: CliRunner, limited: Cloud) -> None:
     code, out = run(cli, "sites", "get", "ctl-site")
     assert "maintenance" in out
     assert run(cli, "sites", "resume", "ctl-site")[0] == 0
-    assert run(cli, "sites", "pause", "no-such-site")[0] == 3
+    assert run(cli, "sites", "pause", "no-such-site", "--reason", "x")[0] == 3
+    assert run(cli, "sites", "pause", "ctl-site")[0] == 2  # a pause says why, as in the console
     assert limited.deps.operations.counter("site#ctl-site") == 0
