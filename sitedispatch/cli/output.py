@@ -147,14 +147,29 @@ STATUS_STYLE = {
 
 
 def render_status(report: Any) -> None:
-    def age(seconds: float | None) -> str:
-        return "-" if seconds is None else f"{seconds:.1f}"
+    from sitedispatch.domain.resources import operation_lanes
+
+    lanes = operation_lanes()
+
+    def age(seconds: float | None, queue: str, messages: int) -> str:
+        # an age is an operation's: a queue of publication steps, events or webhook wakes has messages but no age
+        # SQS tells (on AWS its CloudWatch metric ApproximateAgeOfOldestMessage does)
+        if seconds is not None:
+            return f"{seconds:.1f}"
+        return "not known" if messages and queue not in lanes else "-"
 
     table(
         "queues",
         ["queue", "visible", "in flight", "oldest age (s)", "DLQ depth", "DLQ oldest (s)"],
         [
-            [q.queue, q.visible, q.in_flight, age(q.oldest_age_s), q.dlq_depth, age(q.dlq_oldest_age_s)]
+            [
+                q.queue,
+                q.visible,
+                q.in_flight,
+                age(q.oldest_age_s, q.queue, q.visible),
+                q.dlq_depth,
+                age(q.dlq_oldest_age_s, q.queue, q.dlq_depth),
+            ]
             for q in report.queues
         ],
         styler=lambda row: "red" if row[4] not in (0, "0") else "",

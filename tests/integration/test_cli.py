@@ -663,3 +663,16 @@ def test_the_small_mistakes_each_get_one_line(cli: CliRunner, cloud: Cloud) -> N
     assert code == 0 and out == "paused small-site: disk full\n"
     code, out = run(cli, "sites", "pause", "small-site", "--reason", "still full")
     assert code == 0 and "(it was paused already: yes: disk full (by default, " in out and "reason is replaced" in out
+
+
+def test_status_says_a_queue_of_messages_it_cannot_age_is_not_known_rather_than_empty(
+    cli: CliRunner, cloud: Cloud
+) -> None:
+    from sitedispatch.domain.model import PublicationMessage
+
+    cloud.deps.publication_queue.send(PublicationMessage("a-site", "r" * 64, 1))
+    code, out = run(cli, "--wide", "status", "--as", "operator")
+    [row] = [line for line in out.splitlines() if "│ publications " in line]
+    assert code == 0 and "not known" in row and "│ 1 " in row, out
+    [row] = [line for line in out.splitlines() if "│ events " in line]
+    assert "not known" not in row  # nothing in it: nothing to age
