@@ -25,6 +25,8 @@ class BatchReport:
     existing: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)  # line, status, error body
     operations: list[str] = field(default_factory=list)  # of the lines answered with one, in the file's order
+    lines: int = 0  # in the file
+    answered: int = 0  # lines the API answered before the run ended (all of them, unless it was interrupted)
 
     @property
     def backpressured(self) -> list[dict[str, Any]]:
@@ -67,24 +69,28 @@ def requests_of(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def submit_file(api: ApiClient, path: Path, show_progress: bool) -> BatchReport:
     items = read_items(path)
-    report = BatchReport()
+    report = BatchReport(lines=len(items))
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(
         TextColumn("submitting"), BarColumn(), MofNCompleteColumn(), disable=not show_progress, transient=True
     ) as bar:
         task = bar.add_task("items", total=len(items))
-        for chunk in requests_of(items):
-            body = {"items": [{k: v for k, v in item.items() if k != "_line"} for item in chunk]}
-            answer = api.call("POST", "/operations/batch", body=body)
-            for item, result in zip(chunk, answer["items"], strict=True):
-                if result["status"] in (200, 202):
-                    report.operations.append(result["operation"]["operation_id"])
-                    if result["status"] == 202:
-                        report.accepted += 1
+        try:
+            for chunk in requests_of(items):
+                body = {"items": [{k: v for k, v in item.items() if k != "_line"} for item in chunk]}
+                answer = api.call("POST", "/operations/batch", body=body)
+                for item, result in zip(chunk, answer["items"], strict=True):
+                    if result["status"] in (200, 202):
+                        report.operations.append(result["operation"]["operation_id"])
+                        if result["status"] == 202:
+                            report.accepted += 1
+                        else:
+                            report.existing += 1
                     else:
-                        report.existing += 1
-                else:
-                    report.refused.append({"line": item["_line"], "status": result["status"], **result["error"]})
-            bar.advance(task, len(chunk))
+                        report.refused.append({"line": item["_line"], "status": result["status"], **result["error"]})
+                report.answered += len(chunk)
+                bar.advance(task, len(chunk))
+        except KeyboardInterrupt:  # Ctrl-C: what was answered is reported (a request cut short may have landed too)
+            pass
     return report

@@ -121,6 +121,8 @@ def submit_batch(api: ApiClient, path: Path, as_json: bool) -> int:
     if as_json:
         emit_json(
             {
+                "lines": report.lines,
+                "answered": report.answered,
                 "accepted": report.accepted,
                 "existing": report.existing,
                 "refused": report.refused,
@@ -128,11 +130,18 @@ def submit_batch(api: ApiClient, path: Path, as_json: bool) -> int:
             }
         )
     else:
+        if report.answered < report.lines:
+            console.print(
+                f"interrupted: {report.answered} of {report.lines} lines answered; the same file again submits what "
+                "is missing (each line's idempotency key makes a line already in a no-op)"
+            )
         console.print(f"{report.accepted} accepted, {report.existing} already submitted, {len(report.refused)} refused")
         for refusal in report.refused:
             console.print(f"  line {refusal['line']}: {refusal['status']} {refusal['error']}: {refusal['message']}")
         if report.backpressured:
             console.print(f"retry the {len(report.backpressured)} refused for backpressure later (same file: safe)")
+    if report.answered < report.lines:
+        return 130  # as a shell reports Ctrl-C
     if report.backpressured:
         return 75
     if report.refused:

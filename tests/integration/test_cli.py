@@ -465,6 +465,37 @@ def test_submit_batch_answers_every_line_and_exits_75_listing_those_refused_for_
         assert code == 2 and "--batch takes everything from its file" in out
 
 
+def test_ctrl_c_in_a_batch_reports_what_was_answered_and_running_it_again_submits_the_rest(
+    cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sitedispatch.cli import batch
+    from sitedispatch.client import ApiClient
+
+    monkeypatch.setattr(batch, "BATCH_ITEMS", 4)  # 10 lines: three requests
+    lines = [
+        {"kind": "provision", "site_id": f"b-{n}", "params": {"title": "T", "admin_email": "a@b.co"}, "idempotency_key": f"b{n}"}
+        for n in range(10)
+    ]  # fmt: skip
+    path = tmp_path / "work.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    real_call, calls = ApiClient.call, []
+
+    def interrupted_at_the_second(self: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
+        calls.append(path)
+        if path == "/operations/batch" and calls.count(path) == 2:
+            raise KeyboardInterrupt
+        return real_call(self, method, path, **kwargs)
+
+    with cli_runner() as cli:
+        monkeypatch.setattr(ApiClient, "call", interrupted_at_the_second)
+        code, out = run(cli, "submit", "--batch", str(path))
+        assert code == 130 and "interrupted: 4 of 10 lines answered; the same file again submits" in out, out
+        assert "4 accepted, 0 already submitted, 0 refused" in out
+        monkeypatch.setattr(ApiClient, "call", real_call)
+        code, out = run(cli, "submit", "--batch", str(path), "--json")
+        assert code == 0 and (json.loads(out)["accepted"], json.loads(out)["existing"]) == (6, 4), out
+
+
 def test_events_tail_prints_the_callers_events_in_order_and_where_to_continue(cli: CliRunner, cloud: Cloud) -> None:
     from tests.conftest import pump
 
