@@ -472,10 +472,10 @@ def test_ctrl_c_in_a_batch_reports_what_was_answered_and_running_it_again_submit
     from sitedispatch.client import ApiClient
 
     monkeypatch.setattr(batch, "BATCH_ITEMS", 4)  # 10 lines: three requests
+    params = {"title": "T", "admin_email": "a@b.co"}
     lines = [
-        {"kind": "provision", "site_id": f"b-{n}", "params": {"title": "T", "admin_email": "a@b.co"}, "idempotency_key": f"b{n}"}
-        for n in range(10)
-    ]  # fmt: skip
+        {"kind": "provision", "site_id": f"b-{n}", "params": params, "idempotency_key": f"b{n}"} for n in range(10)
+    ]
     path = tmp_path / "work.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     real_call, calls = ApiClient.call, []
