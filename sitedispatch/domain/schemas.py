@@ -90,6 +90,9 @@ def parse_input(kind: Kind, raw: dict[str, Any]) -> OperationInput:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "input"
+        missing = [".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "missing"]
+        if len(missing) > 1:  # every field it lacks, in one answer (not one per try)
+            raise InvalidInput(f"{kind.value} needs {', '.join(missing)}: Field required", field=missing[0]) from exc
         raise InvalidInput(f"{where}: {first['msg']}", field=where) from exc
 
 

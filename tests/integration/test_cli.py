@@ -128,6 +128,12 @@ def test_a_param_is_typed_by_the_kinds_schema(cli: CliRunner, cloud: Cloud) -> N
     assert code == 0 and json.loads(out)["kind"] == "wp_cron"
     code, out = run(cli, "submit", "wp_cron", "--site", "acme-blog", "--param", "due_minute=soon", "--json")
     assert code == 2 and json.loads(out)["field"] == "due_minute"
+    code, out = run(cli, "submit", "provision", "--site", "new-site", "--json")  # every missing field at once
+    assert code == 2 and json.loads(out) == {
+        "error": "invalid_input",
+        "message": "provision needs title, admin_email: Field required",
+        "field": "title",
+    }, out
     code, out = run(
         cli,
         "submit",
