@@ -196,6 +196,9 @@ class Console:
         filters = _operation_filters(request)
         cursor = request.arg("cursor")
         operations, following = self.api.page("/operations", {**filters, "limit": LIST_LIMIT, "cursor": cursor})
+        # a site's or a status's page comes newest first; the whole table's comes in its order: each page is shown
+        # newest first too
+        operations = sorted(operations, key=lambda op: float(op["created_at"]), reverse=True)
         return self.render(
             request,
             "operations.html",

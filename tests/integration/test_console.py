@@ -178,6 +178,10 @@ def test_every_page_renders_its_numbers_are_the_apis_and_axe_finds_nothing_serio
 def test_pausing_a_site_with_a_reason_writes_an_audit_entry_naming_the_caller(
     context: Any, seeded: dict[str, Any]
 ) -> None:
+    import re
+
+    from playwright.sync_api import expect
+
     operator: ApiClient = seeded["operator"]
     with running_console(operator, caller="operator") as server:
         page = open_console(context, server)
@@ -193,6 +197,19 @@ def test_pausing_a_site_with_a_reason_writes_an_audit_entry_naming_the_caller(
         page.goto(f"{server.gate.origin}/audit?action=pause")
         assert page.locator('tr[data-audit="pause"]').count() == 1
         assert operator.call("GET", "/sites/beta-news")["paused_by"] == "operator"
+        # work its owner submits meanwhile says, in the browser, that it waits for the pause and why
+        owner = as_(seeded["api"], "tenant-b")
+        waiting = owner.call("POST", "/operations", body={"kind": "publish", "site_id": "beta-news"})
+        page.goto(f"{server.gate.origin}/operations/{waiting['operation_id']}")
+        expect(page.locator('[data-field="waiting"]')).to_have_text("paused: storage migration, ticket 4711")
+        assert page.locator("text=Estimated delay").count() == 0  # no estimate: a pause ends when someone resumes
+        # the events page shows times as dates, and a page that is not there keeps the way back
+        page.goto(f"{server.gate.origin}/events?principal=tenant-b")  # its provision's events, placed at seeding
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", page.locator("main table").inner_text())
+        assert not re.search(r"\b1[789]\d{8}\.\d+", page.locator("main table").inner_text())  # no epoch floats
+        missing = page.goto(f"{server.gate.origin}/operations/op_not_there")
+        assert missing is not None and missing.status == 404
+        assert page.locator("nav[aria-label=pages] a").count() == 8
 
 
 def test_a_redrive_by_error_class_shows_the_dry_runs_count_then_empties_the_class(
