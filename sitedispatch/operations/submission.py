@@ -79,6 +79,13 @@ class SubmitDeps:
 INLINE_INPUT_BYTES = 1024
 
 
+def unregistered(site_id: str) -> NotFound:
+    """The refusal of work other than a provision for a site never registered (a typo creates nothing)."""
+    return NotFound(
+        f"site {site_id} is not registered: a site's first operation is a provision (or register it first: POST /sites)"
+    )
+
+
 def input_key(site_id: str, digest: str) -> str:
     return f"inputs/{site_id}/{digest}.json"
 
@@ -177,8 +184,11 @@ class Submitter:
         return op, body
 
     def keep_input(self, op: Operation, body: bytes) -> None:
-        """An input too large for the row goes to S3 under its digest (before the row that names it)."""
+        """An input too large for the row goes to S3 under its digest (before the row that names it); not for a site
+        never registered, which the create would refuse after (the one read only such inputs pay)."""
         if op.inline_input is None:
+            if op.kind != Kind.PROVISION and self.deps.sites.get(op.site_id) is None:
+                raise unregistered(op.site_id)
             self.deps.blobs.put_if_absent(op.input_key, body)
 
     def existing(self, op: Operation) -> Submitted:
@@ -232,10 +242,7 @@ class Submitter:
             except (UnclaimedSite, SiteRegistered):
                 if op.kind != Kind.PROVISION and d.sites.get(op.site_id) is None:
                     # only a provision creates a site: other work for a name never registered is a typo's
-                    raise NotFound(
-                        f"site {op.site_id} is not registered: a site's first operation is a provision "
-                        "(or register it first: POST /sites)"
-                    ) from None
+                    raise unregistered(op.site_id) from None
                 try:
                     return create(then)
                 except (UnclaimedSite, SiteRegistered):  # registered before, never submitted to: claimed if ours

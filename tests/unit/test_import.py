@@ -300,3 +300,19 @@ def test_identities_sharing_a_key_hash_are_told_apart_by_the_post_itself(
     built = KeyIndex.of([(5, 1), (5, 3), (9, 1)])
     built.add(5, 2)
     assert built.to_bytes() == KeyIndex.of([(5, 1), (5, 2), (5, 3), (9, 1)]).to_bytes()
+
+
+def test_an_input_kept_out_of_the_row_is_not_stored_for_a_site_never_registered(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sitedispatch.domain.errors import NotFound
+    from sitedispatch.operations import submission
+
+    monkeypatch.setattr(submission, "INLINE_INPUT_BYTES", 0)  # every input goes to S3
+    blobs = dict(harness.world.blobs.objects)
+    with pytest.raises(NotFound, match="site acme-blgo is not registered"):
+        harness.submitter.submit(kind="wp_cron", site_id="acme-blgo", principal="tenant-a", params={})
+    assert harness.world.blobs.objects == blobs  # no orphan input
+    harness.registered("acme-blgo")
+    harness.submitter.submit(kind="wp_cron", site_id="acme-blgo", principal="tenant-a", params={})
+    assert len(harness.world.blobs.objects) == len(blobs) + 1  # registered: the input is kept
