@@ -193,6 +193,7 @@ def _serve_up(
         f"logs in {workdir}/"
     )
     console.print(f"other shells find it through {runtime.env_file} (the CLI reads it by default). Ctrl-C stops.")
+    console.print("its state (sites, operations, content) is in memory: stopping it, or a restart, forgets all of it")
     while not stop.wait(1.0):
         dead = [c.name for c in runtime.children if not c.alive()]
         if dead:

@@ -76,7 +76,7 @@ def list_sites(
             return
         sites = [typed(Site, item) for item in body]
         table(
-            f"{len(sites)} sites",
+            f"{len(sites)} site{'' if len(sites) == 1 else 's'}",
             ["site", "principal", "paused", "live seq", "live since"],
             [[s.site_id, s.principal, _paused(s), s.live_seq, when(s.live_at)] for s in sites],
         )
