@@ -242,7 +242,8 @@ def test_webhooks_are_sent_by_their_own_worker_and_their_secrets_are_apart(synth
     assert managed and all(f":secret:{WEBHOOK_SECRET_PREFIX}*" in json.dumps(s["Resource"]) for s in managed)
     assert not WEBHOOK_SECRET_PREFIX.startswith(SECRET_NAME_PREFIX)  # a site-credential grant reads none of them
     deletes = [s for s in api_statements if "dynamodb:DeleteItem" in json.dumps(s["Action"])]
-    assert [tables_touched(template, [s]) for s in deletes] == [{"webhooks", "counters"}]  # deliveries: a batch
+    # deliveries: a batch; sites: an empty one deleted with its counter
+    assert [tables_touched(template, [s]) for s in deletes] == [{"webhooks", "counters", "sites"}]
     for function in ("EventsWorker", "Reconciler", "WebhooksWorker"):
         assert any(
             "sqs:SendMessage" in json.dumps(s["Action"]) and "WebhooksQueue" in json.dumps(s["Resource"])

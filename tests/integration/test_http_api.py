@@ -317,6 +317,7 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
     ids = {"operation_id": dead, "site_id": "a-site", "endpoint_id": endpoint_id}
     missing_ids = {"operation_id": "op_" + "0" * 32, "site_id": "zz-site", "endpoint_id": "whk_" + "0" * 24}
     bodies = {"/webhooks/{endpoint_id}/redeliver": {"from_seq": 1}}  # a valid body: the id is what is refused
+    queries = {("DELETE", "/sites/{site_id}"): {"reason": "r"}}  # a valid query, likewise
     checked = set()
     for method, path in routes():
         if (method, path) in OPERATOR_ROUTES:
@@ -328,7 +329,9 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
             continue
         concrete, missing = path.format(**ids), path.format(**missing_ids)
         body: dict[str, Any] | None = bodies.get(path, {}) if method == "POST" else None
-        theirs, absent = b.request(method, concrete, body=body), b.request(method, missing, body=body)
+        query = queries.get((method, path))
+        theirs = b.request(method, concrete, body=body, query=query)
+        absent = b.request(method, missing, body=body, query=query)
         assert theirs.status == absent.status == 404, (method, path, theirs, absent)
         said = absent.body["message"]
         for name, value in missing_ids.items():
