@@ -16,7 +16,8 @@ from sitedispatch.publication.sources import RouteSource
 # A heartbeat goes out once a third of the lease has passed, so one lost heartbeat never lets the lease lapse.
 HEARTBEAT_FRACTION = 1 / 3
 # A long operation starts another step in this invocation only with this many step times left before its deadline:
-# a step runs at most `step_s()` (plus its last item), and what follows the last step (the commit) needs time too.
+# a step runs at most `import_step_s` (plus its last item), and what follows the last step (the commit) needs time
+# too. An invocation shorter than that runs one step, of `step_s()`, then hands over.
 STEPS_OF_TIME_LEFT = 1.5
 MIN_STEP_S = 1.0  # however short the invocation, a step is allowed this long (so that it makes progress)
 
@@ -95,7 +96,8 @@ class HandlerContext:
         out_of_time = (
             self.checkpoints is not None
             and self.deadline is not None
-            and self.deadline - self.clock.now() < STEPS_OF_TIME_LEFT * self.step_s()
+            # (the configured step time, not a shortened one: a short invocation does one step, then hands over)
+            and self.deadline - self.clock.now() < STEPS_OF_TIME_LEFT * self.settings.import_step_s
         )
         self.save_checkpoint(checkpoint, continues=out_of_time)
         if out_of_time:
