@@ -24,19 +24,10 @@ from sitedispatch.local.supervisor import LocalRuntime
 from sitedispatch.local.synthetic import write_wxr
 from sitedispatch.publication.live import receipt_key
 
-PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
+from .polling import PROVISION, present, wait
+
 WORKERS, ENVIRONMENTS = 2, 5  # `local up`'s defaults
 PRINCIPAL = "bench"
-
-
-def _wait(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
 
 
 def _publication(deps: Dependencies, site: str, seq: int) -> Publication | None:
@@ -71,7 +62,7 @@ def measure(workdir: Path, posts: int, small_sites: int = 5, timeout_s: float = 
         for site in (large, *smalls):
             submitter.submit(kind="provision", site_id=site, principal=PRINCIPAL, params=PROVISION)
         for site in (large, *smalls):
-            _wait(_live(deps, site, 1), 300, f"{site} live")
+            wait(_live(deps, site, 1), 300, f"{site} live")
         with tempfile.TemporaryDirectory() as tmp:
             wxr = Path(tmp) / "large.xml"
             counts = write_wxr(wxr, posts=posts, seed=posts)
@@ -80,14 +71,14 @@ def measure(workdir: Path, posts: int, small_sites: int = 5, timeout_s: float = 
             submitter.submit(
                 kind="import", site_id=large, principal=PRINCIPAL, params=submitter.stage_upload(large, wxr, PRINCIPAL)
             )
-        _wait(lambda: (p := _publication(deps, large, 2)) is not None and p.total_chunks, timeout_s, "large planned")
+        wait(lambda: (p := _publication(deps, large, 2)) is not None and p.total_chunks, timeout_s, "large planned")
         imported_and_planned_s = round(time.monotonic() - began, 2)
         for site in smalls:  # each small site asks for a publication while the large one's chunks fill the queue
             submitter.submit(kind="publish", site_id=site, principal=PRINCIPAL, params={})
         for site in smalls:
-            _wait(_live(deps, site, 2), timeout_s, f"{site} republished")
+            wait(_live(deps, site, 2), timeout_s, f"{site} republished")
         small_waits = [_seconds_to_live(deps, site, 2) for site in smalls]
-        _wait(_live(deps, large, 2), timeout_s, "large publication live")
+        wait(_live(deps, large, 2), timeout_s, "large publication live")
         publication = present(_publication(deps, large, 2))
         receipt = json.loads(deps.blobs.get(receipt_key(large, publication.revision_id)))
         logs = "".join(log.read_text() for log in runtime.workdir.glob("worker-publications-*.log"))
@@ -107,11 +98,6 @@ def measure(workdir: Path, posts: int, small_sites: int = 5, timeout_s: float = 
             "last_failure": publication.last_failure,
             "small_sites_publication_s": small_waits,
         }
-
-
-def present(value: Any) -> Any:
-    assert value is not None, "the benchmark expected a record that is missing"
-    return value
 
 
 def report(workdir: Path, posts: int) -> dict[str, Any]:

@@ -10,11 +10,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sitedispatch.dependencies import Dependencies
 from sitedispatch.domain.settings import Settings
@@ -37,27 +36,9 @@ from . import (
     sweeps,
     throughput,
 )
-
-T = TypeVar("T")
-
-
-def present(value: T | None) -> T:
-    assert value is not None, "the benchmark expected a record that is missing"
-    return value
-
+from .polling import PROVISION, present, wait
 
 RESULTS = stamp.RESULTS
-PROVISION = {"title": "Bench", "admin_email": "bench@example.org"}
-
-
-def wait(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 @contextmanager

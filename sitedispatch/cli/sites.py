@@ -200,8 +200,9 @@ def pause(
         if json:
             emit_json(site)
             return
-        already = before is not None and before.paused
-        was = f" (it was paused already: {_paused(before)}; that reason is replaced)" if before and already else ""
+        was = ""
+        if before is not None and before.paused:
+            was = f" (it was paused already: {_paused(before)}; that reason is replaced)"
         sys.stdout.write(f"paused {site_id}: {reason}{was}\n")
 
 
