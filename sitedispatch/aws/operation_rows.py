@@ -67,6 +67,8 @@ def to_operation(item: OperationItem) -> Operation:
         tenant=item.tenant or "",
         holds=tuple(cast(list[str], item.holds or [])),
         share=item.share,
+        dependency_slots=tuple(cast(list[str], item.dependency_slots or [])),
+        rate_reserved={str(k): float(v) for k, v in (item.rate_reserved or {}).items()},
     )
 
 

@@ -46,6 +46,7 @@ def to_site(item: SiteItem) -> Site:
         live_at=item.live_at,
         next_due_at=None if item.next_due_at is None else float(item.next_due_at),
         connection=SiteConnection(item.driver or REFERENCE_DRIVER, item.endpoint, item.credential_ref),
+        dependencies=tuple(cast(list[str], item.dependencies or [])),
     )
 
 

@@ -19,6 +19,7 @@ from pynamodb.attributes import (
     NumberAttribute,
     NumberSetAttribute,
     UnicodeAttribute,
+    UnicodeSetAttribute,
 )
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
@@ -141,6 +142,8 @@ class OperationItem(Model):
     checkpoint = JSONAttribute(null=True)  # a long import's last completed step (Operation.checkpoint)
     continuing = BooleanAttribute(null=True)  # its next delivery continues the attempt (Operation.continuing)
     dead_class = UnicodeAttribute(null=True)  # while dead: its error class (by-dead-class's key)
+    dependency_slots = ListAttribute(of=UnicodeAttribute, null=True)  # its dependencies' running shards it holds
+    rate_reserved = JSONAttribute(null=True)  # rate buckets whose place it reserved -> when it may start
     by_site = OperationsBySite()
     by_status = OperationsByStatus()
     by_waiting = OperationsByWaiting()
@@ -190,6 +193,7 @@ class SiteItem(Model):
     held: MapAttribute[str, str] = MapAttribute(
         null=True
     )  # while paused: operation id -> "lane receipt", the deliveries a resume wakes
+    dependencies = ListAttribute(of=UnicodeAttribute, null=True)  # what it shares with other sites (Site.dependencies)
     by_due = SitesByDue()
     by_live = SitesByLive()
 
@@ -266,6 +270,19 @@ class CounterItem(Model):
     max_running = NumberAttribute(null=True)
     updated_by = UnicodeAttribute(null=True)
     reason = UnicodeAttribute(null=True)
+    # dep#ID: a dependency's settings (JSON) and its breaker (state, reopen_at, probe, probe_at; evidence as JSON);
+    # deprun#ID#k: its running shard, carrying the breaker's flag (blocked, and the one probe let through);
+    # deprate#ID#KIND: a rate's bucket (tat); depfail#ID#WINDOW: failures in a window (value, sites, operations)
+    spec = JSONAttribute(null=True)
+    state = UnicodeAttribute(null=True)
+    reopen_at = NumberAttribute(null=True)
+    probe = UnicodeAttribute(null=True)
+    probe_at = NumberAttribute(null=True)
+    evidence = JSONAttribute(null=True)
+    principals = UnicodeSetAttribute(null=True)
+    sites = UnicodeSetAttribute(null=True)
+    blocked = BooleanAttribute(null=True)
+    tat = NumberAttribute(null=True)
 
 
 class AuditItem(Model):

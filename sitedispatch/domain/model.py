@@ -154,6 +154,10 @@ class Operation:
     # and the place of its key's share of the lane's queue (None while it waits for one).
     holds: tuple[str, ...] = ()
     share: str | None = None
+    # What an attempt holds of its site's dependencies while it runs (their capped running shards), released with
+    # its running slot; and the rate places it reserved ahead of its start (bucket -> when it may start).
+    dependency_slots: tuple[str, ...] = ()
+    rate_reserved: dict[str, float] = field(default_factory=dict)
 
     @property
     def tenant_key(self) -> str:
@@ -175,7 +179,9 @@ class Operation:
         """SQS deduplication id: a redrive or replay (new epoch) is a new delivery, a resend is not."""
         return f"{self.operation_id}-e{self.epoch}"
 
-    def attempt_started(self, fence: int, now: float, running_slot: str | None) -> Operation:
+    def attempt_started(
+        self, fence: int, now: float, running_slot: str | None, dependency_slots: tuple[str, ...] | None = None
+    ) -> Operation:
         """This row as starting an attempt under `fence` leaves it (what the stores' conditional write sets): the
         answer a store gives without reading the row back."""
         return replace(
@@ -187,6 +193,8 @@ class Operation:
             updated_at=now,
             not_before=None,
             running_slot=running_slot,
+            dependency_slots=self.dependency_slots if dependency_slots is None else dependency_slots,
+            rate_reserved={},
             continuing=False,
         )
 
@@ -273,6 +281,7 @@ class Site:
     live_at: float | None = None
     next_due_at: float | None = None  # when the head revision next has a WordPress event or future post due
     connection: SiteConnection = SiteConnection()
+    dependencies: tuple[str, ...] = ()  # what it shares with other sites (domain/dependencies.py), in its owner's order
 
     @property
     def driver(self) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from sitedispatch.domain.dependencies import Dependency, DependencyReading, DependencyTake, Rate, RateTake
 from sitedispatch.domain.errors import Conflict, SiteTaken
 from sitedispatch.domain.events import Event, EventMessage, FeedEntry, StoredEvent
 from sitedispatch.domain.model import (
@@ -216,6 +217,7 @@ class OperationStore(Protocol):
         slot: Slot | None = None,
         current: Operation | None = None,
         continues_from: int | None = None,
+        dependency: DependencyTake | None = None,
     ) -> Operation:
         """Spend one attempt: runnable, attempt < budget and no attempt under a newer fence, else NotRunnable.
         Given a `slot`, the attempt also takes one of that running counter (under its maximum, else LimitReached,
@@ -226,7 +228,13 @@ class OperationStore(Protocol):
         `continuing` and still under that fence (else NotRunnable)."""
 
     def claim_and_start(
-        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+        self,
+        op: Operation,
+        site: Site,
+        now: float,
+        lease_s: float,
+        slot: Slot | None = None,
+        dependency: DependencyTake | None = None,
     ) -> tuple[Lease, Operation] | None:
         """One write for what an attempt needs before it runs: the site's lease (fence + 1, while the site is as
         `site` was read: its fence unchanged and its lease free for `op`) and the attempt (as start_attempt, taking
@@ -234,7 +242,14 @@ class OperationStore(Protocol):
         the slot alone is full (nothing written). None, writing nothing, when the site or the row is not as read
         (another claim meanwhile, not runnable): the caller then claims and starts in two steps, which tell those
         apart. When `op` was read `continuing`, the attempt is continued instead (start_attempt's `continues_from`,
-        under op.fence)."""
+        under op.fence). `dependency`: what the start takes of its site's dependencies, in the same transaction (a
+        capped shard full: LimitReached naming it; a breaker set or a bucket moved: DependencyRefused); the row
+        records the slots, and every end releases them with its running slot."""
+
+    def reserve_rates(self, op: Operation, rates: Sequence[RateTake], at: float, now: float) -> bool:
+        """Take the start's places in its rate buckets ahead of time, at `at`, and record them on the row (with
+        not_before = `at`) while the row is as read (its epoch and attempt); False, writing nothing, when a bucket
+        moved or the row changed."""
 
     def schedule_retry(self, op: Operation, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         """running -> queued, only while `fence` is still the operation's fence (else StaleFence), releasing the
@@ -657,3 +672,54 @@ class Visibility(Protocol):
     receipt: str  # this receive's, for whoever wakes the message later (OperationQueue.wake)
 
     def change(self, seconds: float) -> None: ...
+
+
+class DependencyStore(Protocol):
+    """Dependencies' settings and breakers (domain/dependencies.py), kept beside the flow counters."""
+
+    def read(self, dependency_ids: Sequence[str], kind: Kind) -> DependencyReading:
+        """What a delivery needs to decide a start, consistently, in one round trip: each dependency, the attempts
+        running on it and its rate buckets for `kind`."""
+
+    def get(self, dependency_id: str) -> Dependency | None: ...
+
+    def list(self, dependency_ids: Collection[str] | None = None) -> list[Dependency]:
+        """The dependencies named (None: every one a site has named or an operator has set), absent ones as
+        unset, ordered by id."""
+
+    def running(self, dependency_ids: Sequence[str]) -> dict[str, int]:
+        """Attempts running on each (summed over its shards)."""
+
+    def named(self, dependency_ids: Sequence[str], principal: str, now: float) -> None:
+        """`principal`'s site names these: they are listed, and their events go to its feed."""
+
+    def put_settings(
+        self, dependency_id: str, max_running: int | None, rates: tuple[Rate, ...], by: str, reason: str, now: float
+    ) -> Dependency:
+        """Set its cap and rates (an operator's; None and () are unlimited), its breaker as it is."""
+
+    def pause(self, dependency_id: str, reason: str, by: str, now: float) -> Dependency | None:
+        """Paused by an operator (from any state), its event written with it; None if already paused."""
+
+    def resume(self, dependency_id: str, by: str, now: float, probe: str | None = None) -> Dependency | None:
+        """Closed (from paused, open or half open; given `probe`: only while that operation is its probe), its
+        event written with it; None if it was closed already (or `probe` is not its probe)."""
+
+    def elect_probe(self, dependency_id: str, operation_id: str, now: float, probe_timeout_s: float) -> bool:
+        """Open past its reopen time (or half open with a probe quiet for `probe_timeout_s`): `operation_id` is
+        its one probe now. False if another start was elected first or the state changed."""
+
+    def probe_failed(self, dependency_id: str, operation_id: str, now: float, cooldown_max_s: float) -> bool:
+        """Its probe failed: open again with the cooldown doubled (at most `cooldown_max_s`); False if that
+        operation is not its probe."""
+
+    def record_failure(
+        self, dependency_id: str, site_id: str, operation_id: str, code: str, now: float, *, window_s: float
+    ) -> tuple[int, int, tuple[dict[str, Any], ...]]:
+        """A failure of the destination on one of its sites, counted in the current window: the window's
+        failures, the distinct sites they came from, and the most recent of them (site, operation, code)."""
+
+    def open(
+        self, dependency_id: str, reason: str, evidence: tuple[dict[str, Any], ...], now: float, cooldown_s: float
+    ) -> Dependency | None:
+        """Opened by the breaker (only from closed), its event written with it; None if it was not closed."""
