@@ -30,6 +30,7 @@ from sitedispatch.aws.writes import (
     transaction,
     under_limit,
 )
+from sitedispatch.domain.dependencies import DependencyRefused, DependencyTake, RateTake
 from sitedispatch.domain.errors import NotRunnable, StaleFence
 from sitedispatch.domain.events import Event, operation_ended
 from sitedispatch.domain.model import ErrorInfo, Lease, Operation, Site, Status, error_class
@@ -73,13 +74,21 @@ class AttemptTransitions:
         return actions, condition
 
     def claim_and_start(
-        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+        self,
+        op: Operation,
+        site: Site,
+        now: float,
+        lease_s: float,
+        slot: Slot | None = None,
+        dependency: DependencyTake | None = None,
     ) -> tuple[Lease, Operation] | None:
         M, S = self.M, self.S
+        take = dependency or DependencyTake()
         fence = site.fence + 1
         if op.continues and op.fence is not None:
             actions, runnable = self._continuation(op.fence, fence, now)
             slot = None  # the attempt keeps the slot it holds
+            take = DependencyTake()  # and what it holds of its dependencies
         else:
             actions, runnable = self._attempt(fence, now)
         try:
@@ -89,33 +98,99 @@ class AttemptTransitions:
                 if slot is None:  # the row takes no slot; one it held when read, it must still hold
                     kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
                     tx.update(ROW, M(op.operation_id), actions, condition=runnable & kept)
+                    self._take_dependencies(tx, replace_slots(take), op.operation_id, now)
                 else:
-                    self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now)
+                    self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now, take)
         except TransactionFailed as failed:
+            refused = self._dependency_refusal(failed, take)
+            if refused is not None:
+                raise refused from failed.cause
             if slot is not None and failed.failed == {"slot"}:
                 raise self.flow.limit_reached(slot.counter, slot.maximum) from failed.cause
             return None
         if op.continues:
             started = op.continued(fence, now)
+        elif slot is not None:
+            started = op.attempt_started(fence, now, slot.counter, tuple(s.counter for s in take.slots))
         else:
-            started = op.attempt_started(fence, now, slot.counter if slot is not None else op.running_slot)
+            started = op.attempt_started(fence, now, op.running_slot)
         return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 
     def _start_taking_slot(
-        self, tx: NamedTransaction, operation_id: str, actions: list[Action], runnable: Any, slot: Slot, now: float
+        self,
+        tx: NamedTransaction,
+        operation_id: str,
+        actions: list[Action],
+        runnable: Any,
+        slot: Slot,
+        now: float,
+        take: DependencyTake | None = None,
     ) -> None:
         """The attempt's row, taking one of the running `slot` (the row holds none yet; the slot is under its
-        maximum)."""
+        maximum) and what it takes of its dependencies."""
         M, C = self.M, self.flow.C
+        take = take or DependencyTake()
+        held = [M.dependency_slots.set(cast(Any, [s.counter for s in take.slots]))] if take.slots else []
         tx.update(
             ROW,
             M(operation_id),
-            [*actions, M.running_slot.set(slot.counter)],
+            [*actions, M.running_slot.set(slot.counter), *held, M.rate_reserved.remove()],
             condition=runnable & M.running_slot.does_not_exist(),
         )
         tx.update(
             "slot", C(slot.counter), self.flow.moved_up(slot.counter, now), condition=under_limit(C, slot.maximum)
         )
+        self._take_dependencies(tx, take, operation_id, now)
+
+    def _take_dependencies(self, tx: NamedTransaction, take: DependencyTake, operation_id: str, now: float) -> None:
+        """A place on each capped running shard (under its part, the breaker's flag open for this operation), the
+        flag checked on each gate, each rate bucket moved on from what was read."""
+        C = self.flow.C
+        open_for = C.blocked.does_not_exist() | (C.probe == operation_id)
+        for i, dep_slot in enumerate(take.slots):
+            tx.update(
+                f"dep-slot:{i}",
+                C(dep_slot.counter),
+                self.flow.moved_up(dep_slot.counter, now),
+                condition=under_limit(C, dep_slot.maximum) & open_for,
+            )
+        for i, gate in enumerate(take.gates):
+            tx.check(f"dep-gate:{i}", C, gate, open_for)
+        for i, rate in enumerate(take.rates):
+            tx.update(f"dep-rate:{i}", C(rate.counter), [C.tat.set(rate.after)], condition=_bucket_as_read(C, rate))
+
+    def _dependency_refusal(self, failed: TransactionFailed, take: DependencyTake) -> Exception | None:
+        """What a failed condition on a dependency's item means: a capped shard refused (full, or its breaker
+        set: the caller reads the shards and tries another, or waits), a gate or a bucket that moved."""
+        for i, dep_slot in enumerate(take.slots):
+            if f"dep-slot:{i}" in failed.failed:
+                return self.flow.limit_reached(dep_slot.counter, dep_slot.maximum)
+        for i, gate in enumerate(take.gates):
+            if f"dep-gate:{i}" in failed.failed:
+                return DependencyRefused(gate)
+        for i, rate in enumerate(take.rates):
+            if f"dep-rate:{i}" in failed.failed:
+                return DependencyRefused(rate.counter)
+        return None
+
+    def reserve_rates(self, op: Operation, rates: Sequence[RateTake], at: float, now: float) -> bool:
+        M, C = self.M, self.flow.C
+        reserved = {**op.rate_reserved, **{rate.counter: at for rate in rates}}
+        try:
+            with transaction(M) as tx:
+                tx.update(
+                    ROW,
+                    M(op.operation_id),
+                    [M.not_before.set(at), M.rate_reserved.set(reserved), M.updated_at.set(now)],
+                    condition=M.status.is_in(*RUNNABLE_VALUES) & (M.epoch == op.epoch) & (M.attempt == op.attempt),
+                )
+                for i, rate in enumerate(rates):
+                    tx.update(
+                        f"dep-rate:{i}", C(rate.counter), [C.tat.set(rate.after)], condition=_bucket_as_read(C, rate)
+                    )
+        except TransactionFailed:
+            return False
+        return True
 
     def start_attempt(
         self,
@@ -125,18 +200,24 @@ class AttemptTransitions:
         slot: Slot | None = None,
         current: Operation | None = None,
         continues_from: int | None = None,
+        dependency: DependencyTake | None = None,
     ) -> Operation:
         M = self.M
+        take = dependency or DependencyTake()
         if continues_from is not None:
             actions, runnable = self._continuation(continues_from, fence, now)
             slot = None
+            take = DependencyTake()
         else:
             actions, runnable = self._attempt(fence, now)
         if slot is not None:
             try:
                 with transaction(M) as tx:
-                    self._start_taking_slot(tx, operation_id, actions, runnable, slot, now)
+                    self._start_taking_slot(tx, operation_id, actions, runnable, slot, now, take)
             except TransactionFailed as failed:
+                refused = self._dependency_refusal(failed, take)
+                if refused is not None and ROW not in failed.failed:
+                    raise refused from failed.cause
                 if ROW not in failed.failed:
                     raise failed.mapped(
                         [("slot", lambda: self.flow.limit_reached(slot.counter, slot.maximum))]
@@ -145,7 +226,7 @@ class AttemptTransitions:
                 runnable &= M.running_slot.exists()
             else:
                 if current is not None:  # the row as it was, plus what this transaction set: no extra read
-                    return current.attempt_started(fence, now, slot.counter)
+                    return current.attempt_started(fence, now, slot.counter, tuple(s.counter for s in take.slots))
                 op = read_operation(self.M, operation_id)
                 assert op is not None
                 return op
@@ -170,8 +251,13 @@ class AttemptTransitions:
             return
         try:
             with transaction(M) as tx:
-                tx.update(ROW, M(op.operation_id), [*actions, M.running_slot.remove()], condition=condition)
-                self.flow.release(tx, (slot,), None, now)
+                tx.update(
+                    ROW,
+                    M(op.operation_id),
+                    [*actions, M.running_slot.remove(), M.dependency_slots.remove()],
+                    condition=condition,
+                )
+                self.flow.release(tx, (slot, *op.dependency_slots), None, now)
         except TransactionFailed as failed:
             raise failed.mapped([(ROW, lambda: StaleFence(op.operation_id))]) from failed.cause
 
@@ -230,6 +316,8 @@ class AttemptTransitions:
             M.holds.remove(),
             M.share.remove(),
             M.running_slot.remove(),
+            M.dependency_slots.remove(),
+            M.rate_reserved.remove(),
             M.waiting_for.remove(),
             M.waiting_at.remove(),
         ]
@@ -315,3 +403,13 @@ class AttemptTransitions:
             )
         ):
             raise NotRunnable(operation_id)
+
+
+def _bucket_as_read(C: Any, rate: RateTake) -> Any:
+    """The rate bucket still holds the arrival time read (never written: absent)."""
+    return C.tat.does_not_exist() if rate.read is None else C.tat == rate.read
+
+
+def replace_slots(take: DependencyTake) -> DependencyTake:
+    """A start that keeps the slots its row holds (an attempt that died holding them) takes no new ones."""
+    return DependencyTake((), take.gates, take.rates)

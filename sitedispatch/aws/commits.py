@@ -70,6 +70,8 @@ class DynamoCommitStore:
             Operations.error.remove(),
             Operations.holds.remove(),
             Operations.share.remove(),
+            Operations.dependency_slots.remove(),
+            Operations.rate_reserved.remove(),
         ]
         op_condition = (
             (Operations.status == Status.RUNNING.value)

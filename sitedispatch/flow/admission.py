@@ -82,7 +82,8 @@ def share_group_for(settings: Settings, op: Operation) -> Group:
 
 def held_by(op: Operation) -> tuple[str, ...]:
     """Every counter an operation holds a place of, as its row records them: what its end releases."""
-    return (*op.holds, *((op.share,) if op.share else ()), *((op.running_slot,) if op.running_slot else ()))
+    running = (*((op.running_slot,) if op.running_slot else ()), *op.dependency_slots)
+    return (*op.holds, *((op.share,) if op.share else ()), *running)
 
 
 def quota_bounds(
