@@ -54,7 +54,8 @@ class EventOutbox:
         self.E = models.Event
         self.announce = announce
 
-    def add(self, tx: NamedTransaction, event: Event) -> None:
+    def add(self, tx: NamedTransaction, event: Event, name: str = "event") -> None:
+        """`name`: the item's name in `tx` (a transaction telling several principals names each)."""
         E = self.E
         item = E(
             event.event_id,
@@ -65,7 +66,7 @@ class EventOutbox:
             undelivered=index_shard(UNDELIVERED, event.event_id),
             expires_at=int(event.time + RETENTION_S),
         )
-        tx.save("event", item, condition=E.event_id.does_not_exist())
+        tx.save(name, item, condition=E.event_id.does_not_exist())
         tx.after_commit(lambda: self.send(EventMessage.of(event)))
 
     def send(self, message: EventMessage) -> None:

@@ -35,6 +35,8 @@ class EventType(StrEnum):
     SITE_PAUSED = "site.paused"
     SITE_RESUMED = "site.resumed"
     WEBHOOK_DISABLED = "webhook.disabled"
+    DEPENDENCY_PAUSED = "dependency.paused"
+    DEPENDENCY_RESUMED = "dependency.resumed"
 
     @property
     def detail_type(self) -> str:
@@ -174,6 +176,32 @@ def site_paused(site: Site, paused: bool, reason: str | None, by: str, now: floa
         type=EventType.SITE_PAUSED if paused else EventType.SITE_RESUMED,
         principal=site.principal,
         site_id=site.site_id,
+        time=now,
+        detail=detail,
+    )
+
+
+def dependency_changed(
+    dependency_id: str,
+    principal: str,
+    paused: bool,
+    by: str,
+    now: float,
+    reason: str | None = None,
+    evidence: Any = None,
+) -> Event:
+    """A dependency one of the principal's sites names paused (by an operator, or its breaker opened: `by` says
+    which, with the reason and the failures that opened it) or resumed (by an operator, or its probe succeeded)."""
+    detail: dict[str, Any] = {"dependency_id": dependency_id, "by": by}
+    if paused and reason:
+        detail["reason"] = reason
+    if evidence:
+        detail["evidence"] = list(evidence)
+    return Event(
+        event_id=_event_id("dependency", dependency_id, principal, paused, repr(now)),
+        type=EventType.DEPENDENCY_PAUSED if paused else EventType.DEPENDENCY_RESUMED,
+        principal=principal,
+        site_id=None,
         time=now,
         detail=detail,
     )
