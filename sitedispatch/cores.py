@@ -163,6 +163,7 @@ def worker(p: Ports, rng: random.Random) -> OperationsWorker:
             p.pace,
             p.drivers,
             p.outcomes,
+            getattr(p, "dependency_store", None),  # the in-memory world has none yet: its sites name none
         )
     )
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
         AuditLog,
         BlobStore,
         CommitStore,
+        DependencyStore,
         EventBus,
         EventLog,
         EventQueue,
@@ -141,6 +142,12 @@ class Dependencies:
         from sitedispatch.aws.events import EventBridgeBus
 
         return EventBridgeBus(self.session.client("events"), self.settings.event_bus)
+
+    @cached_property
+    def dependency_store(self) -> DependencyStore:
+        from sitedispatch.aws.dependencies import DynamoDependencyStore
+
+        return DynamoDependencyStore(self.models.Counter, self.outbox)
 
     @cached_property
     def operations(self) -> OperationStore:

@@ -88,6 +88,17 @@ class Settings(BaseModel):
     retry_budget_min_retries: int = Field(default=10, ge=1, description="retries before the budget applies at all")
     retry_budget_defer_s: float = Field(default=60.0, gt=0, description="delay of a retry while the budget is spent")
     auto_pause_failures: int = Field(default=5, ge=1, description="consecutive failed attempts that pause a site")
+    dependency_failures_to_open: int = Field(
+        default=5,
+        ge=1,
+        description="failures of the destination in one window, from 2 sites or more, that open a dependency",
+    )
+    dependency_window_s: float = Field(default=60.0, gt=0, description="the breaker's window for counting failures")
+    dependency_cooldown_s: float = Field(default=30.0, gt=0, description="an open breaker's wait before its probe")
+    dependency_cooldown_max_s: float = Field(
+        default=600.0, gt=0, description="the longest cooldown (each failed probe doubles it)"
+    )
+    dependency_probe_timeout_s: float = Field(default=120.0, gt=0, description="a probe quiet this long is replaced")
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="largest file `submit import` stages")
     publication_chunk_routes: int = Field(default=25, ge=1, le=1000, description="routes per publication chunk")
     publication_slice_s: float = Field(

@@ -64,6 +64,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             visibility,
             request_id=getattr(lambda_context, "aws_request_id", ""),
             deadline=deadline_of(lambda_context),
+            receive_count=int(record.attributes.approximate_receive_count or 1),
         )
     except Exception:
         # The core answers every outcome it knows with a Result; anything else is a bug or an outage, and the batch

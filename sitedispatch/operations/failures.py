@@ -13,6 +13,8 @@ from sitedispatch.domain.settings import Settings
 from sitedispatch.kinds.contract import SiteDriver
 from sitedispatch.operations.evidence import Evidence, build_evidence
 
+BREAKER_MIN_SITES = 2  # failures from fewer sites are those sites' own
+
 
 class FailureDeps(Protocol):
     """What recording a failure writes to (the worker's dependencies have them)."""
@@ -25,7 +27,13 @@ class FailureDeps(Protocol):
     clock: Clock
 
 
-def count_towards_pause(deps: FailureDeps, op: Operation, error: ErrorInfo, driver: SiteDriver | None) -> None:
+def count_towards_pause(
+    deps: FailureDeps,
+    op: Operation,
+    error: ErrorInfo,
+    driver: SiteDriver | None,
+    probing: tuple[str, ...] = (),
+) -> None:
     """Site health: N failures of the destination in a row pause the site, so one broken site stops consuming
     attempts. What counts: an error that may pass (unreachable, unavailable, a timeout: retried) or one of the
     destination refusing us (credentials, the mu-plugin); never an operation's own permanent error (its input, a
@@ -42,6 +50,35 @@ def count_towards_pause(deps: FailureDeps, op: Operation, error: ErrorInfo, driv
     )
     if site.paused:
         obs.count(obs.Metric.SiteAutoPaused)
+    count_towards_breakers(deps, op, site.dependencies, error, probing)
+
+
+def count_towards_breakers(
+    deps: FailureDeps, op: Operation, dependency_ids: tuple[str, ...], error: ErrorInfo, probing: tuple[str, ...]
+) -> None:
+    """The same failure counted on each of the site's dependencies: in one window, `dependency_failures_to_open`
+    of them from two sites or more open its breaker (one site's failures are that site's: they pause it). A probe's
+    failure opens it again, its cooldown doubled. A failure to count is logged: a breaker is a protection, not a
+    guarantee of the work."""
+    store = getattr(deps, "dependencies", None)
+    if store is None:
+        return
+    s = deps.settings
+    now = deps.clock.now()
+    for dependency_id in dependency_ids:
+        try:
+            if dependency_id in probing:
+                store.probe_failed(dependency_id, op.operation_id, now, s.dependency_cooldown_max_s)
+                continue
+            count, sites, recent = store.record_failure(
+                dependency_id, op.site_id, op.operation_id, error.code, now, window_s=s.dependency_window_s
+            )
+            if count >= s.dependency_failures_to_open and sites >= BREAKER_MIN_SITES:
+                reason = f"{count} failures from {sites} sites in {s.dependency_window_s:g} s; last: {error.code}"
+                if store.open(dependency_id, reason, recent, now, s.dependency_cooldown_s) is not None:
+                    obs.logger.warning("dependency opened", extra={"dependency": dependency_id, "reason": reason})
+        except Exception as exc:
+            obs.logger.warning("could not count the failure on a dependency", extra={"error": repr(exc)})
 
 
 def dead_letter(
