@@ -112,6 +112,8 @@ class FunctionGrants:
         self.allow(role, ["dynamodb:BatchGetItem"], self.table("operations", "sites", "counters"))
         self.allow(role, ["dynamodb:PutItem"], self.table("commits", "publications", "events"))
         self.allow(role, ["dynamodb:UpdateItem"], self.table("operations", "sites", "counters"))
+        # an uncapped dependency's breaker flag, checked on one of its running shards in the claim
+        self.allow(role, ["dynamodb:ConditionCheckItem"], self.table("counters"))
         self.allow(role, QUERY, self.index("operations", "by-waiting", *(() if imports else ("by-site",))))
         self.allow(role, GET, self.objects(role, "sites", "inputs", *(("uploads", "checkpoints") if imports else ())))
         self.allow(role, PUT, self.objects(role, "sites", "evidence", *(("checkpoints",) if imports else ())))

@@ -105,6 +105,19 @@ class DynamoSiteStore:
         assert site is not None
         return checked_registration(site, principal, connection)
 
+    def set_dependencies(self, site_id: str, dependency_ids: tuple[str, ...]) -> Site:
+        """What the site shares with others, for attempts not yet started (each start reads the site). NotFound if
+        unknown."""
+        M = self.M
+        actions: list[Action] = (
+            [M.dependencies.set(cast(Any, list(dependency_ids)))] if dependency_ids else [M.dependencies.remove()]
+        )
+        if not conditionally(lambda: M(site_id).update(actions=actions, condition=M.site_id.exists())):
+            raise NotFound(f"site {site_id} not found")
+        site = self.get(site_id)
+        assert site is not None
+        return site
+
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         M = self.M
         item = M(site_id)
