@@ -99,6 +99,7 @@ class Core:
         self.events = gate("events", w.events)
         self.event_bus = gate("bus", w.event_bus)
         self.webhooks = gate("webhooks", w.webhooks)
+        self.dependency_store = gate("dependencies", w.dependency_store)
         self.webhook_queue = gate("sqs", SimWebhookQueue(queues.webhooks))
         self.webhook_secrets = gate("secrets", w.webhook_secrets)
         self.receiver = gate("receiver", receiver, refuses=False)

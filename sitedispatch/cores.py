@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # each core is imported where it is built: a cold start pays 
         BlobStore,
         Clock,
         CommitStore,
+        DependencyStore,
         EventBus,
         EventLog,
         EventQueue,
@@ -87,6 +88,8 @@ class Ports(Protocol):
     def pace(self) -> Pace: ...
     @property
     def outcomes(self) -> Outcomes: ...
+    @property
+    def dependency_store(self) -> DependencyStore: ...
 
 
 def submitter(p: Ports, new_key: Callable[[], str] | None = None) -> Submitter:
@@ -115,6 +118,7 @@ def controls(p: Ports) -> Controls:
             p.quotas,
             p.commits,
             p.publications,
+            p.dependency_store,
         )
     )
 
@@ -163,7 +167,7 @@ def worker(p: Ports, rng: random.Random) -> OperationsWorker:
             p.pace,
             p.drivers,
             p.outcomes,
-            getattr(p, "dependency_store", None),  # the in-memory world has none yet: its sites name none
+            p.dependency_store,
         )
     )
 

@@ -15,6 +15,16 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, TypeVar
 
+from sitedispatch.domain.dependencies import (
+    BREAKER,
+    BreakerState,
+    Dependency,
+    DependencyReading,
+    DependencyRefused,
+    DependencyTake,
+    Rate,
+    RateTake,
+)
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
@@ -35,6 +45,7 @@ from sitedispatch.domain.events import (
     EventMessage,
     FeedEntry,
     StoredEvent,
+    dependency_changed,
     operation_ended,
     site_paused,
 )
@@ -66,6 +77,7 @@ from sitedispatch.domain.ports import (
     CounterReading,
     DeadLetter,
     Delivery,
+    DependencyStore,
     EventBus,
     EventLog,
     EventQueue,
@@ -102,6 +114,7 @@ from sitedispatch.domain.webhooks import (
 )
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key, site_counter
+from sitedispatch.flow.dependencies import failures_key, rate_key, running_shards
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
 
 T = TypeVar("T")
@@ -149,6 +162,34 @@ class MemoryDb:
     announced: list[EventMessage] = field(default_factory=list)  # the events queue's messages, in send order
     endpoints: dict[str, Endpoint] = field(default_factory=dict)  # webhook endpoints by id
     webhook_deliveries: dict[tuple[str, int], WebhookDelivery] = field(default_factory=dict)
+    dependencies: dict[str, Dependency] = field(default_factory=dict)  # an operator's settings, the breaker's state
+    dependency_index: set[str] = field(default_factory=set)  # every id a site named or an operator set
+    dependency_flags: dict[str, tuple[bool, str | None]] = field(default_factory=dict)  # shard -> (blocked, probe)
+    dependency_tats: dict[str, float] = field(default_factory=dict)  # rate bucket -> theoretical arrival time
+    dependency_failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # window -> its failures
+
+    def dependency_open_for(self, shard: str, operation_id: str) -> bool:
+        """The breaker's flag on a running shard lets this operation start (closed, or it is the probe)."""
+        blocked, probe = self.dependency_flags.get(shard, (False, None))
+        return not blocked or probe == operation_id
+
+    def take_dependencies(self, take: DependencyTake, operation_id: str, now: float) -> None:
+        """The claim's conditions on the dependencies' items, all checked before any is written (as one
+        transaction): LimitReached naming a full capped shard, DependencyRefused for a flag or a bucket."""
+        for slot in take.slots:
+            if not self.dependency_open_for(slot.counter, operation_id):
+                raise DependencyRefused(slot.counter)
+            self.check_room(slot.counter, slot.maximum)
+        for gate in take.gates:
+            if not self.dependency_open_for(gate, operation_id):
+                raise DependencyRefused(gate)
+        for rate in take.rates:
+            if self.dependency_tats.get(rate.counter) != rate.read:
+                raise DependencyRefused(rate.counter)
+        for slot in take.slots:
+            self.bump(slot.counter, 1, now)
+        for rate in take.rates:
+            self.dependency_tats[rate.counter] = rate.after
 
     def write_event(self, event: Event) -> None:
         """An event written with its transition (the caller holds the lock and writes the transition), then sent."""
@@ -223,6 +264,11 @@ class MemoryDb:
         """The indexes catch up with the table."""
         with self.lock:
             self._index_view = dict(self.operations)
+
+
+def _keeping_slots(take: DependencyTake) -> DependencyTake:
+    """A start that keeps the slots its row holds takes no new ones: the breaker's gates and the rates only."""
+    return DependencyTake((), take.gates, take.rates)
 
 
 def _continuable(op: Operation | None, recorded_fence: int) -> bool:
@@ -423,6 +469,7 @@ class MemoryOperationStore:
         slot: Slot | None = None,
         current: Operation | None = None,
         continues_from: int | None = None,
+        dependency: DependencyTake | None = None,
     ) -> Operation:
         with self.db.lock:
             op = self.db.operations.get(operation_id)
@@ -437,8 +484,11 @@ class MemoryOperationStore:
                 and (op.fence is None or op.fence < fence)
             )
             take = slot if ok and op is not None and op.running_slot is None else None
+            held = dependency or DependencyTake()
             if take is not None:
                 self.db.check_room(take.counter, take.maximum)
+            if ok:
+                self.db.take_dependencies(held if take is not None else _keeping_slots(held), operation_id, now)
             self._update(
                 operation_id,
                 ok,
@@ -453,11 +503,40 @@ class MemoryOperationStore:
             )
             if take is not None:
                 self.db.bump(take.counter, 1, now)
-                self._update(operation_id, True, NotRunnable, running_slot=take.counter)
+                self._update(
+                    operation_id,
+                    True,
+                    NotRunnable,
+                    running_slot=take.counter,
+                    dependency_slots=tuple(s.counter for s in held.slots),
+                )
+            self._update(operation_id, True, NotRunnable, rate_reserved={})
             return self.db.operations[operation_id]
 
+    def reserve_rates(self, op: Operation, rates: Sequence[RateTake], at: float, now: float) -> bool:
+        with self.db.lock:
+            row = self.db.operations.get(op.operation_id)
+            if (
+                row is None
+                or row.status not in RUNNABLE
+                or (row.epoch, row.attempt) != (op.epoch, op.attempt)
+                or any(self.db.dependency_tats.get(rate.counter) != rate.read for rate in rates)
+            ):
+                return False
+            for rate in rates:
+                self.db.dependency_tats[rate.counter] = rate.after
+            reserved = {**row.rate_reserved, **{rate.counter: at for rate in rates}}
+            self.db.operations[op.operation_id] = replace(row, not_before=at, rate_reserved=reserved, updated_at=now)
+            return True
+
     def claim_and_start(
-        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None = None
+        self,
+        op: Operation,
+        site: Site,
+        now: float,
+        lease_s: float,
+        slot: Slot | None = None,
+        dependency: DependencyTake | None = None,
     ) -> tuple[Lease, Operation] | None:
         with self.db.lock:
             current_site = self.db.sites.get(site.site_id)
@@ -491,13 +570,19 @@ class MemoryOperationStore:
                 or (slot is None and row.running_slot != op.running_slot)
             ):
                 return None
+            take = dependency or DependencyTake()
             if slot is not None:
                 self.db.check_room(slot.counter, slot.maximum)
+            self.db.take_dependencies(take if slot is not None else _keeping_slots(take), op.operation_id, now)
+            if slot is not None:
                 self.db.bump(slot.counter, 1, now)
             self.db.sites[site.site_id] = replace(
                 current_site, fence=fence, lease_owner=op.operation_id, lease_expires_at=now + lease_s
             )
-            started = row.attempt_started(fence, now, slot.counter if slot is not None else row.running_slot)
+            if slot is not None:
+                started = row.attempt_started(fence, now, slot.counter, tuple(s.counter for s in take.slots))
+            else:
+                started = row.attempt_started(fence, now, row.running_slot)
             self.db.operations[op.operation_id] = started
             return Lease(site.site_id, op.operation_id, fence, now + lease_s), started
 
@@ -530,8 +615,9 @@ class MemoryOperationStore:
                 not_before=not_before,
                 updated_at=now,
                 running_slot=None,
+                dependency_slots=(),
             )
-            self.db.release((op.running_slot,) if op.running_slot else (), now)
+            self.db.release((*((op.running_slot,) if op.running_slot else ()), *op.dependency_slots), now)
 
     def mark_dead(
         self,
@@ -588,6 +674,8 @@ class MemoryOperationStore:
             holds=(),
             share=None,
             running_slot=None,
+            dependency_slots=(),
+            rate_reserved={},
             waiting_for=None,
             waiting_at=None,
             **changes,
@@ -756,6 +844,14 @@ class MemorySiteStore:
             )
             return checked_registration(site, principal, connection)
 
+    def set_dependencies(self, site_id: str, dependency_ids: tuple[str, ...]) -> Site:
+        with self.db.lock:
+            site = self.db.sites.get(site_id)
+            if site is None:
+                raise NotFound(f"site {site_id} not found")
+            self.db.sites[site_id] = replace(site, dependencies=dependency_ids)
+            return self.db.sites[site_id]
+
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         with self.db.lock:
             site = self.db.sites.get(site_id)
@@ -921,6 +1017,8 @@ class MemoryCommitStore:
                 updated_at=now,
                 error=None,
                 running_slot=None,
+                dependency_slots=(),
+                rate_reserved={},
                 holds=(),
                 share=None,
             )
@@ -1031,6 +1129,168 @@ class MemoryQuotaStore:
             for counter in bounds:
                 self.db.counter_maximum.pop(counter, None)
             return True
+
+
+class MemoryDependencyStore:
+    """Dependencies kept in the fake's tables as the DynamoDB store keeps them on the counters table."""
+
+    EVIDENCE_KEPT = 10
+
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def read(self, dependency_ids: Sequence[str], kind: Kind) -> DependencyReading:
+        with self.db.lock:
+            buckets = [rate_key(i, Rate(1, 1.0, kind=k)) for i in dependency_ids for k in (None, kind)]
+            return DependencyReading(
+                {i: self.db.dependencies[i] for i in dependency_ids if i in self.db.dependencies},
+                self._running(dependency_ids),
+                {b: self.db.dependency_tats[b] for b in buckets if b in self.db.dependency_tats},
+            )
+
+    def get(self, dependency_id: str) -> Dependency | None:
+        with self.db.lock:
+            return self.db.dependencies.get(dependency_id)
+
+    def list(self, dependency_ids: Collection[str] | None = None) -> list[Dependency]:
+        with self.db.lock:
+            ids = sorted(self.db.dependency_index if dependency_ids is None else set(dependency_ids))
+            return [self.db.dependencies.get(i) or Dependency(i) for i in ids]
+
+    def running(self, dependency_ids: Sequence[str]) -> dict[str, int]:
+        with self.db.lock:
+            return self._running(dependency_ids)
+
+    def _running(self, dependency_ids: Sequence[str]) -> dict[str, int]:
+        return {i: sum(self.db.counters.get(s, 0) for s in running_shards(i)) for i in dependency_ids}
+
+    def named(self, dependency_ids: Sequence[str], principal: str, now: float) -> None:
+        with self.db.lock:
+            for i in dependency_ids:
+                self.db.dependency_index.add(i)
+                current = self.db.dependencies.get(i) or Dependency(i)
+                self.db.dependencies[i] = replace(current, principals=current.principals | {principal})
+
+    def put_settings(
+        self, dependency_id: str, max_running: int | None, rates: tuple[Rate, ...], by: str, reason: str, now: float
+    ) -> Dependency:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id) or Dependency(dependency_id)
+            self.db.dependencies[dependency_id] = current.with_settings(max_running, rates, by, reason, now)
+            self.db.dependency_index.add(dependency_id)
+            return self.db.dependencies[dependency_id]
+
+    def pause(self, dependency_id: str, reason: str, by: str, now: float) -> Dependency | None:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id) or Dependency(dependency_id)
+            if current.state == BreakerState.PAUSED:
+                return None
+            changed = replace(current, state=BreakerState.PAUSED, reason=reason, changed_by=by, changed_at=now)
+            return self._change(changed, blocked=True, paused=True, by=by, now=now, reason=reason)
+
+    def resume(self, dependency_id: str, by: str, now: float, probe: str | None = None) -> Dependency | None:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id)
+            if current is None or current.state == BreakerState.CLOSED:
+                return None
+            if probe is not None and (current.state != BreakerState.HALF_OPEN or current.probe != probe):
+                return None
+            changed = replace(
+                current,
+                state=BreakerState.CLOSED,
+                changed_by=by,
+                changed_at=now,
+                reason=None,
+                reopen_at=None,
+                probe=None,
+                probe_at=None,
+            )
+            return self._change(changed, blocked=False, paused=False, by=by, now=now)
+
+    def open(
+        self, dependency_id: str, reason: str, evidence: tuple[dict[str, Any], ...], now: float, cooldown_s: float
+    ) -> Dependency | None:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id) or Dependency(dependency_id)
+            if current.state != BreakerState.CLOSED:
+                return None
+            changed = replace(
+                current,
+                state=BreakerState.OPEN,
+                reason=reason,
+                changed_by=BREAKER,
+                changed_at=now,
+                reopen_at=now + cooldown_s,
+                evidence=evidence,
+                cooldown_s=cooldown_s,
+            )
+            return self._change(
+                changed, blocked=True, paused=True, by=BREAKER, now=now, reason=reason, evidence=evidence
+            )
+
+    def elect_probe(self, dependency_id: str, operation_id: str, now: float, probe_timeout_s: float) -> bool:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id)
+            due = current is not None and (
+                (current.state == BreakerState.OPEN and (current.reopen_at or 0.0) <= now)
+                or (
+                    current.state == BreakerState.HALF_OPEN
+                    and ((current.probe_at or 0.0) < now - probe_timeout_s or current.probe == operation_id)
+                )
+            )
+            if current is None or not due:
+                return False
+            self.db.dependencies[dependency_id] = replace(
+                current, state=BreakerState.HALF_OPEN, probe=operation_id, probe_at=now
+            )
+            for shard in running_shards(dependency_id):
+                self.db.dependency_flags[shard] = (True, operation_id)
+            return True
+
+    def probe_failed(self, dependency_id: str, operation_id: str, now: float, cooldown_max_s: float) -> bool:
+        with self.db.lock:
+            current = self.db.dependencies.get(dependency_id)
+            if current is None or current.state != BreakerState.HALF_OPEN or current.probe != operation_id:
+                return False
+            cooldown = min((current.cooldown_s or 1.0) * 2, cooldown_max_s)
+            self.db.dependencies[dependency_id] = replace(
+                current,
+                state=BreakerState.OPEN,
+                reopen_at=now + cooldown,
+                cooldown_s=cooldown,
+                probe=None,
+                probe_at=None,
+            )
+            for shard in running_shards(dependency_id):
+                self.db.dependency_flags[shard] = (True, None)
+            return True
+
+    def record_failure(
+        self, dependency_id: str, site_id: str, operation_id: str, code: str, now: float, *, window_s: float
+    ) -> tuple[int, int, tuple[dict[str, Any], ...]]:
+        with self.db.lock:
+            window = self.db.dependency_failures.setdefault(failures_key(dependency_id, int(now // window_s)), [])
+            window.append({"site_id": site_id, "operation_id": operation_id, "code": code, "at": now})
+            return len(window), len({f["site_id"] for f in window}), tuple(window[-self.EVIDENCE_KEPT :])
+
+    def _change(
+        self,
+        changed: Dependency,
+        *,
+        blocked: bool,
+        paused: bool,
+        by: str,
+        now: float,
+        reason: str | None = None,
+        evidence: Any = None,
+    ) -> Dependency:
+        """The state, its flag on every running shard and one event per principal whose site names it."""
+        self.db.dependencies[changed.dependency_id] = changed
+        for shard in running_shards(changed.dependency_id):
+            self.db.dependency_flags[shard] = (blocked, None)
+        for principal in sorted(changed.principals):
+            self.db.write_event(dependency_changed(changed.dependency_id, principal, paused, by, now, reason, evidence))
+        return changed
 
 
 class MemoryMinuteBuckets:
@@ -1375,6 +1635,7 @@ class MemoryWorld:
         self.webhooks = MemoryWebhookStore(self.db)
         self.webhook_secrets = MemoryWebhookSecrets()
         self.webhook_queue = MemoryWebhookQueue()
+        self.dependency_store = MemoryDependencyStore(self.db)
 
 
 def conforming_ports(
@@ -1399,6 +1660,7 @@ def conforming_ports(
     WebhookSecrets,
     WebhookQueue,
     WebhookSender,
+    DependencyStore,
 ]:
     """Every fake as the port it stands in for: mypy checks each one's methods against the port's protocol here, as
     it checks the AWS adapters in `Dependencies` (the contract suite checks that they behave alike)."""
@@ -1422,4 +1684,5 @@ def conforming_ports(
         world.webhook_secrets,
         world.webhook_queue,
         ScriptedReceiver(),
+        world.dependency_store,
     )

@@ -13,13 +13,12 @@ from pynamodb.expressions.operand import Value, _ListAppend
 from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.tables import CounterItem
 from sitedispatch.aws.writes import TransactionFailed, get_item, get_items, read_all, transaction
-from sitedispatch.domain.dependencies import BreakerState, Dependency, DependencyReading, Rate
+from sitedispatch.domain.dependencies import BREAKER, BreakerState, Dependency, DependencyReading, Rate
 from sitedispatch.domain.events import dependency_changed
 from sitedispatch.domain.model import Kind
 from sitedispatch.flow.dependencies import dependency_key, failures_key, rate_key, running_shards
 
 INDEX = "dep-index"
-BREAKER = "breaker"  # who opened or closed it, when not an operator
 EVIDENCE_KEPT = 10
 FAILURE_WINDOW_TTL_S = 86_400
 

@@ -22,6 +22,7 @@ MAX_DEPENDENCIES_PER_SITE = 4
 MAX_RATES = 6  # per dependency: one for all kinds and one per kind at most
 MAX_STARTS_PER_S = 100.0  # a rate's bucket is written once per start it allows: kept far under one item's throughput
 ALL_KINDS = "all"
+BREAKER = "breaker"  # who opened or closed a dependency, when not an operator (its probe closes it)
 
 
 class BreakerState(StrEnum):

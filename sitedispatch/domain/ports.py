@@ -348,6 +348,10 @@ class SiteStore(Protocol):
         SiteTaken if another principal owns it; Conflict if `connection` differs from the one it was registered
         with."""
 
+    def set_dependencies(self, site_id: str, dependency_ids: tuple[str, ...]) -> Site:
+        """What the site shares with other sites (checked ids, its owner's order), for attempts not yet started
+        (each start reads the site). NotFound if unknown."""
+
     def claim_lease(self, site_id: str, operation_id: str, now: float, duration: float) -> Lease:
         """Conditional: free, expired or already ours. Increments the fence. Raises LeaseHeld."""
 

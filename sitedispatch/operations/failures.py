@@ -8,7 +8,7 @@ from typing import Protocol
 from sitedispatch import observability as obs
 from sitedispatch.domain.errors import NotRunnable, StaleFence
 from sitedispatch.domain.model import ErrorInfo, Operation, QueueMessage, lane_for
-from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteStore
+from sitedispatch.domain.ports import BlobStore, Clock, DependencyStore, OperationQueue, OperationStore, SiteStore
 from sitedispatch.domain.settings import Settings
 from sitedispatch.kinds.contract import SiteDriver
 from sitedispatch.operations.evidence import Evidence, build_evidence
@@ -25,6 +25,7 @@ class FailureDeps(Protocol):
     blobs: BlobStore
     queue: OperationQueue
     clock: Clock
+    dependencies: DependencyStore
 
 
 def count_towards_pause(
@@ -60,10 +61,7 @@ def count_towards_breakers(
     of them from two sites or more open its breaker (one site's failures are that site's: they pause it). A probe's
     failure opens it again, its cooldown doubled. A failure to count is logged: a breaker is a protection, not a
     guarantee of the work."""
-    store = getattr(deps, "dependencies", None)
-    if store is None:
-        return
-    s = deps.settings
+    store, s = deps.dependencies, deps.settings
     now = deps.clock.now()
     for dependency_id in dependency_ids:
         try:

@@ -16,7 +16,7 @@ from typing import TypeVar
 from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
 from sitedispatch.domain.delivery import Outcome, Result
-from sitedispatch.domain.dependencies import DependencyRefused, DependencyTake
+from sitedispatch.domain.dependencies import BREAKER, DependencyRefused, DependencyTake
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     LeaseHeld,
@@ -69,7 +69,6 @@ from sitedispatch.operations.assembly import prepare_commit
 from sitedispatch.operations.failures import count_towards_pause, dead_letter
 
 SUPERSESSION_SCAN = 50
-BREAKER_NAME = "breaker"  # who closed a dependency its probe closed
 DEPENDENCY_PLACEMENT_TRIES = 8
 T = TypeVar("T")
 
@@ -91,7 +90,7 @@ class WorkerDeps:
     pace: Pace  # each principal's measured pace, recorded at every completion
     drivers: Mapping[str, SiteDriver]
     outcomes: Outcomes  # the fleet's successes and deaths per minute (the console's overview)
-    dependencies: DependencyStore | None = None  # what sites share (None: no site names a dependency)
+    dependencies: DependencyStore  # what sites share: caps, rates, breakers
 
 
 class OperationsWorker:
@@ -309,7 +308,7 @@ class OperationsWorker:
         """What a start takes of its site's dependencies (None: it names none, or the attempt continues), or the
         deferral that says why not now: a full cap, a breaker open or paused, a rate reserved ahead."""
         d = self.deps
-        if not site.dependencies or d.dependencies is None or op.continues:
+        if not site.dependencies or op.continues:
             return None
         s = d.settings
         for _ in range(2):  # a probe elected reads again (its own election is then what it sees)
@@ -468,10 +467,8 @@ class OperationsWorker:
         leaves it half open; the next probe, once this one is quiet, closes it."""
         d = self.deps
         for dependency_id in self.probing:
-            if d.dependencies is None:
-                return
             try:
-                if d.dependencies.resume(dependency_id, BREAKER_NAME, now, probe=op.operation_id) is not None:
+                if d.dependencies.resume(dependency_id, BREAKER, now, probe=op.operation_id) is not None:
                     obs.logger.info("dependency closed by its probe", extra={"dependency": dependency_id})
             except Exception as exc:
                 obs.logger.warning("could not close the dependency", extra={"error": _describe(exc)})

@@ -27,6 +27,7 @@ from sitedispatch.domain.ports import (
     BlobStore,
     Clock,
     CommitStore,
+    DependencyStore,
     OperationQueue,
     OperationStore,
     PublicationStore,
@@ -77,6 +78,7 @@ class ControlDeps:
     quotas: QuotaStore
     commits: CommitStore
     publications: PublicationStore
+    dependencies: DependencyStore
 
 
 class Access:

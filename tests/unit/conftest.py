@@ -67,6 +67,7 @@ class Harness:
                 self.pace(),
                 self.drivers,
                 Outcomes(MinuteCounts(MemoryMinuteBuckets(self.world.db))),
+                w.dependency_store,
             )
         )
 
@@ -94,6 +95,7 @@ class Harness:
                 w.quotas,
                 w.commits,
                 w.publications,
+                w.dependency_store,
             )
         )
 

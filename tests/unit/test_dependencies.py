@@ -1,0 +1,130 @@
+"""Dependencies in the core, on the in-memory ports: a cap defers a start without spending an attempt, a rate
+reserves a start's exact time, the breaker opens on failures spread over its sites, one probe closes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
+from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.errors import TransientError
+from sitedispatch.domain.events import EventType
+from sitedispatch.domain.model import Kind, Status
+from tests.unit.conftest import Harness
+
+SITES = ("site-1", "site-2", "site-3")
+
+
+def _on(harness: Harness, dependency: str, *sites: str) -> None:
+    for site in sites:
+        harness.provisioned(site)
+        harness.world.sites.set_dependencies(site, (dependency,))
+    harness.world.dependency_store.named((dependency,), "tenant-a", harness.world.clock.now())
+
+
+def _due(harness: Harness, operation_id: str) -> None:
+    """The clock at the operation's retry time (its backoff spent)."""
+    row = harness.world.operations.get(operation_id)
+    assert row is not None
+    harness.world.clock.advance(max((row.not_before or 0.0) - harness.world.clock.now(), 0.0))
+
+
+def test_a_full_cap_defers_a_start_with_no_attempt_spent_and_the_slot_is_free_again_at_the_commit() -> None:
+    h = Harness()
+    _on(h, "db:a", *SITES)
+    h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
+    first = h.submit(site="site-1", kind="publish", params={}, key="p1")
+    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    seen: dict[str, Any] = {}
+
+    def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
+        if ctx.site.site_id == "site-1":  # while the first runs on db:a, the second is delivered
+            seen["running"] = h.world.dependency_store.running(("db:a",))["db:a"]
+            seen["second"] = h.deliver(second)[0]
+        return inner(ctx, payload)
+
+    h.wrap(Kind.PUBLISH, meanwhile)
+    result, _ = h.deliver(first)
+    assert result.outcome == Outcome.SUCCEEDED, result
+    assert seen["running"] == 1
+    assert seen["second"].outcome == Outcome.DEFERRED and seen["second"].reason == "dependency_cap"
+    waiting = h.world.operations.get(second)
+    assert waiting is not None and waiting.attempt == 0 and waiting.status == Status.QUEUED
+    assert h.world.dependency_store.running(("db:a",))["db:a"] == 0  # released by the commit
+    assert h.deliver(second)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_a_rate_reserves_the_next_start_at_its_exact_time_and_it_starts_then() -> None:
+    h = Harness()
+    _on(h, "db:a", "site-1", "site-2")
+    h.world.dependency_store.put_settings("db:a", None, (Rate(1, 60.0),), "ops-alice", "one a minute", 0.0)
+    assert h.deliver(h.submit(site="site-1", kind="publish", params={}, key="p1"))[0].outcome == Outcome.SUCCEEDED
+    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    result, visibility = h.deliver(second)
+    assert result.outcome == Outcome.DEFERRED and result.reason == "dependency_rate"
+    row = h.world.operations.get(second)
+    assert row is not None and row.attempt == 0 and row.not_before is not None
+    assert 59.0 <= row.not_before - h.world.clock.now() <= 60.0  # one interval after the first start
+    assert visibility.changes and visibility.changes[-1] >= row.not_before - h.world.clock.now()
+    h.world.clock.advance(row.not_before - h.world.clock.now())
+    assert h.deliver(second)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_failures_spread_over_its_sites_open_the_breaker_and_its_one_probe_closes_it() -> None:
+    h = Harness()
+    _on(h, "db:a", *SITES)
+    down = {"down": True}
+
+    def flaky(inner: Any, ctx: Any, payload: Any) -> Any:
+        if down["down"]:
+            raise TransientError("database cluster unavailable")
+        return inner(ctx, payload)
+
+    h.wrap(Kind.PUBLISH, flaky)
+    ops = [h.submit(site=site, kind="publish", params={}, key=f"p-{site}") for site in SITES]
+    threshold = h.settings.dependency_failures_to_open
+    failures = 0
+    while (h.world.dependency_store.get("db:a") or Dependency("db:a")).state == BreakerState.CLOSED:
+        op = ops[failures % len(ops)]
+        _due(h, op)
+        result, _ = h.deliver(op)
+        assert result.outcome == Outcome.RETRYING, result
+        failures += 1
+        assert failures <= threshold, "the breaker did not open at its threshold"
+    dependency = h.world.dependency_store.get("db:a")
+    assert dependency is not None and dependency.state == BreakerState.OPEN and len(dependency.evidence) == threshold
+    assert failures == threshold
+    paused = [e for e in h.world.db.events.values() if e.event.type == EventType.DEPENDENCY_PAUSED]
+    assert [e.event.principal for e in paused] == ["tenant-a"]
+    attempts = sum(h.world.operations.get(op).attempt for op in ops)  # type: ignore[union-attr]
+
+    # Open: every site's work waits, no attempt spent; past the cooldown one start probes, and its success closes it.
+    for op in ops:
+        _due(h, op)
+        result, _ = h.deliver(op)
+        assert result.outcome == Outcome.DEFERRED and result.reason == "dependency_open", result
+    down["down"] = False
+    h.world.clock.advance(h.settings.dependency_cooldown_s + h.settings.backoff_cap_s)
+    assert h.deliver(ops[0])[0].outcome == Outcome.SUCCEEDED
+    closed = h.world.dependency_store.get("db:a")
+    assert closed is not None and closed.state == BreakerState.CLOSED
+    resumed = [e for e in h.world.db.events.values() if e.event.type == EventType.DEPENDENCY_RESUMED]
+    assert [e.event.detail["by"] for e in resumed] == ["breaker"]
+    for op in ops[1:]:
+        assert h.deliver(op)[0].outcome == Outcome.SUCCEEDED
+    assert sum(h.world.operations.get(op).attempt for op in ops) == attempts + len(ops)  # type: ignore[union-attr]
+
+
+def test_an_operators_pause_holds_every_sites_work_and_its_resume_lets_it_start() -> None:
+    h = Harness()
+    _on(h, "db:a", "site-1")
+    paused = h.world.dependency_store.pause("db:a", "cluster maintenance", "ops-alice", 0.0)
+    assert paused is not None and paused.state == BreakerState.PAUSED
+    assert h.world.dependency_store.pause("db:a", "again", "ops-alice", 0.0) is None
+    op = h.submit(site="site-1", kind="publish", params={}, key="p1")
+    for _ in range(3):
+        result, _ = h.deliver(op)
+        assert result.outcome == Outcome.DEFERRED and result.reason == "dependency_paused"
+    assert h.world.operations.get(op).attempt == 0  # type: ignore[union-attr]
+    assert h.world.dependency_store.resume("db:a", "ops-alice", 1.0) is not None
+    assert h.deliver(op)[0].outcome == Outcome.SUCCEEDED
