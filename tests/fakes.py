@@ -1164,12 +1164,25 @@ class MemoryDependencyStore:
     def _running(self, dependency_ids: Sequence[str]) -> dict[str, int]:
         return {i: sum(self.db.counters.get(s, 0) for s in running_shards(i)) for i in dependency_ids}
 
-    def named(self, dependency_ids: Sequence[str], principal: str, now: float) -> None:
+    def named(self, dependency_ids: Sequence[str], principal: str, site_id: str, now: float) -> None:
         with self.db.lock:
             for i in dependency_ids:
                 self.db.dependency_index.add(i)
                 current = self.db.dependencies.get(i) or Dependency(i)
-                self.db.dependencies[i] = replace(current, principals=current.principals | {principal})
+                self.db.dependencies[i] = replace(
+                    current, principals=current.principals | {principal}, sites=current.sites | {site_id}
+                )
+
+    def unnamed(self, dependency_ids: Sequence[str], site_id: str, principal: str | None, now: float) -> None:
+        with self.db.lock:
+            for i in dependency_ids:
+                current = self.db.dependencies.get(i) or Dependency(i)
+                principals = current.principals - {principal} if principal is not None else current.principals
+                self.db.dependencies[i] = replace(current, principals=principals, sites=current.sites - {site_id})
+
+    def buckets(self, counters: Sequence[str]) -> dict[str, float]:
+        with self.db.lock:
+            return {c: self.db.dependency_tats[c] for c in counters if c in self.db.dependency_tats}
 
     def put_settings(
         self, dependency_id: str, max_running: int | None, rates: tuple[Rate, ...], by: str, reason: str, now: float
@@ -1266,11 +1279,11 @@ class MemoryDependencyStore:
             return True
 
     def record_failure(
-        self, dependency_id: str, site_id: str, operation_id: str, code: str, now: float, *, window_s: float
+        self, dependency_id: str, failure: dict[str, Any], now: float, *, window_s: float
     ) -> tuple[int, int, tuple[dict[str, Any], ...]]:
         with self.db.lock:
             window = self.db.dependency_failures.setdefault(failures_key(dependency_id, int(now // window_s)), [])
-            window.append({"site_id": site_id, "operation_id": operation_id, "code": code, "at": now})
+            window.append(dict(failure))
             return len(window), len({f["site_id"] for f in window}), tuple(window[-self.EVIDENCE_KEPT :])
 
     def _change(
@@ -1289,7 +1302,8 @@ class MemoryDependencyStore:
         for shard in running_shards(changed.dependency_id):
             self.db.dependency_flags[shard] = (blocked, None)
         for principal in sorted(changed.principals):
-            self.db.write_event(dependency_changed(changed.dependency_id, principal, paused, by, now, reason, evidence))
+            told = dependency_changed(changed.dependency_id, principal, paused, by, now, reason, evidence or ())
+            self.db.write_event(told)
         return changed
 
 

@@ -30,7 +30,18 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from sitedispatch import observability as obs
 from sitedispatch.api.errors import error_response, field_of
 from sitedispatch.api.request import binding, read_only
-from sitedispatch.api.routes import audit, dead_letters, events, fleet, operations, quotas, sites, uploads, webhooks
+from sitedispatch.api.routes import (
+    audit,
+    dead_letters,
+    dependencies,
+    events,
+    fleet,
+    operations,
+    quotas,
+    sites,
+    uploads,
+    webhooks,
+)
 from sitedispatch.domain.errors import (
     InvalidInput,
     NotFound,
@@ -50,7 +61,16 @@ API_VERSION = "1"
 # What only operators (and, of these, the reads: readers) may call: the producer policy does not grant these routes
 # at all (and the core refuses them).
 OPERATOR_ROUTES = frozenset(
-    {("PUT", "/quotas"), ("DELETE", "/quotas"), ("POST", "/reconcile"), ("GET", "/status/minutes")}
+    {
+        ("PUT", "/quotas"),
+        ("DELETE", "/quotas"),
+        ("POST", "/reconcile"),
+        ("GET", "/status/minutes"),
+        ("PUT", "/dependencies/{dependency_id}"),
+        ("DELETE", "/dependencies/{dependency_id}"),
+        ("POST", "/dependencies/{dependency_id}/pause"),
+        ("POST", "/dependencies/{dependency_id}/resume"),
+    }
 )
 BODY_OVERHEAD_BYTES = 16 * 1024  # a submit's envelope around its input
 ROUTERS = (
@@ -63,6 +83,7 @@ ROUTERS = (
     uploads.router,
     events.router,
     webhooks.router,
+    dependencies.router,
 )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from sitedispatch.domain.dependencies import ALL_KINDS, DEPENDENCY_ID, MAX_DEPENDENCIES_PER_SITE, MAX_RATES
 from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import (
     DRIVERS,
@@ -38,6 +39,7 @@ TENANT = TENANT_PATTERN.pattern
 DIGEST = r"^[0-9a-f]{64}$"
 ENDPOINT = ENDPOINT_PATTERN.pattern
 NOT_BLANK = NOT_BLANK_PATTERN.pattern
+DEPENDENCY = DEPENDENCY_ID.pattern
 WEBHOOK_URL = URL_PATTERN.pattern
 REASON_CHARS = 1000
 
@@ -174,10 +176,52 @@ class RegisterSiteRequest(Body):
         description="file:///path.json or a Secrets Manager secret holding the application password; only this "
         "reference is stored",
     )
+    dependencies: DependencyIds = Field(default_factory=list)
 
 
 class ReasonRequest(Body):
     reason: str = Field(default="", max_length=REASON_CHARS)
+
+
+class RequiredReasonRequest(Body):
+    reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
+
+
+DependencyIds = Annotated[
+    list[Annotated[str, Field(pattern=DEPENDENCY)]],
+    Field(
+        max_length=MAX_DEPENDENCIES_PER_SITE,
+        description="what the site shares with other sites (TYPE:NAME, e.g. db:cluster-7); a repeated id counts once",
+    ),
+]
+
+
+class SiteDependenciesRequest(Body):
+    dependencies: DependencyIds
+    reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
+
+
+class RateRequest(Body):
+    kind: str = Field(
+        default="all",
+        description="the kind it limits, or all kinds",
+        json_schema_extra={"enum": [ALL_KINDS, *(k.value for k in Kind)]},
+    )
+    limit: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] = Field(description="starts per period")
+    period_s: Annotated[float, Field(gt=0, le=7 * 86_400), NUMBER] = Field(description="the period, in seconds")
+    burst: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] = Field(
+        default=1, description="starts allowed at once ahead of the pace"
+    )
+
+
+class DependencyRequest(Body):
+    """Replaces what was set: an absent cap is no cap, no rates is no rate."""
+
+    max_running: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] | None = Field(
+        default=None, description="attempts running at once on it, across every principal and lane"
+    )
+    rates: list[RateRequest] = Field(default_factory=list, max_length=MAX_RATES, description="one per kind at most")
+    reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
 
 
 class ReplayRequest(ReasonRequest):
@@ -303,6 +347,15 @@ def error_responses() -> dict[int, Any]:
     return {200: {"description": "OK"}, **errors}  # no content given: the route's return model describes it
 
 
+class DependencyFailure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    site_id: str
+    operation_id: str
+    code: str
+    at: float
+
+
 class EventBody(BaseModel):
     """One event as every consumer receives it (events.schema.json): the common fields, then its type's own. Ids
     and outcomes only: never an input, content, a credential, or an error's message."""
@@ -336,10 +389,17 @@ class EventBody(BaseModel):
     publication_seq: int | None = None
     receipt_key: str | None = None
     # site.paused / site.resumed
-    by: str | None = Field(default=None, description="the principal itself, `operator`, or `sitedispatch`")
+    by: str | None = Field(
+        default=None, description="the principal itself, `operator`, `sitedispatch`, or (a dependency) `breaker`"
+    )
     reason: str | None = Field(default=None, description="site.paused: why; webhook.disabled: gone or failing")
     # webhook.disabled
     endpoint_id: str | None = None
+    # dependency.paused / dependency.resumed
+    dependency_id: str | None = None
+    evidence: list[DependencyFailure] | None = Field(
+        default=None, description="dependency.paused by its breaker: the failures of the principal's own sites"
+    )
 
 
 class EventPage(BaseModel):

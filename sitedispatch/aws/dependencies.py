@@ -70,7 +70,7 @@ class DynamoDependencyStore:
             counts[shards[item.counter_id]] += int(item.value or 0)
         return counts
 
-    def named(self, dependency_ids: Sequence[str], principal: str, now: float) -> None:
+    def named(self, dependency_ids: Sequence[str], principal: str, site_id: str, now: float) -> None:
         if not dependency_ids:
             return
         C = self.C
@@ -78,7 +78,27 @@ class DynamoDependencyStore:
             # the index's member ids are kept in its `principals` set (a set of strings the item already has)
             tx.update("index", C(INDEX), [C.principals.add(set(dependency_ids)), C.changed_at.set(now)])
             for i, dependency_id in enumerate(dependency_ids):
-                tx.update(f"dep:{i}", C(dependency_key(dependency_id)), [C.principals.add({principal})])
+                tx.update(
+                    f"dep:{i}",
+                    C(dependency_key(dependency_id)),
+                    [C.principals.add({principal}), C.sites.add({site_id}), C.changed_at.set(now)],
+                )
+
+    def unnamed(self, dependency_ids: Sequence[str], site_id: str, principal: str | None, now: float) -> None:
+        if not dependency_ids:
+            return
+        C = self.C
+        with transaction(C) as tx:
+            for i, dependency_id in enumerate(dependency_ids):
+                gone = [C.principals.delete({principal})] if principal is not None else []
+                tx.update(
+                    f"dep:{i}",
+                    C(dependency_key(dependency_id)),
+                    [C.sites.delete({site_id}), *gone, C.changed_at.set(now)],
+                )
+
+    def buckets(self, counters: Sequence[str]) -> dict[str, float]:
+        return {item.counter_id: float(item.tat) for item in read_all(self.C, list(counters)) if item.tat is not None}
 
     def put_settings(
         self, dependency_id: str, max_running: int | None, rates: tuple[Rate, ...], by: str, reason: str, now: float
@@ -198,16 +218,16 @@ class DynamoDependencyStore:
         return True
 
     def record_failure(
-        self, dependency_id: str, site_id: str, operation_id: str, code: str, now: float, *, window_s: float
+        self, dependency_id: str, failure: dict[str, Any], now: float, *, window_s: float
     ) -> tuple[int, int, tuple[dict[str, Any], ...]]:
         C = self.C
         window = int(now // window_s)
         item = C(failures_key(dependency_id, window))
-        entry = json.dumps({"site_id": site_id, "operation_id": operation_id, "code": code, "at": now})
+        entry = json.dumps(failure, sort_keys=True)
         item.update(
             actions=[
                 C.value.add(1),
-                C.sites.add({site_id}),
+                C.sites.add({str(failure["site_id"])}),
                 C.operations.set(_ListAppend(C.operations | [], Value([entry], attribute=C.operations))),
                 C.expires_at.set(int(now + FAILURE_WINDOW_TTL_S)),
             ]
@@ -241,7 +261,7 @@ class DynamoDependencyStore:
                     )
                     tx.update(f"shard:{shard}", C(shard), flag)
                 for principal in sorted(before.principals)[:90]:
-                    told = dependency_changed(dependency_id, principal, paused, by, now, reason, evidence)
+                    told = dependency_changed(dependency_id, principal, paused, by, now, reason, evidence or ())
                     self.outbox.add(tx, told, name=f"event:{principal}")
         except TransactionFailed:
             return None
@@ -268,4 +288,5 @@ def to_dependency(item: CounterItem) -> Dependency:
         settings_reason=spec.get("reason"),
         settings_at=spec.get("at"),
         principals=frozenset(cast(set[str], item.principals or set())),
+        sites=frozenset(cast(set[str], item.sites or set())),
     )

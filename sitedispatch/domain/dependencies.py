@@ -137,7 +137,8 @@ class Dependency:
     settings_by: str | None = None  # who set the cap and rates last, why and when
     settings_reason: str | None = None
     settings_at: float | None = None
-    principals: frozenset[str] = field(default_factory=frozenset)  # whose sites named it: who its events go to
+    principals: frozenset[str] = field(default_factory=frozenset)  # whose sites name it: who its events go to
+    sites: frozenset[str] = field(default_factory=frozenset)  # the sites naming it
 
     @property
     def configured(self) -> bool:

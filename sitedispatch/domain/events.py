@@ -195,8 +195,9 @@ def dependency_changed(
     detail: dict[str, Any] = {"dependency_id": dependency_id, "by": by}
     if paused and reason:
         detail["reason"] = reason
-    if evidence:
-        detail["evidence"] = list(evidence)
+    own = [{k: v for k, v in e.items() if k != "principal"} for e in evidence or () if e.get("principal") == principal]
+    if own:
+        detail["evidence"] = own  # of its own sites only: who else shares the dependency is not told
     return Event(
         event_id=_event_id("dependency", dependency_id, principal, paused, repr(now)),
         type=EventType.DEPENDENCY_PAUSED if paused else EventType.DEPENDENCY_RESUMED,

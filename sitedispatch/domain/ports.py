@@ -694,8 +694,14 @@ class DependencyStore(Protocol):
     def running(self, dependency_ids: Sequence[str]) -> dict[str, int]:
         """Attempts running on each (summed over its shards)."""
 
-    def named(self, dependency_ids: Sequence[str], principal: str, now: float) -> None:
-        """`principal`'s site names these: they are listed, and their events go to its feed."""
+    def named(self, dependency_ids: Sequence[str], principal: str, site_id: str, now: float) -> None:
+        """`principal`'s site `site_id` names these: they are listed, and their events go to its feed."""
+
+    def unnamed(self, dependency_ids: Sequence[str], site_id: str, principal: str | None, now: float) -> None:
+        """`site_id` no longer names these; given `principal`, none of its sites does (its feed no longer hears)."""
+
+    def buckets(self, counters: Sequence[str]) -> dict[str, float]:
+        """The rate buckets' theoretical arrival times (absent: never used)."""
 
     def put_settings(
         self, dependency_id: str, max_running: int | None, rates: tuple[Rate, ...], by: str, reason: str, now: float
@@ -718,10 +724,10 @@ class DependencyStore(Protocol):
         operation is not its probe."""
 
     def record_failure(
-        self, dependency_id: str, site_id: str, operation_id: str, code: str, now: float, *, window_s: float
+        self, dependency_id: str, failure: dict[str, Any], now: float, *, window_s: float
     ) -> tuple[int, int, tuple[dict[str, Any], ...]]:
-        """A failure of the destination on one of its sites, counted in the current window: the window's
-        failures, the distinct sites they came from, and the most recent of them (site, operation, code)."""
+        """A failure of the destination on one of its sites (principal, site_id, operation_id, code, at), counted
+        in the current window: the window's failures, the distinct sites they came from, and the most recent."""
 
     def open(
         self, dependency_id: str, reason: str, evidence: tuple[dict[str, Any], ...], now: float, cooldown_s: float

@@ -68,9 +68,14 @@ def count_towards_breakers(
             if dependency_id in probing:
                 store.probe_failed(dependency_id, op.operation_id, now, s.dependency_cooldown_max_s)
                 continue
-            count, sites, recent = store.record_failure(
-                dependency_id, op.site_id, op.operation_id, error.code, now, window_s=s.dependency_window_s
-            )
+            failure = {
+                "principal": op.principal,
+                "site_id": op.site_id,
+                "operation_id": op.operation_id,
+                "code": error.code,
+                "at": now,
+            }
+            count, sites, recent = store.record_failure(dependency_id, failure, now, window_s=s.dependency_window_s)
             if count >= s.dependency_failures_to_open and sites >= BREAKER_MIN_SITES:
                 reason = f"{count} failures from {sites} sites in {s.dependency_window_s:g} s; last: {error.code}"
                 if store.open(dependency_id, reason, recent, now, s.dependency_cooldown_s) is not None:

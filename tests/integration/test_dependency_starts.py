@@ -15,7 +15,7 @@ from tests.factories import PROVISION
 
 def _site_on(cloud: Cloud, site: str, *dependencies: str) -> str:
     cloud.deps.sites.register(site, "p", time.time())
-    cloud.deps.sites.set_dependencies(site, dependencies)  # type: ignore[attr-defined]
+    cloud.deps.sites.set_dependencies(site, dependencies)
     return site
 
 
@@ -46,7 +46,7 @@ def test_a_full_cap_defers_without_an_attempt_and_a_start_takes_then_releases_it
 
 def test_a_paused_dependency_holds_work_and_a_rate_reserves_the_next_place(cloud: Cloud) -> None:
     store = DynamoDependencyStore(cloud.deps.models.Counter, cloud.deps.outbox)
-    store.named(["db:b"], "p", time.time())
+    store.named(["db:b"], "p", "s-b", time.time())
     store.pause("db:b", "maintenance", "ops", time.time())
     held = _submit(cloud, _site_on(cloud, "dep-s2", "db:b"))
     pump(cloud)

@@ -16,7 +16,7 @@ def _store(cloud: Cloud) -> DynamoDependencyStore:
 def test_settings_are_kept_listed_and_read_with_the_running_shards_and_buckets_in_one_reading(cloud: Cloud) -> None:
     store = _store(cloud)
     rate = Rate(20, 60.0, 5)
-    store.named(["db:a", "php:p"], "alice", 1.0)
+    store.named(["db:a", "php:p"], "alice", "s-1", 1.0)
     dep = store.put_settings("db:a", 4, (rate, Rate(30, 3600.0, kind=Kind.IMPORT)), "ops", "protect the cluster", 2.0)
     assert dep.max_running == 4 and dep.rates[0] == rate and dep.principals == frozenset({"alice"})
     assert [d.dependency_id for d in store.list()] == ["db:a", "php:p"]
@@ -31,8 +31,8 @@ def test_settings_are_kept_listed_and_read_with_the_running_shards_and_buckets_i
 
 def test_a_pause_blocks_every_running_shard_and_tells_each_principal_and_a_resume_clears_it(cloud: Cloud) -> None:
     store = _store(cloud)
-    store.named(["db:a"], "alice", 1.0)
-    store.named(["db:a"], "bob", 1.0)
+    store.named(["db:a"], "alice", "s-1", 1.0)
+    store.named(["db:a"], "bob", "s-2", 1.0)
     paused = store.pause("db:a", "maintenance", "ops", 5.0)
     assert paused is not None and paused.state == BreakerState.PAUSED and paused.reason == "maintenance"
     assert store.pause("db:a", "again", "ops", 6.0) is None  # already paused: no second event
@@ -49,7 +49,8 @@ def test_a_pause_blocks_every_running_shard_and_tells_each_principal_and_a_resum
 def test_the_breaker_opens_elects_one_probe_and_a_failed_probe_doubles_the_cooldown(cloud: Cloud) -> None:
     store = _store(cloud)
     for i, site in enumerate(["s1", "s2", "s1"]):
-        count, sites, recent = store.record_failure("db:a", site, f"op-{i}", "unreachable", 100.0 + i, window_s=60)
+        failure = {"principal": "p", "site_id": site, "operation_id": f"op-{i}", "code": "unreachable", "at": 100.0 + i}
+        count, sites, recent = store.record_failure("db:a", failure, 100.0 + i, window_s=60)
     assert (count, sites) == (3, 2) and [r["operation_id"] for r in recent] == ["op-0", "op-1", "op-2"]
     opened = store.open("db:a", "3 failures from 2 sites", recent, 103.0, 30.0)
     assert opened is not None and opened.state == BreakerState.OPEN and opened.reopen_at == 133.0

@@ -314,9 +314,19 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
     b = as_(api, "tenant-b")
     hook = as_(api, "tenant-a").call("POST", "/webhooks", body={"url": "http://127.0.0.1:9/hook"})
     endpoint_id = hook["endpoint"]["endpoint_id"]
-    ids = {"operation_id": dead, "site_id": "a-site", "endpoint_id": endpoint_id}
-    missing_ids = {"operation_id": "op_" + "0" * 32, "site_id": "zz-site", "endpoint_id": "whk_" + "0" * 24}
-    bodies = {"/webhooks/{endpoint_id}/redeliver": {"from_seq": 1}}  # a valid body: the id is what is refused
+    on_a = {"dependencies": ["db:a-shared"], "reason": "its cluster"}
+    as_(api, "tenant-a").call("PUT", "/sites/a-site/dependencies", body=on_a)
+    ids = {"operation_id": dead, "site_id": "a-site", "endpoint_id": endpoint_id, "dependency_id": "db:a-shared"}
+    missing_ids = {
+        "operation_id": "op_" + "0" * 32,
+        "site_id": "zz-site",
+        "endpoint_id": "whk_" + "0" * 24,
+        "dependency_id": "db:zz",
+    }
+    bodies: dict[str, dict[str, Any]] = {  # valid bodies: the id is what is refused
+        "/webhooks/{endpoint_id}/redeliver": {"from_seq": 1},
+        "/sites/{site_id}/dependencies": {"dependencies": [], "reason": "r"},
+    }
     queries = {("DELETE", "/sites/{site_id}"): {"reason": "r"}}  # a valid query, likewise
     checked = set()
     for method, path in routes():
@@ -328,7 +338,7 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
         if "{" not in path:
             continue
         concrete, missing = path.format(**ids), path.format(**missing_ids)
-        body: dict[str, Any] | None = bodies.get(path, {}) if method == "POST" else None
+        body: dict[str, Any] | None = bodies.get(path, {}) if method in ("POST", "PUT") else None
         query = queries.get((method, path))
         theirs = b.request(method, concrete, body=body, query=query)
         absent = b.request(method, missing, body=body, query=query)
@@ -348,6 +358,7 @@ def test_a_principal_gets_nothing_of_another_principals_on_any_route(api: str, c
     assert b.request("GET", "/quotas", query={"principal": "tenant-a"}).status == 403
     assert b.call("POST", "/dead-letters/redrive", body={"all": True})["selected"] == []
     assert b.call("GET", "/webhooks") == {"endpoints": []}
+    assert b.call("GET", "/dependencies") == []
     taken = b.request("POST", "/sites", body={"site_id": "a-site", "driver": "reference"})
     assert taken.status == 409  # site ids are one namespace: taken, whoever holds it
     assert {r for r in routes() if "{" in r[1]} <= checked

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
 from sitedispatch.domain.delivery import Outcome
+from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
 from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import Kind, Status
+from sitedispatch.operator.access import Caller
 from tests.unit.conftest import Harness
 
 SITES = ("site-1", "site-2", "site-3")
 
 
 def _on(harness: Harness, dependency: str, *sites: str) -> None:
+    """Sites provisioned, then naming `dependency` (their owner's change)."""
     for site in sites:
         harness.provisioned(site)
-        harness.world.sites.set_dependencies(site, (dependency,))
-    harness.world.dependency_store.named((dependency,), "tenant-a", harness.world.clock.now())
+        harness.controls().set_site_dependencies(Caller("tenant-a", False), site, [dependency], "on the cluster")
+
+
+def _attempts(harness: Harness, operation_ids: list[str]) -> int:
+    return sum(op.attempt for op in map(harness.world.operations.get, operation_ids) if op is not None)
 
 
 def _due(harness: Harness, operation_id: str) -> None:
@@ -96,7 +101,7 @@ def test_failures_spread_over_its_sites_open_the_breaker_and_its_one_probe_close
     assert failures == threshold
     paused = [e for e in h.world.db.events.values() if e.event.type == EventType.DEPENDENCY_PAUSED]
     assert [e.event.principal for e in paused] == ["tenant-a"]
-    attempts = sum(h.world.operations.get(op).attempt for op in ops)  # type: ignore[union-attr]
+    attempts = _attempts(h, ops)
 
     # Open: every site's work waits, no attempt spent; past the cooldown one start probes, and its success closes it.
     for op in ops:
@@ -112,7 +117,7 @@ def test_failures_spread_over_its_sites_open_the_breaker_and_its_one_probe_close
     assert [e.event.detail["by"] for e in resumed] == ["breaker"]
     for op in ops[1:]:
         assert h.deliver(op)[0].outcome == Outcome.SUCCEEDED
-    assert sum(h.world.operations.get(op).attempt for op in ops) == attempts + len(ops)  # type: ignore[union-attr]
+    assert _attempts(h, ops) == attempts + len(ops)
 
 
 def test_an_operators_pause_holds_every_sites_work_and_its_resume_lets_it_start() -> None:

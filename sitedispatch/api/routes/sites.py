@@ -11,7 +11,14 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import Field
 
 from sitedispatch.api.errors import ERRORS, LISTED
-from sitedispatch.api.models import NOT_BLANK, NUMBER, REASON_CHARS, ReasonRequest, RegisterSiteRequest
+from sitedispatch.api.models import (
+    NOT_BLANK,
+    NUMBER,
+    REASON_CHARS,
+    ReasonRequest,
+    RegisterSiteRequest,
+    SiteDependenciesRequest,
+)
 from sitedispatch.api.request import CURSOR_QUERY, caller, dependencies, paged
 from sitedispatch.domain.model import Site, SiteConnection
 from sitedispatch.operator.reads import LiveRoute, SiteHistory
@@ -22,7 +29,10 @@ router = Router()
 @router.post("/sites", responses=ERRORS, summary="Register a site with its driver, before its first operation")
 def register_site(body: RegisterSiteRequest) -> Site:
     connection = SiteConnection(body.driver, body.url, body.credential)
-    return dependencies().submitter().register_site(body.site_id, caller().identity, connection)
+    site = dependencies().submitter().register_site(body.site_id, caller().identity, connection)
+    if body.dependencies and tuple(body.dependencies) != site.dependencies:
+        return dependencies().controls().set_site_dependencies(caller(), site.site_id, body.dependencies, "registered")
+    return site
 
 
 @router.get("/sites", responses=LISTED, summary="A page of the caller's sites (an operator's: every site)")
@@ -72,3 +82,12 @@ def pause_site(site_id: str, body: ReasonRequest) -> Site:
 @router.post("/sites/<site_id>/resume", responses=ERRORS, summary="Resume a paused site")
 def resume_site(site_id: str, body: ReasonRequest) -> Site:
     return dependencies().controls().set_paused(caller(), site_id, False, body.reason or None)
+
+
+@router.put(
+    "/sites/<site_id>/dependencies",
+    responses=ERRORS,
+    summary="Set what a site shares with other sites (its owner or an operator): for attempts not yet started",
+)
+def set_site_dependencies(site_id: str, body: SiteDependenciesRequest) -> Site:
+    return dependencies().controls().set_site_dependencies(caller(), site_id, body.dependencies, body.reason)
