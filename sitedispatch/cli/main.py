@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sitedispatch.cli import audit, dlq, events, local, ops, quotas, sites, webhooks
+from sitedispatch.cli import audit, deps, dlq, events, local, ops, quotas, sites, webhooks
 from sitedispatch.cli.args import AsOpt, JsonOpt, parse_params
 from sitedispatch.cli.console import console as console_command
 from sitedispatch.cli.context import client, use_env_file, use_stack
@@ -25,6 +25,7 @@ app.add_typer(audit.app, name="audit")
 app.add_typer(events.app, name="events")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(quotas.app, name="quotas")
+app.add_typer(deps.app, name="deps")
 app.add_typer(local.app, name="local")
 app.command("console")(console_command)
 app.command("doctor")(doctor_command)

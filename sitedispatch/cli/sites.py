@@ -1,4 +1,4 @@
-"""`sitedispatch sites register|list|get|history|read|pause|resume|delete`."""
+"""`sitedispatch sites register|list|get|history|read|pause|resume|delete|dependencies`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from sitedispatch.domain.errors import InvalidInput, SiteDispatchError
 from sitedispatch.domain.model import Publication, PublicationStatus, Site
 
 app = typer.Typer(help="Inspect sites.", no_args_is_help=True)
+DependencyOpt = Annotated[
+    list[str] | None,
+    typer.Option("--dependency", help="what the site shares with others (TYPE:NAME, e.g. db:cluster-7); repeat"),
+]
 
 
 @app.command("register")
@@ -29,14 +33,14 @@ def register(
             '{"user": ..., "application_password": ...}; only this reference is stored'
         ),
     ] = None,
+    dependency: DependencyOpt = None,
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Register a site with its driver, before its first operation (then `submit provision`)."""
     with reported(json):
-        body = client(as_).call(
-            "POST", "/sites", body={"site_id": site_id, "driver": driver, "url": url, "credential": credential}
-        )
+        request = {"site_id": site_id, "driver": driver, "url": url, "credential": credential}
+        body = client(as_).call("POST", "/sites", body=request | {"dependencies": dependency or []})
         site = typed(Site, body)
         if json:
             emit_json(body)
@@ -105,6 +109,7 @@ def get(site_id: str, as_: AsOpt = None, json: JsonOpt = False) -> None:
                 ["lease", f"{site.lease_owner} until {when(site.lease_expires_at)}" if site.lease_owner else "free"],
                 ["paused", _paused(site)],
                 ["consecutive failures", site.consecutive_failures],
+                ["dependencies", ", ".join(site.dependencies) or "-"],
                 ["average operation", f"{site.avg_operation_s:.2f}s" if site.avg_operation_s else "-"],
                 ["live revision", site.live_revision or "-"],
                 ["live seq", site.live_seq],
@@ -226,3 +231,22 @@ def delete(site_id: str, reason: RequiredReasonOpt, as_: AsOpt = None, json: Jso
     with reported(json):
         site = client(as_).call("DELETE", f"/sites/{site_id}", query={"reason": reason})
         emit_json(site) if json else sys.stdout.write(f"deleted {site_id} (it was {site['principal']}'s)\n")
+
+
+@app.command("dependencies")
+def dependencies(
+    site_id: str,
+    reason: RequiredReasonOpt,
+    dependency_ids: Annotated[list[str] | None, typer.Argument(help="TYPE:NAME ids; none: the site names none")] = None,
+    as_: AsOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Set what a site shares with other sites (its owner or an operator; audited): attempts not yet started wait
+    for those dependencies' caps, rates and breakers (deps show ID)."""
+    with reported(json):
+        body = {"dependencies": dependency_ids or [], "reason": reason}
+        site = typed(Site, client(as_).call("PUT", f"/sites/{site_id}/dependencies", body=body))
+        if json:
+            emit_json(site)
+        else:
+            sys.stdout.write(f"{site_id} names {', '.join(site.dependencies) or 'no dependency'}\n")
