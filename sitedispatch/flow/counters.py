@@ -25,6 +25,7 @@ TENANT = "tenant"  # outstanding operations of one (principal, tenant), when the
 SITE = "site"  # queued operations of one site (and its owner); one site runs one at a time, so it is never hot
 RUNNING = "running"  # attempts running at once, per lane and fairness key
 SHARE = "queued"  # the fairness key's share of a lane's queue
+DEPENDENCY_RUNNING = "deprun"  # attempts running on a dependency (flow/dependencies.py), each shard its breaker's flag
 QUOTA = "quota"  # an operator's override, kept beside the counters it bounds
 
 # Shards per group. Outstanding counts are moved by every submit and every end, at the rate producers submit;
@@ -147,4 +148,5 @@ def named_by(counter_id: str) -> tuple[str, tuple[str, ...]] | None:
 
 def is_flow_counter(counter_id: str) -> bool:
     """Whether a counter is one an operation holds (what the recount compares)."""
-    return counter_id.startswith(tuple(key(name, "") for name in (GLOBAL, PRINCIPAL, TENANT, SITE, RUNNING, SHARE)))
+    held = (GLOBAL, PRINCIPAL, TENANT, SITE, RUNNING, SHARE, DEPENDENCY_RUNNING)
+    return counter_id.startswith(tuple(key(name, "") for name in held))

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from sitedispatch.domain.dependencies import BreakerState, Dependency, DependencyReading, DependencyTake, Rate, RateTake
 from sitedispatch.domain.model import Operation
-from sitedispatch.flow.counters import RUNNING_SHARDS, Group, key
+from sitedispatch.flow.counters import DEPENDENCY_RUNNING, RUNNING_SHARDS, Group, key
 
 DEPENDENCY = "dep"  # dep#ID: an operator's settings and the breaker's state
-DEPENDENCY_RUNNING = "deprun"  # deprun#ID#k: attempts running on it (the cap's shards), each carrying the breaker
 DEPENDENCY_RATE = "deprate"  # deprate#ID#KIND: a rate's bucket (its theoretical arrival time)
 DEPENDENCY_FAILURES = "depfail"  # depfail#ID#WINDOW: failures of the destination in one breaker window
 DEPENDENCY_SHARDS = RUNNING_SHARDS

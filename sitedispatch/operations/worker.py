@@ -247,24 +247,31 @@ class OperationsWorker:
         except DependencyRefused:
             return self._defer(visibility, 1.0, "dependency_changed")  # read again: the breaker or a bucket moved
         except LimitReached as full:
-            if gate is not None and any(full.counter.startswith(g.name) for g in gate.groups):
+            if _is_dependencys(gate, full):
                 return self._dependency_full(site, visibility, full)
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
             obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
             return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
         if started is None:
-            claimed = self._claim_then_start(op, site, message, visibility, now)
+            claimed = self._claim_then_start(op, site, message, visibility, now, gate)
             if isinstance(claimed, Result):
                 return claimed
             started = claimed
         return (*started, op.continues)
 
     def _claim_then_start(
-        self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
+        self,
+        op: Operation,
+        site: Site,
+        message: QueueMessage,
+        visibility: Visibility,
+        now: float,
+        gate: DependencyClaim | None = None,
     ) -> tuple[Lease, Operation] | Result:
         """The two-step claim, when the site or the row changed since it was read: it tells apart another holder,
-        an attempt that died holding its slot (kept), and an operation that is no longer runnable."""
+        an attempt that died holding its slot (kept, with what it holds of its dependencies), and an operation that
+        is no longer runnable."""
         d = self.deps
         try:
             lease = d.sites.claim_lease(op.site_id, op.operation_id, now, d.settings.lease_seconds)
@@ -280,10 +287,21 @@ class OperationsWorker:
                 d.operations,
                 running,
                 op.operation_id,
-                lambda slot: d.operations.start_attempt(op.operation_id, lease.fence, now, slot, op),
+                lambda slot: self._on_dependency_shards(
+                    gate,
+                    op.operation_id,
+                    lambda take: d.operations.start_attempt(
+                        op.operation_id, lease.fence, now, slot, op, dependency=take
+                    ),
+                ),
             )
-        except LimitReached:
+        except DependencyRefused:
             d.sites.release_lease(lease)
+            return self._defer(visibility, 1.0, "dependency_changed")
+        except LimitReached as full:
+            d.sites.release_lease(lease)
+            if _is_dependencys(gate, full):
+                return self._dependency_full(site, visibility, full)
             return self._principal_busy(site, visibility)
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
@@ -619,6 +637,11 @@ def _as_checkpointed(op: Operation, ctx: HandlerContext | None) -> Operation:
 def op_input(blobs: BlobStore, op: Operation) -> bytes:
     """The operation's input: kept in its row when small, else in S3 at its input key."""
     return op.inline_input.encode() if op.inline_input is not None else blobs.get(op.input_key)
+
+
+def _is_dependencys(gate: DependencyClaim | None, full: LimitReached) -> bool:
+    """Whether the limit a start met is one of its dependencies' caps (else its own fairness key's)."""
+    return gate is not None and any(g.index_of(full.counter) is not None for g in gate.groups)
 
 
 def _ungrouped(gate: DependencyClaim | None) -> DependencyTake | None:

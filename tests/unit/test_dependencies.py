@@ -133,3 +133,25 @@ def test_an_operators_pause_holds_every_sites_work_and_its_resume_lets_it_start(
     assert h.world.operations.get(op).attempt == 0  # type: ignore[union-attr]
     assert h.world.dependency_store.resume("db:a", "ops-alice", 1.0) is not None
     assert h.deliver(op)[0].outcome == Outcome.SUCCEEDED
+
+
+def test_a_dependency_slot_leaked_by_a_bug_is_repaired_by_the_recount_and_one_held_is_not() -> None:
+    from tests.unit.conftest import reconciler
+
+    h = Harness()
+    _on(h, "db:a", "site-1")
+    h.world.dependency_store.put_settings("db:a", 2, (), "ops-alice", "two writers", 0.0)
+    held: dict[str, Any] = {}
+
+    def look(inner: Any, ctx: Any, payload: Any) -> Any:
+        held["slots"] = ctx.operation.dependency_slots
+        held["repaired"] = reconciler(h).repair_counters()  # while it runs: its slot is what its row holds
+        return inner(ctx, payload)
+
+    h.wrap(Kind.PUBLISH, look)
+    leaked = "deprun#db:a#1"
+    h.world.db.bump(leaked, +1, h.world.clock.now())
+    h.world.clock.advance(600)  # quiet
+    assert h.deliver(h.submit(site="site-1", kind="publish", params={}, key="p1"))[0].outcome == Outcome.SUCCEEDED
+    assert len(held["slots"]) == 1 and held["repaired"] == 1  # the leaked one, not the one held
+    assert h.world.dependency_store.running(("db:a",))["db:a"] == 0
