@@ -292,7 +292,7 @@ class OperationDetail(Operation):
 
     estimated_delay_s: float | None = None
     estimate: DelayEstimate | None = None
-    waiting_because: str | None = None  # "paused: REASON" when its site is paused (no estimate then)
+    waiting_because: str | None = None  # its site paused ("paused: REASON", no estimate), or a dependency holds it
     progress: Progress | None = None
     publication: Publication | None = None
 

@@ -21,7 +21,7 @@ class DelayEstimate:
     """
 
     delay_s: float
-    bound: str  # "site" or "principal": which one decided
+    bound: str  # "site", "principal" or "dependency" (operations/standing.py): which one decided
     site_ahead: int
     site_operation_s: float
     principal_ahead: int

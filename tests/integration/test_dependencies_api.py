@@ -39,11 +39,18 @@ def test_operators_set_and_pause_a_dependency_its_sites_owners_see_it_and_no_one
     paused = operator.call("POST", "/dependencies/db:a/pause", body={"reason": "cluster maintenance"})
     assert paused["state"] == "paused" and paused["reason"] == "cluster maintenance"
     assert a.request("POST", "/dependencies/db:a/resume", body={"reason": "mine"}).status == 403
+    provision = {"kind": "provision", "site_id": "dep-a1", "params": {"title": "A", "admin_email": "a@a.example"}}
+    held = a.call("POST", "/operations", body=provision)["operation_id"]
     pump(cloud)
+    waiting = a.call("GET", f"/operations/{held}")
+    assert waiting["status"] == "queued" and waiting["attempt"] == 0, waiting
+    assert waiting["waiting_because"] == "dependency db:a paused: cluster maintenance"
+    assert waiting["estimated_delay_s"] is None  # until an operator resumes it, as a paused site
     for client, principal in ((a, "tenant-a"), (b, "tenant-b")):
         told = [e for e in client.call("GET", "/events")["events"] if e["type"] == "dependency.paused"]
         assert [(e["principal"], e["dependency_id"], e["by"]) for e in told] == [(principal, "db:a", "operator")]
     assert operator.call("POST", "/dependencies/db:a/resume", body={"reason": "done"})["state"] == "closed"
+    assert a.call("GET", f"/operations/{held}")["waiting_because"] is None
 
     # the owner changes what its site names: it no longer sees db:a
     changed = a.call("PUT", "/sites/dep-a1/dependencies", body={"dependencies": ["php:pool-1"], "reason": "moved"})

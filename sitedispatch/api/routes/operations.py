@@ -160,7 +160,7 @@ def replay_operation(operation_id: str, body: ReplayRequest) -> RedriveReport:
 
 def detail(op: Operation) -> OperationDetail:
     d = dependencies()
-    standing = standing_of(op, d.operations, d.sites, d.pace, d.settings, d.clock.now())
+    standing = standing_of(op, d.operations, d.sites, d.pace, d.settings, d.clock.now(), d.dependency_store)
     started = op.result.get("publication") if op.status == Status.SUCCEEDED else None
     return OperationDetail.of(
         op,
