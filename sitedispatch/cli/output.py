@@ -212,3 +212,18 @@ def render_status(report: Any) -> None:
                 for d in report.delay_by_principal
             ],
         )
+    if report.dependencies:
+        table(
+            "dependencies (deps show ID)",
+            ["dependency", "breaker", "running", "rates"],
+            [
+                [
+                    d.dependency_id,
+                    d.state + (f": {d.reason}" if d.reason else ""),
+                    d.running if d.max_running is None else f"{d.running} of {d.max_running}",
+                    "; ".join(d.rates) or "unlimited",
+                ]
+                for d in report.dependencies
+            ],
+            styler=lambda row: "" if str(row[1]).startswith("closed") else "red",
+        )

@@ -23,6 +23,7 @@ from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind, Site
 from sitedispatch.flow.dependencies import rate_key
 from sitedispatch.operator.access import Access, Caller
+from sitedispatch.operator.status import DependencyRow
 
 SITES_SHOWN = 1000  # of a dependency's sites, in a view
 
@@ -67,6 +68,20 @@ class Dependencies(Access):
         listed = self.deps.dependencies.list(None)
         visible = [d for d in listed if caller.sees_all or caller.identity in d.principals]
         return self._views(caller, visible)
+
+    def dependency_rows(self, caller: Caller) -> list[DependencyRow]:
+        """The status report's rows: every dependency the caller may see."""
+        return [
+            DependencyRow(
+                v.dependency_id,
+                v.state.value,
+                v.running,
+                v.max_running,
+                [r.describe + (f"; next start at {r.next_start_at:.0f}" if r.next_start_at else "") for r in v.rates],
+                v.reason,
+            )
+            for v in self.dependencies(caller)
+        ]
 
     def dependency(self, caller: Caller, dependency: str) -> DependencyView:
         return self._views(caller, [self._visible(caller, dependency)])[0]

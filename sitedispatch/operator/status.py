@@ -53,6 +53,19 @@ class StatusReport:
     backlog_by_principal: dict[str, int] = field(default_factory=dict)
     delay_by_site: list[SiteDelay] = field(default_factory=list)
     delay_by_principal: list[PrincipalDelay] = field(default_factory=list)
+    dependencies: list[DependencyRow] = field(default_factory=list)  # those the caller's sites name (operators: all)
+
+
+@dataclass(frozen=True)
+class DependencyRow:
+    """A dependency's line in the status report: its breaker, what runs on it, and its rates."""
+
+    dependency_id: str
+    state: str
+    running: int
+    max_running: int | None
+    rates: list[str]  # each described, with its next start when not now
+    reason: str | None = None
 
 
 SITES_SHOWN = 20

@@ -51,6 +51,10 @@ def test_operators_set_and_pause_a_dependency_its_sites_owners_see_it_and_no_one
         assert [(e["principal"], e["dependency_id"], e["by"]) for e in told] == [(principal, "db:a", "operator")]
     assert operator.call("POST", "/dependencies/db:a/resume", body={"reason": "done"})["state"] == "closed"
     assert a.call("GET", f"/operations/{held}")["waiting_because"] is None
+    rows = {r["dependency_id"]: r for r in a.call("GET", "/status")["dependencies"]}
+    assert set(rows) == {"db:a", "php:pool-1"} and rows["db:a"]["max_running"] == 4
+    assert rows["db:a"]["rates"] == ["20 per minute (burst 5, publish)"] and rows["db:a"]["state"] == "closed"
+    assert as_(api, "tenant-c").call("GET", "/status")["dependencies"] == []
 
     # the owner changes what its site names: it no longer sees db:a
     changed = a.call("PUT", "/sites/dep-a1/dependencies", body={"dependencies": ["php:pool-1"], "reason": "moved"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -37,8 +37,10 @@ def status(
     ] = True,
 ) -> StatusReport:
     d, who = dependencies(), caller()
-    principal = d.controls().visible_principal(who)
-    return collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), principal, sites)
+    controls = d.controls()
+    principal = controls.visible_principal(who)
+    report = collect_status(d.sqs, d.settings, d.operations, d.sites, d.pace, d.clock.now(), principal, sites)
+    return replace(report, dependencies=controls.dependency_rows(who))
 
 
 @router.get(
