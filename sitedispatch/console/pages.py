@@ -28,6 +28,7 @@ from sitedispatch.publication.live import receipt_key
 LIST_LIMIT = 50  # rows a list page shows at most (one API page: it links the next when there is more)
 SITES = 50  # sites a page shows at most
 SITE_OPERATIONS = 20  # a site's newest operations on its page
+DEPENDENCY_SITES_READ = 20  # of a dependency's sites, those whose waiting operations its page lists
 DEAD_LETTERS = 100  # the newest dead letters the dead-letters page groups (the page says when there are more)
 BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
 CHART_MINUTES = 60
@@ -81,6 +82,13 @@ class Console:
             Route("GET", re.compile(r"/audit"), self.audit),
             Route("GET", re.compile(r"/quotas"), self.quotas),
             Route("POST", re.compile(r"/quotas"), self.set_quota),
+            Route("GET", re.compile(r"/dependencies"), self.dependencies),
+            Route("GET", re.compile(r"/dependencies/(?P<dependency_id>[a-z0-9]+:[a-z0-9._-]+)"), self.dependency),
+            Route(
+                "POST",
+                re.compile(r"/dependencies/(?P<dependency_id>[a-z0-9]+:[a-z0-9._-]+)/(?P<action>pause|resume)"),
+                self.pause_dependency,
+            ),
             Route("GET", re.compile(r"/events"), self.events),
             Route("GET", re.compile(r"/webhooks"), self.webhooks),
             Route("GET", re.compile(r"/webhooks/(?P<endpoint_id>[A-Za-z0-9_-]+)"), self.webhook),
@@ -372,6 +380,32 @@ class Console:
                     body[name] = int(form[name])
             self.api.call("PUT", "/quotas", body=body)
             return f"{principal}: limits set"
+
+        return self._act(request, back, call)
+
+    def dependencies(self, request: Request) -> Response:
+        listed = self.api.call("GET", "/dependencies")
+        return self.render(request, "dependencies.html", dependencies=listed, now=time.time())
+
+    def dependency(self, request: Request, dependency_id: str) -> Response:
+        dependency = self.api.call("GET", f"/dependencies/{dependency_id}")
+        waiting = [
+            op
+            for site in dependency["sites"][:DEPENDENCY_SITES_READ]
+            for op in self.api.page("/operations", {"site_id": site, "status": "queued", "limit": 20})[0]
+        ]
+        return self.render(request, "dependency.html", dependency=dependency, waiting=waiting, now=time.time())
+
+    def pause_dependency(self, request: Request, dependency_id: str, action: str) -> Response:
+        reason = request.form.get("reason", "").strip()
+        back = f"/dependencies/{dependency_id}"
+        if not reason:
+            request.session.say("bad", f"a reason is required to {action} a dependency (it goes into the audit trail)")
+            return Response.redirect(back)
+
+        def call() -> str:
+            view = self.api.call("POST", f"/dependencies/{dependency_id}/{action}", body={"reason": reason})
+            return f"{dependency_id} {view['state']}: {reason}"
 
         return self._act(request, back, call)
 

@@ -41,6 +41,8 @@ PAGES = {
     "redrive": "/dead-letters/redrive?error_code=wxr_malformed",
     "audit": "/audit",
     "quotas": "/quotas",
+    "dependencies": "/dependencies",
+    "dependency": "/dependencies/db:acme",
     "events": "/events",
     "webhooks": "/webhooks",
 }
@@ -79,6 +81,12 @@ def seeded(cloud: Cloud, api: str) -> dict[str, Any]:
     operator = as_(api, "operator")
     wait_for(lambda: len(operator.call("GET", "/dead-letters")) == 2, timeout_s=10, what="two dead letters listed")
     operator.call("POST", "/webhooks", body={"url": "http://127.0.0.1:9/hooks", "description": "ops pager"})
+    a.call("PUT", "/sites/acme-blog/dependencies", body={"dependencies": ["db:acme"], "reason": "its cluster"})
+    operator.call(
+        "PUT",
+        "/dependencies/db:acme",
+        body={"max_running": 4, "rates": [{"limit": 20, "period_s": 60}], "reason": "4 writers"},
+    )
     return {"api": api, "operator": operator, "dead": [op["operation_id"] for op in dead]}
 
 
@@ -147,6 +155,12 @@ CHECKS: dict[str, Any] = {
     "webhooks": lambda page, api: (
         number(page, '[data-count="endpoints"]') == len(api.call("GET", "/webhooks")["endpoints"]) == 1
     ),
+    "dependencies": lambda page, api: (
+        number(page, '[data-count="dependencies"]') == len(api.call("GET", "/dependencies")) == 1
+    ),
+    "dependency": lambda page, api: (
+        number(page, '[data-count="sites"]') == api.call("GET", "/dependencies/db:acme")["site_count"] == 1
+    ),
     "events": lambda page, api: (
         number(page, '[data-count="events"]') == len(api.call("GET", "/events", query={"limit": 100})["events"])
     ),
@@ -209,7 +223,7 @@ def test_pausing_a_site_with_a_reason_writes_an_audit_entry_naming_the_caller(
         assert not re.search(r"\b1[789]\d{8}\.\d+", page.locator("main table").inner_text())  # no epoch floats
         missing = page.goto(f"{server.gate.origin}/operations/op_not_there")
         assert missing is not None and missing.status == 404
-        assert page.locator("nav[aria-label=pages] a").count() == 8
+        assert page.locator("nav[aria-label=pages] a").count() == 9
 
 
 def test_a_redrive_by_error_class_shows_the_dry_runs_count_then_empties_the_class(
