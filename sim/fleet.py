@@ -26,6 +26,7 @@ from tests.factories import settings as base_settings
 from tests.fakes import FakeClock, MemoryWorld
 
 from .checks import StepChecks
+from .dependencies import PAUSE_S, DependencyPlan, DependencyWatch, OutageDriver
 from .faults import INDEX_LAG, LOST_SEND, REPLAY, SWEEP_NOW, FaultPlan, Gate
 from .lambdas import (
     Environment,
@@ -110,7 +111,8 @@ class Simulation:
     def __init__(self, seed: int, keep_trace: int = 0) -> None:
         self.seed = seed
         root = Random(seed)
-        streams = {name: Random(root.getrandbits(64)) for name in ("shape", "schedule", "faults", "core", "work")}
+        names = ("shape", "schedule", "faults", "core", "work", "dependencies")
+        streams = {name: Random(root.getrandbits(64)) for name in names}
         shape = streams["shape"]
         self.settings = drawn_settings(shape)
         self.tenancy = Tenancy.drawn(shape)
@@ -124,13 +126,17 @@ class Simulation:
                        WEBHOOKS: shape.randint(1, 2)}  # fmt: skip
         webhook_scale, failing = shape.choice((0.01, 0.1)), shape.choice((0.0, 0.1, 0.3))
 
+        self.dependencies = DependencyPlan.drawn(streams["dependencies"], self.tenancy.sites)
+        self.settings = self.dependencies.settings_for(self.settings)
         self.world = MemoryWorld(clock=VirtualClock(START))
+        self.dependencies.apply(self.world, self.tenancy.owner, START)
         self.clock = self.world.clock
         self.trace = Trace(keep=keep_trace)
         self.scheduler = Scheduler(streams["schedule"], self.clock, self.trace, self._failed)
         self.faults = FaultPlan.swarm(streams["faults"], self.settings.lease_seconds)
         self.violations = Violations()
         self.checks = StepChecks(self.world, self.tenancy.sites, self.violations)
+        self.dependency_watch = DependencyWatch(self.world, self.dependencies, self.violations)
         self.queues = make_queues(self.world, timeouts)
         self.receivers = Receivers(Random(shape.getrandbits(64)), failing, self.faults)
         self.core = Core(
@@ -144,19 +150,35 @@ class Simulation:
             self.receivers,
             webhook_scale,
         )
+        if self.dependencies.outage is not None:
+            self.core.drivers = {
+                name: OutageDriver(driver, self.dependencies, self.clock, START)
+                for name, driver in self.core.drivers.items()
+            }
         self._endpoints(shape)
         self.world.db.lagging_indexes = INDEX_LAG in self.faults.rates
         self.ledger = DriverLedger(started_at=START)
         self.workload = Workload(self.core, self.world, self.tenancy, streams["work"], self.ledger, self.violations)
         self.planned = self.workload.plan(self.work_s, submissions, actions)
+        self.planned = sorted([*self.planned, *self._dependency_pauses(streams["dependencies"])])
         self.lambdas = Lambdas(self.scheduler, self.faults, self._failed)
         self._functions(timeouts, concurrency)
         self.shape = (
             f"sites {len(self.tenancy.sites)}, principals {len(set(self.tenancy.owner.values()))}, "
             f"submissions {submissions}, operator actions {actions} over {self.work_s:.0f} s; lease "
             f"{self.settings.lease_seconds:.0f} s, budget {self.settings.attempt_budget}, concurrency "
-            f"{concurrency}; faults: {self.faults.describe()}"
+            f"{concurrency}; faults: {self.faults.describe()}; dependencies: {self.dependencies.describe()}"
         )
+
+    def _dependency_pauses(self, rng: Random) -> list[tuple[float, str]]:
+        """An operator pauses a dependency now and then, and resumes it ten virtual minutes later."""
+        if not self.dependencies.on:
+            return []
+        planned = []
+        for _ in range(rng.randint(0, 2)):
+            at, dependency_id = rng.uniform(1.0, self.work_s), rng.choice(sorted(self.dependencies.settings))
+            planned += [(at, f"dependency_pause {dependency_id}"), (at + PAUSE_S, f"dependency_resume {dependency_id}")]
+        return planned
 
     def _functions(self, timeouts: dict[str, float], concurrency: dict[str, int]) -> None:
         """Each queue's consumer, as resources.FUNCTIONS defines it: (queue, batch size, what an environment's
@@ -271,6 +293,7 @@ class Simulation:
                 old = self.scheduler.rng.choice(queue.history)
                 queue.send(old.body, old.group, f"replay-{self.trace.steps}")
         self.checks.after_step()
+        self.dependency_watch.after_step()
 
     def _settled(self) -> bool:
         db = self.world.db
@@ -290,6 +313,7 @@ class Simulation:
         self.world.db.lagging_indexes = False
         figures = check_after(self.world, self.settings, self.tenancy.sites, self.ledger, self.violations)
         figures.update(check_webhooks(self.world, self.receivers, self.violations))
+        figures.update(self.dependency_watch.final_figures())
         figures["invocations"] = sum(f.invocations for f in self.lambdas.functions)
         obs.metrics.clear_metrics()
         return Outcome(

@@ -14,6 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from chaos.invariants import DriverLedger, Violations
+from sitedispatch.domain.dependencies import BreakerState
 from sitedispatch.domain.errors import Backpressure, SiteDispatchError
 from sitedispatch.domain.model import RUNNABLE, Kind, Status
 from sitedispatch.local.synthetic import write_wxr
@@ -273,9 +274,25 @@ class Workload:
         else:
             self.act("quota", lambda: controls.clear_quota(OPERATOR, principal, "sim: quota", tenant=tenant))
 
+    def do_dependency_pause(self, dependency_id: str) -> None:
+        self.act(
+            "pause-dependency",
+            lambda: self.core.controls().set_dependency_paused(OPERATOR, dependency_id, True, "sim: maintenance"),
+        )
+
+    def do_dependency_resume(self, dependency_id: str) -> None:
+        self.act(
+            "resume-dependency",
+            lambda: self.core.controls().set_dependency_paused(OPERATOR, dependency_id, False, "sim: done"),
+        )
+
     def do_settle(self) -> None:
-        """Faults have stopped: the operator resumes every paused site and lifts every quota, as one would."""
+        """Faults have stopped: the operator resumes every paused site and dependency and lifts every quota, as one
+        would (an open breaker is left to its probe)."""
         controls = self.core.controls()
+        for dependency in sorted(self.world.db.dependencies.values(), key=lambda d: d.dependency_id):
+            if dependency.state == BreakerState.PAUSED:
+                self.do_dependency_resume(dependency.dependency_id)
         for site in self.tenancy.sites:
             current = self.world.db.sites.get(site)
             if current is not None and current.paused:

@@ -230,10 +230,30 @@ class AttemptTransitions:
                 op = read_operation(self.M, operation_id)
                 assert op is not None
                 return op
+        kept = replace_slots(take)
+        if not kept.empty:  # an attempt that died holding its slots: the breaker's gates and the rates still apply
+            return self._start_keeping_slots(operation_id, actions, runnable, kept, now)
         item = M(operation_id)
         if not conditionally(lambda: item.update(actions=actions, condition=runnable)):
             raise NotRunnable(operation_id)
         return to_operation(item)
+
+    def _start_keeping_slots(
+        self, operation_id: str, actions: list[Action], runnable: Any, kept: DependencyTake, now: float
+    ) -> Operation:
+        M = self.M
+        try:
+            with transaction(M) as tx:
+                tx.update(ROW, M(operation_id), [*actions, M.rate_reserved.remove()], condition=runnable)
+                self._take_dependencies(tx, kept, operation_id, now)
+        except TransactionFailed as failed:
+            refused = self._dependency_refusal(failed, kept)
+            if refused is not None and ROW not in failed.failed:
+                raise refused from failed.cause
+            raise failed.mapped([(ROW, lambda: NotRunnable(operation_id))]) from failed.cause
+        op = read_operation(M, operation_id)
+        assert op is not None
+        return op
 
     def schedule_retry(self, op: Operation, fence: int, error: ErrorInfo, not_before: float, now: float) -> None:
         M = self.M

@@ -281,7 +281,9 @@ class OperationsWorker:
             if op.continues:
                 return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, continues_from=op.fence)
             if op.running_slot is not None:  # an attempt that died holding its slot: it keeps that one
-                return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, current=op)
+                return lease, d.operations.start_attempt(
+                    op.operation_id, lease.fence, now, current=op, dependency=_ungrouped(gate)
+                )
             running = running_group_for(d.settings, op)
             return lease, on_a_shard(
                 d.operations,
