@@ -25,6 +25,7 @@ from . import (
     coldstart,
     console,
     control_plane,
+    dependencies,
     emulators,
     fairness,
     fleet,
@@ -291,6 +292,16 @@ def main() -> None:
             f"operation times, {figures['bound_s']} s): {'met' if figures['met'] else 'NOT met'}",
             flush=True,
         )
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "dependencies") as runtime, scoped_environ():
+        shared = dependencies.shared_dependency(runtime, 300, 10, 20)
+    (RESULTS / "dependencies.json").write_text(json.dumps({**meta, **shared}, indent=2))
+    print(
+        f"dependencies: 300 sites on db:a (cap 4, 20/min burst 5): at most {shared['max_running_a']} running, "
+        f"{shared['most_starts_in_a_period']} starts in a minute (bound {shared['starts_bound']}); a db:b site "
+        f"waited p99 {shared['b_wait_p99_s']} s (bound {shared['b_bound_s']} s); {shared['deferrals_per_s']} "
+        "deferrals a second",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []
