@@ -249,6 +249,13 @@ def measure() -> dict[str, Any]:
         one("provision", "req-site", PROVISION, "provision")
         one("import", "req-site", submitter.stage_upload("req-site", FIXTURE_WXR, "bench"), "import")
         one("publish", "req-site", {}, "publish")
+        # the same publish on the site naming one dependency with a cap and a rate (docs/flow-control.md)
+        from sitedispatch.domain.dependencies import Rate
+
+        producer.sites.set_dependencies("req-site", ("db:req",))
+        producer.dependency_store.put_settings("db:req", 4, (Rate(20, 60.0, 5),), "bench", "bench", time.time())
+        one("publish", "req-site", {}, "publish_on_a_dependency")
+        producer.sites.set_dependencies("req-site", ())
         one("wp_cron", "req-site", {}, "wp_cron")
         head = producer.sites.get("req-site")
         assert head is not None and head.head_revision
