@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import random
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
 from sitedispatch.domain.delivery import Outcome, Result
-from sitedispatch.domain.dependencies import BREAKER, DependencyRefused, DependencyTake
+from sitedispatch.domain.dependencies import DependencyRefused, DependencyTake
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     LeaseHeld,
@@ -56,21 +55,20 @@ from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.flow.counters import SHARE_SHARDS, share_group
-from sitedispatch.flow.dependencies import DependencyClaim, Probe, Reserve, Wait, cap_wait, decide, home_shard, take_on
+from sitedispatch.flow.dependencies import DependencyClaim
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
-from sitedispatch.flow.placement import on_a_shard, reached, roomiest
+from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
 from sitedispatch.flow.shares import freed_by, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.kinds.registry import driver_for
 from sitedispatch.operations.assembly import prepare_commit
+from sitedispatch.operations.dependency_gate import DependencyGate, is_dependencys, ungrouped
 from sitedispatch.operations.failures import count_towards_pause, dead_letter
 
 SUPERSESSION_SCAN = 50
-DEPENDENCY_PLACEMENT_TRIES = 8
-T = TypeVar("T")
 
 
 @dataclass
@@ -98,8 +96,7 @@ class OperationsWorker:
         self.deps = deps
         self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
         self.deadline: float | None = None  # when the invocation must have returned
-        self.receive_count = 1  # of the delivery being processed (SQS's): how long a full cap's wait is
-        self.probing: tuple[str, ...] = ()  # the dependencies this delivery's attempt probes (their breaker half open)
+        self.gate = DependencyGate(deps, self._defer)  # what a start takes of its site's dependencies
 
     def process(
         self,
@@ -114,8 +111,7 @@ class OperationsWorker:
         start plus the function's timeout) bounds how many steps a long operation takes in this invocation."""
         self.request_id = request_id
         self.deadline = deadline
-        self.receive_count = receive_count
-        self.probing = ()
+        self.gate.begin(receive_count)
         shares = _shares_of(message)
         delivery = self.deps.operations.read_delivery(message.operation_id, message.site_id, shares)
         op = delivery.operation
@@ -223,7 +219,7 @@ class OperationsWorker:
         d = self.deps
         if not site.lease_free_for(op.operation_id, now):  # held, as the consistent read just showed: no write
             return self._lease_held(visibility, site.lease_expires_at or now, now)
-        gate = self._dependency_gate(op, site, visibility, now)
+        gate = self.gate.decide(op, site, visibility, now)
         if isinstance(gate, Result):
             return gate
         visibility.change(d.settings.lease_seconds * 2)
@@ -236,19 +232,19 @@ class OperationsWorker:
                     d.operations,
                     running,
                     op.operation_id,
-                    lambda slot: self._on_dependency_shards(
+                    lambda slot: self.gate.on_shards(
                         gate,
                         op.operation_id,
                         lambda take: self._claim_and_start(op, site, now, lease_s, slot, take),
                     ),
                 )
             else:
-                started = self._claim_and_start(op, site, now, lease_s, None, _ungrouped(gate))
+                started = self._claim_and_start(op, site, now, lease_s, None, ungrouped(gate))
         except DependencyRefused:
             return self._defer(visibility, 1.0, "dependency_changed")  # read again: the breaker or a bucket moved
         except LimitReached as full:
-            if _is_dependencys(gate, full):
-                return self._dependency_full(site, visibility, full)
+            if is_dependencys(gate, full):
+                return self.gate.full(site, visibility, full)
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
             obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
@@ -282,14 +278,14 @@ class OperationsWorker:
                 return lease, d.operations.start_attempt(op.operation_id, lease.fence, now, continues_from=op.fence)
             if op.running_slot is not None:  # an attempt that died holding its slot: it keeps that one
                 return lease, d.operations.start_attempt(
-                    op.operation_id, lease.fence, now, current=op, dependency=_ungrouped(gate)
+                    op.operation_id, lease.fence, now, current=op, dependency=ungrouped(gate)
                 )
             running = running_group_for(d.settings, op)
             return lease, on_a_shard(
                 d.operations,
                 running,
                 op.operation_id,
-                lambda slot: self._on_dependency_shards(
+                lambda slot: self.gate.on_shards(
                     gate,
                     op.operation_id,
                     lambda take: d.operations.start_attempt(
@@ -302,8 +298,8 @@ class OperationsWorker:
             return self._defer(visibility, 1.0, "dependency_changed")
         except LimitReached as full:
             d.sites.release_lease(lease)
-            if _is_dependencys(gate, full):
-                return self._dependency_full(site, visibility, full)
+            if is_dependencys(gate, full):
+                return self.gate.full(site, visibility, full)
             return self._principal_busy(site, visibility)
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)
@@ -321,77 +317,6 @@ class OperationsWorker:
         if take is None or take.empty:
             return self.deps.operations.claim_and_start(op, site, now, lease_s, slot)
         return self.deps.operations.claim_and_start(op, site, now, lease_s, slot, take)
-
-    def _dependency_gate(
-        self, op: Operation, site: Site, visibility: Visibility, now: float
-    ) -> DependencyClaim | Result | None:
-        """What a start takes of its site's dependencies (None: it names none, or the attempt continues), or the
-        deferral that says why not now: a full cap, a breaker open or paused, a rate reserved ahead."""
-        d = self.deps
-        if not site.dependencies or op.continues:
-            return None
-        s = d.settings
-        for _ in range(2):  # a probe elected reads again (its own election is then what it sees)
-            reading = d.dependencies.read(site.dependencies, op.kind)
-            decision = decide(
-                op,
-                site.dependencies,
-                reading,
-                now,
-                cap_wait_s=cap_wait(site.avg_operation_s, self.receive_count, s.defer_max_s),
-                paused_wait_s=s.pause_deferral_s,
-                probe_timeout_s=s.dependency_probe_timeout_s,
-            )
-            if isinstance(decision, Probe):
-                if not d.dependencies.elect_probe(
-                    decision.dependency_id, op.operation_id, now, s.dependency_probe_timeout_s
-                ):
-                    return self._defer(visibility, s.defer_max_s, "dependency_probing")
-                obs.logger.info("probing dependency", extra={"dependency": decision.dependency_id})
-                self.probing = (*self.probing, decision.dependency_id)
-                continue
-            if isinstance(decision, Wait):
-                obs.logger.info("waiting for a dependency", extra={"why": decision.why})
-                return self._defer(visibility, decision.seconds, decision.reason)
-            if isinstance(decision, Reserve):
-                if not d.operations.reserve_rates(op, decision.rates, decision.at, now):
-                    return self._defer(visibility, 1.0, "dependency_changed")
-                obs.logger.info("rate place reserved", extra={"why": decision.why})
-                wait = max(decision.at - now, 0.0) * (1.0 + 0.05 * d.rng.random())  # never before its time
-                visibility.change(wait)
-                obs.count(obs.Metric.OperationDeferred)
-                return Result(Outcome.DEFERRED, "dependency_rate", delay_s=wait)
-            return decision
-        return self._defer(visibility, 1.0, "dependency_changed")
-
-    def _on_dependency_shards(
-        self, gate: DependencyClaim | None, operation_id: str, attempt: Callable[[DependencyTake | None], T]
-    ) -> T:
-        """`attempt(take)` on each capped dependency's home shard, then on the roomiest shard of the one refused
-        (read again), until a shard of each takes it or one is full (LimitReached naming it)."""
-        if gate is None:
-            return attempt(None)
-        d = self.deps
-        chosen = [home_shard(group, operation_id) for group in gate.groups]
-        for _ in range(DEPENDENCY_PLACEMENT_TRIES):
-            try:
-                return attempt(take_on(gate, chosen))
-            except LimitReached as full:
-                at = next((i for i, g in enumerate(gate.groups) if g.index_of(full.counter) is not None), None)
-                if at is None:
-                    raise
-                other = roomiest(d.operations, gate.groups[at])
-                if other is None:
-                    raise
-                chosen[at] = other
-        raise reached(d.operations, gate.groups[0])
-
-    def _dependency_full(self, site: Site, visibility: Visibility, full: LimitReached) -> Result:
-        d = self.deps
-        obs.logger.info("dependency at its cap", extra={"counter": full.counter, "running": full.value})
-        return self._defer(
-            visibility, cap_wait(site.avg_operation_s, self.receive_count, d.settings.defer_max_s), "dependency_cap"
-        )
 
     def _lease_held(self, visibility: Visibility, expires_at: float, now: float) -> Result:
         wait = min(max(expires_at - now, 1.0), self.deps.settings.defer_max_s)
@@ -439,7 +364,7 @@ class OperationsWorker:
             prepared = prepare_commit(op, site, lease, mutation, now, d.pace)
             d.commits.commit(prepared, now)
             d.outcomes.succeeded(now)  # a write of its own: in the commit, fleet-wide items would be contended
-            self._probes_succeeded(op, now)
+            self.gate.probes_succeeded(op, now)
             commit, publication = prepared.commit, prepared.publication
         except ContinueLater:
             # The step's checkpoint is recorded as a continuation: the lease stays ours until it lapses, and the
@@ -481,17 +406,6 @@ class OperationsWorker:
         obs.seconds(obs.Metric.OperationDuration, took)
         obs.logger.info("committed", extra={"version": commit.version, "revision_id": commit.revision_id})
         return Result(Outcome.SUCCEEDED, "committed", commit=commit)
-
-    def _probes_succeeded(self, op: Operation, now: float) -> None:
-        """The attempt that probed a half open dependency committed: it closes (its event with it). A failure here
-        leaves it half open; the next probe, once this one is quiet, closes it."""
-        d = self.deps
-        for dependency_id in self.probing:
-            try:
-                if d.dependencies.resume(dependency_id, BREAKER, now, probe=op.operation_id) is not None:
-                    obs.logger.info("dependency closed by its probe", extra={"dependency": dependency_id})
-            except Exception as exc:
-                obs.logger.warning("could not close the dependency", extra={"error": _describe(exc)})
 
     def _send_pending_publication(self, site_id: str, version: int) -> None:
         """The publication of the commit at `version` sent again if it is still pending (a publication's sequence
@@ -565,7 +479,7 @@ class OperationsWorker:
                 exc,
                 driver,
             )
-        count_towards_pause(d, op, error, driver, self.probing)
+        count_towards_pause(d, op, error, driver, self.gate.probing)
         delay = full_jitter(op.attempt, d.settings.backoff_base_s, d.settings.backoff_cap_s, d.rng)
         if d.retry_budget.exhausted(d.clock.now()):
             # A retry storm: this retry waits longer than its backoff (uniformly spread over a further window).
@@ -590,7 +504,7 @@ class OperationsWorker:
         exc: BaseException | None = None,
         driver: SiteDriver | None = None,
     ) -> Result:
-        count_towards_pause(self.deps, op, error, driver, self.probing)
+        count_towards_pause(self.deps, op, error, driver, self.gate.probing)
         if not dead_letter(self.deps, op, fence, error, message, self.request_id, exc):
             return self._ack("dead_race_lost", message)
         self.deps.outcomes.dead(self.deps.clock.now())  # a statistic: lost with a crash here, and that is all
@@ -639,16 +553,6 @@ def _as_checkpointed(op: Operation, ctx: HandlerContext | None) -> Operation:
 def op_input(blobs: BlobStore, op: Operation) -> bytes:
     """The operation's input: kept in its row when small, else in S3 at its input key."""
     return op.inline_input.encode() if op.inline_input is not None else blobs.get(op.input_key)
-
-
-def _is_dependencys(gate: DependencyClaim | None, full: LimitReached) -> bool:
-    """Whether the limit a start met is one of its dependencies' caps (else its own fairness key's)."""
-    return gate is not None and any(g.index_of(full.counter) is not None for g in gate.groups)
-
-
-def _ungrouped(gate: DependencyClaim | None) -> DependencyTake | None:
-    """A start keeping the slots its row holds: the breaker's gates and the rates only."""
-    return None if gate is None else DependencyTake((), gate.gates, gate.rates)
 
 
 def _shares_of(message: QueueMessage) -> list[str]:
