@@ -28,7 +28,7 @@ from sitedispatch.publication.live import receipt_key
 LIST_LIMIT = 50  # rows a list page shows at most (one API page: it links the next when there is more)
 SITES = 50  # sites a page shows at most
 SITE_OPERATIONS = 20  # a site's newest operations on its page
-DEPENDENCY_SITES_READ = 20  # of a dependency's sites, those whose waiting operations its page lists
+DEPENDENCY_SITES_READ = 10  # of a dependency's sites, those whose waiting operations its page lists
 DEAD_LETTERS = 100  # the newest dead letters the dead-letters page groups (the page says when there are more)
 BULK_LIMIT = 1000  # operations a bulk cancel or replay selects at most
 CHART_MINUTES = 60

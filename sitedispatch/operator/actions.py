@@ -12,6 +12,7 @@ from sitedispatch.domain.model import (
 )
 from sitedispatch.flow.shares import freed_by, release
 from sitedispatch.operator.access import Access, Caller
+from sitedispatch.operator.dependencies import name_dependencies
 
 
 class Actions(Access):
@@ -73,6 +74,8 @@ class Actions(Access):
             )
             self._record(caller, "delete", site_id, site_id, reason, "refused", {"why": why})
             raise Conflict(why)
+        if site.dependencies:  # no longer among their sites
+            name_dependencies(self.deps, site, ())
         self._record(caller, "delete", site_id, site_id, reason, "ok", {"principal": site.principal})
         return site
 

@@ -22,7 +22,7 @@ from sitedispatch.domain.errors import InvalidInput, NotFound
 from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind, Site
 from sitedispatch.flow.dependencies import rate_key
-from sitedispatch.operator.access import Access, Caller
+from sitedispatch.operator.access import Access, Caller, ControlDeps
 from sitedispatch.operator.status import DependencyRow
 
 SITES_SHOWN = 1000  # of a dependency's sites, in a view
@@ -148,7 +148,7 @@ class Dependencies(Access):
         ids = site_dependencies(dependencies)
         site = self.site(caller, site_id, "site-dependencies", reason)
         updated = self.deps.sites.set_dependencies(site_id, ids)
-        self.name_dependencies(site, ids)
+        name_dependencies(self.deps, site, ids)
         self._record(
             caller,
             "site-dependencies",
@@ -159,16 +159,6 @@ class Dependencies(Access):
             {"dependencies": list(ids), "was": list(site.dependencies)},
         )
         return updated
-
-    def name_dependencies(self, site: Site, ids: tuple[str, ...]) -> None:
-        """The dependencies' side of a site's change: it is among their sites (its owner hears of them) or no
-        longer (nor its owner, once none of its sites names one)."""
-        d, now = self.deps, self.deps.clock.now()
-        d.dependencies.named([i for i in ids if i not in site.dependencies], site.principal, site.site_id, now)
-        for dropped in (i for i in site.dependencies if i not in ids):
-            others = (d.dependencies.get(dropped) or Dependency(dropped)).sites - {site.site_id}
-            still = any(s.principal == site.principal for s in d.sites.get_many(sorted(others)).values())
-            d.dependencies.unnamed([dropped], site.site_id, None if still else site.principal, now)
 
     def _operator(self, caller: Caller, action: str, target: str, reason: str) -> None:
         if not NOT_BLANK_PATTERN.search(reason):
@@ -201,6 +191,17 @@ class Dependencies(Access):
             named = sorted({s for x in dependencies for s in x.sites})
             own = {s.site_id for s in d.sites.get_many(named).values() if s.principal == caller.identity}
         return [_view(x, running.get(x.dependency_id, 0), tats, now, caller, own) for x in dependencies]
+
+
+def name_dependencies(d: ControlDeps, site: Site, ids: tuple[str, ...]) -> None:
+    """The dependencies' side of a site's change (or deletion: `ids` empty): it is among their sites (its owner
+    hears of them) or no longer (nor its owner, once none of its sites names one)."""
+    now = d.clock.now()
+    d.dependencies.named([i for i in ids if i not in site.dependencies], site.principal, site.site_id, now)
+    for dropped in (i for i in site.dependencies if i not in ids):
+        others = (d.dependencies.get(dropped) or Dependency(dropped)).sites - {site.site_id}
+        still = any(s.principal == site.principal for s in d.sites.get_many(sorted(others)).values())
+        d.dependencies.unnamed([dropped], site.site_id, None if still else site.principal, now)
 
 
 def _view(

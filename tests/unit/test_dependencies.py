@@ -155,3 +155,19 @@ def test_a_dependency_slot_leaked_by_a_bug_is_repaired_by_the_recount_and_one_he
     assert h.deliver(h.submit(site="site-1", kind="publish", params={}, key="p1"))[0].outcome == Outcome.SUCCEEDED
     assert len(held["slots"]) == 1 and held["repaired"] == 1  # the leaked one, not the one held
     assert h.world.dependency_store.running(("db:a",))["db:a"] == 0
+
+
+def test_a_site_deleted_or_moved_off_a_dependency_is_no_longer_among_its_sites_nor_its_owner_told() -> None:
+    h = Harness()
+    owner = Caller("tenant-a", False)
+    for site in ("site-1", "site-2"):
+        h.registered(site)
+        h.controls().set_site_dependencies(owner, site, ["db:a"], "on the cluster")
+    store = h.world.dependency_store
+    assert (store.get("db:a") or Dependency("db:a")).sites == {"site-1", "site-2"}
+    h.controls().delete_site(owner, "site-1", "registered by mistake")
+    after = store.get("db:a") or Dependency("db:a")
+    assert after.sites == {"site-2"} and after.principals == {"tenant-a"}  # its other site still names it
+    h.controls().set_site_dependencies(owner, "site-2", [], "moved")
+    gone = store.get("db:a") or Dependency("db:a")
+    assert gone.sites == frozenset() and gone.principals == frozenset()
