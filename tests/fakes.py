@@ -22,6 +22,7 @@ from sitedispatch.domain.dependencies import (
     DependencyReading,
     DependencyRefused,
     DependencyTake,
+    KeyRates,
     Rate,
     RateTake,
 )
@@ -114,7 +115,7 @@ from sitedispatch.domain.webhooks import (
 )
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key, site_counter
-from sitedispatch.flow.dependencies import failures_key, rate_key, running_shards
+from sitedispatch.flow.dependencies import failures_key, key_rates_key, rate_key, running_shards
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
 
 T = TypeVar("T")
@@ -167,6 +168,7 @@ class MemoryDb:
     dependency_flags: dict[str, tuple[bool, str | None]] = field(default_factory=dict)  # shard -> (blocked, probe)
     dependency_tats: dict[str, float] = field(default_factory=dict)  # rate bucket -> theoretical arrival time
     dependency_failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # window -> its failures
+    key_rates: dict[str, KeyRates] = field(default_factory=dict)  # keyrates#P[#T] -> an operator's key rates
 
     def dependency_open_for(self, shard: str, operation_id: str) -> bool:
         """The breaker's flag on a running shard lets this operation start (closed, or it is the probe)."""
@@ -439,10 +441,13 @@ class MemoryOperationStore:
     def get(self, operation_id: str) -> Operation | None:
         return self.db.operations.get(operation_id)
 
-    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
+    def read_delivery(
+        self, operation_id: str, site_id: str, shares: Sequence[str] = (), key_rates: Sequence[str] = ()
+    ) -> Delivery:
         with self.db.lock:
             waiting = sum(self.db.waiting.get(share, 0) for share in shares)
-            return Delivery(self.db.operations.get(operation_id), self.db.sites.get(site_id), waiting)
+            rated = tuple(self.db.key_rates[k] for k in key_rates if k in self.db.key_rates)
+            return Delivery(self.db.operations.get(operation_id), self.db.sites.get(site_id), waiting, rated)
 
     def _update(self, operation_id: str, ok: bool, refusal: type[Exception], **changes: Any) -> None:
         if not ok:
@@ -1122,6 +1127,17 @@ class MemoryQuotaStore:
                 else:
                     self.db.counter_maximum[counter] = maximum
 
+    def key_rates(self, principal: str, tenant: str | None = None) -> KeyRates | None:
+        with self.db.lock:
+            return self.db.key_rates.get(key_rates_key(principal, tenant))
+
+    def put_key_rates(self, rates: KeyRates) -> None:
+        with self.db.lock:
+            if rates.rates:
+                self.db.key_rates[key_rates_key(rates.principal, rates.tenant)] = rates
+            else:
+                self.db.key_rates.pop(key_rates_key(rates.principal, rates.tenant), None)
+
     def clear(self, principal: str, tenant: str | None, bounds: Sequence[str]) -> bool:
         with self.db.lock:
             if self.quotas.pop(quota_key(principal, tenant), None) is None:
@@ -1139,9 +1155,9 @@ class MemoryDependencyStore:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
-    def read(self, dependency_ids: Sequence[str], kind: Kind) -> DependencyReading:
+    def read(self, dependency_ids: Sequence[str], kind: Kind, also: Sequence[str] = ()) -> DependencyReading:
         with self.db.lock:
-            buckets = [rate_key(i, Rate(1, 1.0, kind=k)) for i in dependency_ids for k in (None, kind)]
+            buckets = [*also] + [rate_key(i, Rate(1, 1.0, kind=k)) for i in dependency_ids for k in (None, kind)]
             return DependencyReading(
                 {i: self.db.dependencies[i] for i in dependency_ids if i in self.db.dependencies},
                 self._running(dependency_ids),

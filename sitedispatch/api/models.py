@@ -258,7 +258,7 @@ class RedriveRequest(ReplayRequest):
 def _a_limit(schema: dict[str, Any]) -> None:
     schema["anyOf"] = [
         {"required": [name], "properties": {name: {"type": "integer"}}} for name in ("max_outstanding", "max_running")
-    ]
+    ] + [{"required": ["rates"], "properties": {"rates": {"type": "array"}}}]
 
 
 class QuotaRequest(Body):
@@ -268,6 +268,12 @@ class QuotaRequest(Body):
     tenant: str | None = Field(default=None, pattern=TENANT, description="one of its tenants' limits instead")
     max_outstanding: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] | None = None
     max_running: Annotated[int, Field(ge=1, le=GLOBAL_MAXIMUM), INTEGRAL] | None = None
+    rates: list[RateRequest] | None = Field(
+        default=None,
+        max_length=MAX_RATES,
+        description="starts per period of the key (a principal's: all its tenants' together), one per kind at most; "
+        "absent: as they are, []: none",
+    )
     reason: str = Field(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK, description="for the audit trail")
 
 

@@ -28,9 +28,9 @@ class DynamoDependencyStore:
         self.C = counters
         self.outbox = outbox
 
-    def read(self, dependency_ids: Sequence[str], kind: Kind) -> DependencyReading:
+    def read(self, dependency_ids: Sequence[str], kind: Kind, also: Sequence[str] = ()) -> DependencyReading:
         C = self.C
-        keys: list[str] = []
+        keys: list[str] = list(also)
         for dependency_id in dependency_ids:
             keys.append(dependency_key(dependency_id))
             keys += running_shards(dependency_id)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pynamodb.expressions.update import Action
 
-from sitedispatch.aws.tables import HELD, Models, index_shard, index_shards
+from sitedispatch.aws.tables import HELD, CounterItem, Models, index_shard, index_shards
 from sitedispatch.aws.writes import (
     NamedTransaction,
     TransactionFailed,
@@ -20,10 +20,12 @@ from sitedispatch.aws.writes import (
     transaction,
     under_limit,
 )
+from sitedispatch.domain.dependencies import KeyRates
 from sitedispatch.domain.errors import LimitReached, UnclaimedSite
 from sitedispatch.domain.model import Quota
 from sitedispatch.domain.ports import CounterReading, Move, Placement, SiteOwner, Slot, foreign_site
-from sitedispatch.flow.counters import quota_key
+from sitedispatch.flow.counters import SEPARATOR, quota_key
+from sitedispatch.flow.dependencies import key_rates_key
 from sitedispatch.flow.minute_counts import Bucket, expires_at
 
 RECORD = "quota record"
@@ -216,6 +218,18 @@ class DynamoQuotaStore:
                     f"bound:{counter}", C(counter), [C.maximum.remove() if maximum is None else C.maximum.set(maximum)]
                 )
 
+    def key_rates(self, principal: str, tenant: str | None = None) -> KeyRates | None:
+        item = get_item(self.C, key_rates_key(principal, tenant))
+        return None if item is None or not item.spec else to_key_rates(item)
+
+    def put_key_rates(self, rates: KeyRates) -> None:
+        C = self.C
+        item = C(key_rates_key(rates.principal, rates.tenant))
+        if rates.rates:
+            item.update(actions=[C.spec.set(rates.to_dict()), C.changed_at.set(rates.at)])
+        else:
+            item.delete()
+
     def clear(self, principal: str, tenant: str | None, bounds: Sequence[str]) -> bool:
         C = self.C
         try:
@@ -228,6 +242,12 @@ class DynamoQuotaStore:
                 return False
             raise
         return True
+
+
+def to_key_rates(item: CounterItem) -> KeyRates:
+    """A `keyrates#P[#T]` item as the settings it holds."""
+    _, principal, *tenant = item.counter_id.split(SEPARATOR)
+    return KeyRates.from_dict(principal, tenant[0] if tenant else None, item.spec or {})
 
 
 def bucket_actions(C: Any, minute: int, count: int, amount: int) -> list[Action]:

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from sitedispatch.aws.attempts import AttemptTransitions
 from sitedispatch.aws.events import EventOutbox
-from sitedispatch.aws.flow import SHARE, FlowCounters
+from sitedispatch.aws.flow import SHARE, FlowCounters, to_key_rates
 from sitedispatch.aws.operation_rows import (
     ROW,
     RUNNABLE_VALUES,
@@ -208,15 +208,20 @@ class DynamoOperationStore(AttemptTransitions):
     def get(self, operation_id: str) -> Operation | None:
         return read_operation(self.M, operation_id)
 
-    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
+    def read_delivery(
+        self, operation_id: str, site_id: str, shares: Sequence[str] = (), key_rates: Sequence[str] = ()
+    ) -> Delivery:
         wanted: list[tuple[Any, ...]] = [(self.M, operation_id), (self.S, site_id)]
         wanted += [(self.flow.C, share) for share in shares]
+        wanted += [(self.flow.C, counter) for counter in key_rates]
         op_item, site_item, *counters = get_items(*wanted)
-        waiting = sum(int(cast(Any, item).waiting or 0) for item in counters if item is not None)
+        shared, rated = counters[: len(shares)], counters[len(shares) :]
+        waiting = sum(int(cast(Any, item).waiting or 0) for item in shared if item is not None)
         return Delivery(
             None if op_item is None else to_operation(op_item),  # type: ignore[arg-type]
             None if site_item is None else to_site(site_item),  # type: ignore[arg-type]
             waiting,
+            tuple(to_key_rates(cast(Any, item)) for item in rated if item is not None and cast(Any, item).spec),
         )
 
     def mark_queued(self, operation_id: str, now: float) -> bool:

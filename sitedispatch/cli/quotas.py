@@ -8,6 +8,7 @@ import typer
 
 from sitedispatch.cli.args import AsOpt, JsonOpt, RequiredReasonOpt
 from sitedispatch.cli.context import client
+from sitedispatch.cli.deps import RateOpt, parse_rate
 from sitedispatch.cli.output import console, emit_json, reported, table, when
 from sitedispatch.client import typed
 
@@ -34,6 +35,7 @@ def render(body: Any) -> None:
         [
             ["outstanding operations", limits.max_outstanding, limits.outstanding],
             ["running attempts per lane", limits.max_running, running],
+            ["starts per period", "; ".join(limits.rates) or "unlimited", "-"],
         ],
     )
     console.print(f"source: {source}")
@@ -56,19 +58,24 @@ def set_(
     reason: RequiredReasonOpt,
     max_outstanding: Annotated[int | None, typer.Option(help="accepted, unfinished operations at once")] = None,
     max_running: Annotated[int | None, typer.Option(help="attempts running at once, in each lane")] = None,
+    rate: RateOpt = None,
+    no_rates: Annotated[bool, typer.Option("--no-rates", help="remove the key's rates")] = False,
     tenant: TenantOpt = None,
     as_: AsOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Override a principal's limits (operators only; audited). It applies to the next submit and the next attempt.
-    Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped."""
+    Lowering a limit below current use refuses new work until it drains; nothing accepted is dropped. --rate limits
+    the key's starts (a principal's: all its tenants' together), as a dependency's rates do."""
     with reported(json):
-        body = {
+        body: dict[str, Any] = {
             "principal": principal,
             "max_outstanding": max_outstanding,
             "max_running": max_running,
             "reason": reason,
         } | ({"tenant": tenant} if tenant is not None else {})
+        if rate or no_rates:
+            body["rates"] = [parse_rate(r) for r in rate or []]
         limits = client(as_).call("PUT", "/quotas", body=body)
         emit_json(limits) if json else render(limits)
 

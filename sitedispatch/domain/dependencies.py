@@ -155,6 +155,31 @@ class Dependency:
         )
 
 
+@dataclass(frozen=True)
+class KeyRates:
+    """An operator's rates on a fairness key's starts (through quotas): a principal's (every tenant of it: `tenant`
+    None) or one tenant's; each rate for all kinds or one. Enforced at start, as a dependency's rates are."""
+
+    principal: str
+    tenant: str | None
+    rates: tuple[Rate, ...]
+    by: str = ""
+    at: float = 0.0
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rates": [r.to_dict() for r in self.rates], "by": self.by, "at": self.at, "reason": self.reason}
+
+    @staticmethod
+    def from_dict(principal: str, tenant: str | None, raw: dict[str, Any]) -> KeyRates:
+        rates = tuple(Rate.from_dict(r) for r in raw.get("rates") or ())
+        return KeyRates(principal, tenant, rates, raw.get("by") or "", float(raw.get("at") or 0.0), raw.get("reason"))
+
+    @property
+    def name(self) -> str:
+        return self.principal if self.tenant is None else f"{self.principal} (tenant {self.tenant})"
+
+
 def checked_rates(rates: tuple[Rate, ...]) -> tuple[Rate, ...]:
     """At most one rate per kind (and one for all kinds), at most MAX_RATES."""
     kinds = [rate.applies_to for rate in rates]

@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from sitedispatch.domain.dependencies import Dependency, DependencyReading, DependencyTake, Rate, RateTake
+from sitedispatch.domain.dependencies import Dependency, DependencyReading, DependencyTake, KeyRates, Rate, RateTake
 from sitedispatch.domain.errors import Conflict, SiteTaken
 from sitedispatch.domain.events import Event, EventMessage, FeedEntry, StoredEvent
 from sitedispatch.domain.model import (
@@ -129,6 +129,7 @@ class Delivery:
     operation: Operation | None
     site: Site | None
     waiting: int = 0
+    key_rates: tuple[KeyRates, ...] = ()  # an operator's rates on the operation's fairness key (and its principal)
 
 
 class Clock(Protocol):
@@ -201,9 +202,11 @@ class OperationStore(Protocol):
 
     def get(self, operation_id: str) -> Operation | None: ...
 
-    def read_delivery(self, operation_id: str, site_id: str, shares: Sequence[str] = ()) -> Delivery:
-        """The operation and a site (the one a message names), both current, and the waiting counts of the `shares`
-        counters summed, in one round trip."""
+    def read_delivery(
+        self, operation_id: str, site_id: str, shares: Sequence[str] = (), key_rates: Sequence[str] = ()
+    ) -> Delivery:
+        """The operation and a site (the one a message names), both current, the waiting counts of the `shares`
+        counters summed, and the fairness key's rate settings (`key_rates`: their items), in one round trip."""
 
     def mark_queued(self, operation_id: str, now: float) -> bool:
         """accepted -> queued at `now`, the send's time. False when the operation had already moved on (a worker
@@ -643,6 +646,12 @@ class QuotaStore(Protocol):
         """Remove the override and the maxima it put on `bounds`; False if there was none."""
         ...
 
+    def key_rates(self, principal: str, tenant: str | None = None) -> KeyRates | None:
+        """The rates an operator put on the key's starts (`keyrates#P[#T]`), if any."""
+
+    def put_key_rates(self, rates: KeyRates) -> None:
+        """Set them (no rates: none; the delivery reads them with the operation, so a change applies at once)."""
+
 
 class AuditLog(Protocol):
     def record(self, entry: AuditEntry) -> None: ...
@@ -681,9 +690,9 @@ class Visibility(Protocol):
 class DependencyStore(Protocol):
     """Dependencies' settings and breakers (domain/dependencies.py), kept beside the flow counters."""
 
-    def read(self, dependency_ids: Sequence[str], kind: Kind) -> DependencyReading:
+    def read(self, dependency_ids: Sequence[str], kind: Kind, also: Sequence[str] = ()) -> DependencyReading:
         """What a delivery needs to decide a start, consistently, in one round trip: each dependency, the attempts
-        running on it and its rate buckets for `kind`."""
+        running on it and its rate buckets for `kind`, and the buckets `also` named (its fairness key's)."""
 
     def get(self, dependency_id: str) -> Dependency | None: ...
 

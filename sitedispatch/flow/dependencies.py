@@ -13,14 +13,24 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sitedispatch.domain.dependencies import BreakerState, Dependency, DependencyReading, DependencyTake, Rate, RateTake
-from sitedispatch.domain.model import Operation
+from sitedispatch.domain.dependencies import (
+    BreakerState,
+    Dependency,
+    DependencyReading,
+    DependencyTake,
+    KeyRates,
+    Rate,
+    RateTake,
+)
+from sitedispatch.domain.model import Kind, Operation
 from sitedispatch.flow.counters import DEPENDENCY_RUNNING, RUNNING_SHARDS, Group, key
 
 DEPENDENCY = "dep"  # dep#ID: an operator's settings and the breaker's state
 DEPENDENCY_RATE = "deprate"  # deprate#ID#KIND: a rate's bucket (its theoretical arrival time)
 DEPENDENCY_FAILURES = "depfail"  # depfail#ID#WINDOW: failures of the destination in one breaker window
 DEPENDENCY_SHARDS = RUNNING_SHARDS
+KEY_RATES = "keyrates"  # keyrates#P[#T]: an operator's rates on a fairness key (quotas set --rate)
+KEY_RATE = "keyrate"  # keyrate#P#T#KIND (T empty: the principal's own, over all its tenants): a key rate's bucket
 
 
 def dependency_key(dependency_id: str) -> str:
@@ -38,6 +48,38 @@ def running_shards(dependency_id: str) -> list[str]:
 
 def rate_key(dependency_id: str, rate: Rate) -> str:
     return key(DEPENDENCY_RATE, dependency_id, rate.applies_to)
+
+
+def key_rates_key(principal: str, tenant: str | None) -> str:
+    return key(KEY_RATES, principal) if tenant is None else key(KEY_RATES, principal, tenant)
+
+
+def key_rates_keys(principal: str, tenant: str | None) -> list[str]:
+    """The settings a delivery of (principal, tenant)'s work reads: the principal's, and its tenant's if it has one."""
+    return [key_rates_key(principal, None), *([key_rates_key(principal, tenant)] if tenant else [])]
+
+
+def key_rate_key(principal: str, tenant: str | None, rate: Rate) -> str:
+    return key(KEY_RATE, principal, tenant or "", rate.applies_to)
+
+
+@dataclass(frozen=True)
+class KeyRate:
+    """A fairness key's rate that applies to a start: its bucket, the rate, and whose it is (what a wait names)."""
+
+    counter: str
+    rate: Rate
+    name: str
+
+
+def key_rates_for(settings: Sequence[KeyRates], kind: Kind) -> tuple[KeyRate, ...]:
+    """The rates of a key's settings that apply to a start of `kind`."""
+    return tuple(
+        KeyRate(key_rate_key(s.principal, s.tenant, rate), rate, s.name)
+        for s in settings
+        for rate in s.rates
+        if rate.kind is None or rate.kind == kind
+    )
 
 
 def failures_key(dependency_id: str, window: int) -> str:
@@ -98,8 +140,10 @@ def decide(
     cap_wait_s: float,
     paused_wait_s: float,
     probe_timeout_s: float,
+    key_rates: Sequence[KeyRate] = (),
 ) -> Decision:
-    """Whether `op` may start now on its dependencies (in the order the site names them), and what it takes."""
+    """Whether `op` may start now on its dependencies (in the order the site names them) and its fairness key's
+    rates, and what it takes."""
     groups: list[Group] = []
     gates: list[str] = []
     names: dict[str, str] = {}
@@ -117,7 +161,7 @@ def decide(
             names[group.name] = dependency_id
         else:
             gates.append(running_shards(dependency_id)[home_shard(running_group_of(dependency), op.operation_id)])
-    takes, at, slowest = _rates(op, dependency_ids, reading, now)
+    takes, at, slowest = _rates(op, dependency_ids, reading, now, key_rates)
     if at > now:
         assert slowest is not None
         return Reserve(at, takes, rate_why(slowest[0], slowest[1], at - now))
@@ -149,24 +193,32 @@ def _breaker(
 
 
 def _rates(
-    op: Operation, dependency_ids: Sequence[str], reading: DependencyReading, now: float
+    op: Operation,
+    dependency_ids: Sequence[str],
+    reading: DependencyReading,
+    now: float,
+    key_rates: Sequence[KeyRate] = (),
 ) -> tuple[tuple[RateTake, ...], float, tuple[str, Rate] | None]:
     """The rate places this start takes, the earliest time all its rates allow it (a reservation it holds counts
-    while it is at most one interval old), and the rate that decided that time."""
+    while it is at most one interval old), and the rate that decided that time (named by what it limits)."""
+    applying = [
+        (rate_key(dependency_id, rate), rate, f"dependency {dependency_id}")
+        for dependency_id in dependency_ids
+        for rate in reading.dependency(dependency_id).rates_for(op.kind)
+    ]
+    applying += [(k.counter, k.rate, k.name) for k in key_rates]
     wanted: list[tuple[str, Rate, float | None]] = []
     at = now
     slowest: tuple[str, Rate] | None = None
-    for dependency_id in dependency_ids:
-        for rate in reading.dependency(dependency_id).rates_for(op.kind):
-            counter = rate_key(dependency_id, rate)
-            reserved = op.rate_reserved.get(counter)
-            if reserved is not None and reserved <= now < reserved + rate.interval_s:
-                continue  # its place was taken when it was reserved
-            tat = reading.tats.get(counter)
-            allowed = rate.allowed_at(tat, now)
-            if allowed > at:
-                at, slowest = allowed, (dependency_id, rate)
-            wanted.append((counter, rate, tat))
+    for counter, rate, name in applying:
+        reserved = op.rate_reserved.get(counter)
+        if reserved is not None and reserved <= now < reserved + rate.interval_s:
+            continue  # its place was taken when it was reserved
+        tat = reading.tats.get(counter)
+        allowed = rate.allowed_at(tat, now)
+        if allowed > at:
+            at, slowest = allowed, (name, rate)
+        wanted.append((counter, rate, tat))
     takes = tuple(RateTake(counter, tat, rate.after_start(tat, at)) for counter, rate, tat in wanted)
     return takes, at, slowest
 
@@ -175,8 +227,8 @@ def running_why(dependency_id: str, running: int, cap: int) -> str:
     return f"dependency {dependency_id}: {running} of {cap} running"
 
 
-def rate_why(dependency_id: str, rate: Rate, in_s: float) -> str:
-    return f"rate of dependency {dependency_id} ({rate.describe()}): next start in {max(in_s, 0):.0f} s"
+def rate_why(whose: str, rate: Rate, in_s: float) -> str:
+    return f"rate of {whose} ({rate.describe()}): next start in {max(in_s, 0):.0f} s"
 
 
 def open_why(dependency: Dependency, in_s: float) -> str:

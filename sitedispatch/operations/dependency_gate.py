@@ -10,12 +10,22 @@ from typing import Protocol, TypeVar
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.delivery import Outcome, Result
-from sitedispatch.domain.dependencies import BREAKER, DependencyTake
+from sitedispatch.domain.dependencies import BREAKER, DependencyReading, DependencyTake, KeyRates
 from sitedispatch.domain.errors import LimitReached
 from sitedispatch.domain.model import Operation, Site
 from sitedispatch.domain.ports import DependencyStore, OperationStore, Visibility
 from sitedispatch.domain.settings import Settings
-from sitedispatch.flow.dependencies import DependencyClaim, Probe, Reserve, Wait, cap_wait, decide, home_shard, take_on
+from sitedispatch.flow.dependencies import (
+    DependencyClaim,
+    Probe,
+    Reserve,
+    Wait,
+    cap_wait,
+    decide,
+    home_shard,
+    key_rates_for,
+    take_on,
+)
 from sitedispatch.flow.placement import reached, roomiest
 
 PLACEMENT_TRIES = 8  # shards of a capped dependency a start tries before it waits
@@ -37,19 +47,27 @@ class DependencyGate:
         self.deps, self.defer = deps, defer
         self.receive_count = 1  # SQS's, of the delivery: how long a full cap's wait is
         self.probing: tuple[str, ...] = ()  # the dependencies this delivery's attempt probes (half open)
+        self.key_rates: tuple[KeyRates, ...] = ()
 
-    def begin(self, receive_count: int) -> None:
-        self.receive_count, self.probing = receive_count, ()
+    def begin(self, receive_count: int, key_rates: tuple[KeyRates, ...] = ()) -> None:
+        """A new delivery: SQS's receive count, and the rates an operator put on its fairness key (as read with it)."""
+        self.receive_count, self.probing, self.key_rates = receive_count, (), key_rates
 
     def decide(self, op: Operation, site: Site, visibility: Visibility, now: float) -> DependencyClaim | Result | None:
-        """What a start takes of its site's dependencies (None: it names none, or the attempt continues), or the
-        deferral that says why not now: a full cap, a breaker open or paused, a rate reserved ahead."""
+        """What a start takes of its site's dependencies and of its fairness key's rates (None: none apply, or the
+        attempt continues), or the deferral that says why not now: a full cap, a breaker open or paused, a rate
+        reserved ahead."""
         d = self.deps
-        if not site.dependencies or op.continues:
+        rated = key_rates_for(self.key_rates, op.kind)
+        if not (site.dependencies or rated) or op.continues:
             return None
         s = d.settings
+        buckets = [k.counter for k in rated]
         for _ in range(2):  # a probe elected reads again (its own election is then what it sees)
-            reading = d.dependencies.read(site.dependencies, op.kind)
+            if site.dependencies:
+                reading = d.dependencies.read(site.dependencies, op.kind, buckets)
+            else:
+                reading = DependencyReading({}, {}, d.dependencies.buckets(buckets))
             decision = decide(
                 op,
                 site.dependencies,
@@ -58,6 +76,7 @@ class DependencyGate:
                 cap_wait_s=cap_wait(site.avg_operation_s, self.receive_count, s.defer_max_s),
                 paused_wait_s=s.pause_deferral_s,
                 probe_timeout_s=s.dependency_probe_timeout_s,
+                key_rates=rated,
             )
             if isinstance(decision, Probe):
                 if not d.dependencies.elect_probe(

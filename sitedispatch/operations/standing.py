@@ -55,10 +55,10 @@ def _held_by_dependencies(
 ) -> tuple[str, float | None] | None:
     """What of its site's dependencies holds the operation back now, and for about how long (None: until an
     operator resumes one), as its next delivery would decide it; None if nothing does."""
+    if op.rate_reserved and op.not_before is not None and op.not_before > now:  # a dependency's or its key's
+        return f"rate: its start is reserved, in {op.not_before - now:.0f} s", op.not_before - now
     if not site.dependencies or dependencies is None:
         return None
-    if op.rate_reserved and op.not_before is not None and op.not_before > now:
-        return f"rate: its start is reserved, in {op.not_before - now:.0f} s", op.not_before - now
     operation_s = site_operation_s(site, settings.default_operation_s)
     decision = decide(
         op,

@@ -55,7 +55,7 @@ from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import running_group_for
 from sitedispatch.flow.counters import SHARE_SHARDS, share_group
-from sitedispatch.flow.dependencies import DependencyClaim
+from sitedispatch.flow.dependencies import DependencyClaim, key_rates_keys
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import on_a_shard
@@ -111,9 +111,10 @@ class OperationsWorker:
         start plus the function's timeout) bounds how many steps a long operation takes in this invocation."""
         self.request_id = request_id
         self.deadline = deadline
-        self.gate.begin(receive_count)
         shares = _shares_of(message)
-        delivery = self.deps.operations.read_delivery(message.operation_id, message.site_id, shares)
+        rated = key_rates_keys(message.principal, message.tenant or None) if message.principal else []
+        delivery = self.deps.operations.read_delivery(message.operation_id, message.site_id, shares, rated)
+        self.gate.begin(receive_count, delivery.key_rates)
         op = delivery.operation
         if op is None:
             return self._ack("unknown_operation", message)

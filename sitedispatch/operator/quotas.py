@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sitedispatch.domain.dependencies import KeyRates, Rate, checked_rates
 from sitedispatch.domain.errors import Forbidden, InvalidInput
 from sitedispatch.domain.model import (
     Quota,
@@ -30,6 +31,7 @@ class PrincipalLimits:
     max_running: int  # in effect, in each lane
     outstanding: int  # now
     running: dict[str, int]  # now, per lane
+    rates: list[str] = field(default_factory=list)  # an operator's rates on the key's starts, each described
 
 
 class Quotas(Access):
@@ -52,13 +54,27 @@ class Quotas(Access):
         max_running: int | None,
         reason: str,
         tenant: str | None = None,
+        rates: tuple[Rate, ...] | None = None,
     ) -> PrincipalLimits:
         """Override a principal's limits, or one of its tenants' (operators only). Lowering one below what is
-        already outstanding or running refuses new work until it drains; accepted work is never dropped."""
+        already outstanding or running refuses new work until it drains; accepted work is never dropped. `rates`
+        (None: as they are; (): none) limit the key's starts per period, at start, as a dependency's rates do; a
+        principal's own apply to all its tenants' work together."""
         tenant = _own(principal, tenant)
         self._operator_only(caller, "quota", principal, reason)
-        if max_outstanding is None and max_running is None:
-            raise InvalidInput("give --max-outstanding, --max-running or both", field="max_outstanding")
+        if rates is not None:
+            checked_rates(rates)
+        if max_outstanding is None and max_running is None and rates is None:
+            raise InvalidInput("give --max-outstanding, --max-running, --rate or several", field="max_outstanding")
+        if rates is not None:
+            before_rates = self.deps.quotas.key_rates(principal, tenant)
+            now = self.deps.clock.now()
+            self.deps.quotas.put_key_rates(KeyRates(principal, tenant, rates, caller.identity, now, reason))
+            was = [r.describe() for r in before_rates.rates] if before_rates else []
+            told = {"rates": [r.describe() for r in rates], "was": was} | ({"tenant": tenant} if tenant else {})
+            self._record(caller, "quota-rates", principal, None, reason, "ok", told)
+            if max_outstanding is None and max_running is None:
+                return self._limits(principal, tenant)
         for name, value in (("max_outstanding", max_outstanding), ("max_running", max_running)):
             if value is not None and not 1 <= value <= self.deps.settings.max_outstanding_global:
                 raise InvalidInput(
@@ -88,12 +104,16 @@ class Quotas(Access):
         tenant = _own(principal, tenant)
         self._operator_only(caller, "quota", principal, reason)
         existed = self.deps.quotas.clear(principal, tenant, list(quota_bounds(principal, tenant, None)))
+        if self.deps.quotas.key_rates(principal, tenant) is not None:
+            self.deps.quotas.put_key_rates(KeyRates(principal, tenant, (), caller.identity, self.deps.clock.now()))
+            existed = True
         detail: dict[str, Any] = {"cleared": existed} | ({"tenant": tenant} if tenant is not None else {})
         self._record(caller, "quota", principal, None, reason, "ok" if existed else "skipped", detail)
         return self._limits(principal, tenant)
 
     def _limits(self, principal: str, tenant: str | None) -> PrincipalLimits:
         settings, quota = self.deps.settings, self.deps.quotas.get(principal, tenant)
+        key_rates = self.deps.quotas.key_rates(principal, tenant)
         key = tenant or principal
         outstanding = (principal_group(principal, 0) if tenant is None else tenant_group(principal, key, 0)).shard_ids()
         running = {lane: running_group(lane, principal, key, 0).shard_ids() for lane in operation_lanes()}
@@ -110,6 +130,7 @@ class Quotas(Access):
             max_running(settings, quota),
             total(outstanding),
             {lane: total(ids) for lane, ids in running.items()},
+            [r.describe() for r in key_rates.rates] if key_rates else [],
         )
 
 

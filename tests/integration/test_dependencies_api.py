@@ -85,3 +85,24 @@ def test_a_dependency_id_or_a_rate_that_is_wrong_is_one_line_naming_the_field(ap
     twice = {"rates": [{"limit": 1, "period_s": 1}, {"limit": 2, "period_s": 1}], "reason": "r"}
     assert operator.request("PUT", "/dependencies/db:a", body=twice).body["field"] == "rates"
     assert operator.request("GET", "/dependencies/Not-An-Id").status == 422
+
+
+def test_a_rate_on_a_fairness_key_through_quotas_holds_its_next_start_as_deployed(api: str, cloud: Cloud) -> None:
+    operator, q = as_(api, "operator"), as_(api, "tenant-q")
+    body = {"principal": "tenant-q", "rates": [{"kind": "provision", "limit": 1, "period_s": 3600}], "reason": "r"}
+    assert q.request("PUT", "/quotas", body=body).status == 403
+    limits = operator.call("PUT", "/quotas", body=body)
+    assert limits["rates"] == ["1 per hour (burst 1, provision)"]
+    provision = {"title": "Q", "admin_email": "q@q.example"}
+    ops = [
+        q.call("POST", "/operations", body={"kind": "provision", "site_id": f"rated-{n}", "params": provision})
+        for n in range(2)
+    ]
+    pump(cloud)
+    first, second = (q.call("GET", f"/operations/{op['operation_id']}") for op in ops)
+    assert first["status"] == "succeeded"
+    assert second["status"] == "queued" and second["attempt"] == 0, second
+    assert second["waiting_because"].startswith("rate: its start is reserved, in 3")
+    assert q.call("GET", "/quotas", query={"principal": "tenant-q"})["rates"] == ["1 per hour (burst 1, provision)"]
+    cleared = operator.call("DELETE", "/quotas", query={"principal": "tenant-q", "reason": "done"})
+    assert cleared["rates"] == []

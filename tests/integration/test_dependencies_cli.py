@@ -79,3 +79,15 @@ def test_a_bad_rate_or_nothing_to_set_is_one_line(cli: CliRunner) -> None:
     assert code != 0 and "give --max-running, --rate or both" in out, out
     code, out = run(cli, "deps", "set", "db:a", "--rate", "publish=1000/s", "--reason", "r", "--as", "operator")
     assert code != 0 and "starts a second" in out and out.strip().count("\n") == 0, out
+
+
+def test_a_fairness_keys_rate_through_quotas_set_and_clear(cli: CliRunner) -> None:
+    args = ("quotas", "set", "tenant-r", "--rate", "import=30/h+2", "--tenant", "shop-1", "--reason", "r")
+    code, out = run(cli, *args, "--as", "operator", "--json")
+    assert code == 0 and json.loads(out)["rates"] == ["30 per hour (burst 2, import)"], out
+    code, out = run(cli, "quotas", "get", "tenant-r", "--tenant", "shop-1", "--as", "tenant-r", "--json")
+    assert code == 0 and json.loads(out)["rates"] == ["30 per hour (burst 2, import)"], out
+    code, out = run(
+        cli, "quotas", "set", "tenant-r", "--no-rates", "--tenant", "shop-1", "--reason", "r", "--as", "operator"
+    )
+    assert code == 0 and "unlimited" in out, out

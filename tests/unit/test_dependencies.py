@@ -171,3 +171,30 @@ def test_a_site_deleted_or_moved_off_a_dependency_is_no_longer_among_its_sites_n
     h.controls().set_site_dependencies(owner, "site-2", [], "moved")
     gone = store.get("db:a") or Dependency("db:a")
     assert gone.sites == frozenset() and gone.principals == frozenset()
+
+
+def test_a_fairness_keys_rate_set_through_quotas_reserves_its_next_start_and_leaves_other_keys_alone() -> None:
+    h = Harness()
+    for site in ("site-1", "site-2"):
+        h.provisioned(site)
+    h.provisioned("site-b")
+    operator = Caller("ops-alice", operator=True)
+    limits = h.controls().set_quota(
+        operator, "tenant-a", max_outstanding=None, max_running=None, reason="one a minute", rates=(Rate(1, 60.0),)
+    )
+    assert limits.rates == ["1 per minute (burst 1, all)"]
+    assert h.deliver(h.submit(site="site-1", kind="publish", params={}, key="p1"))[0].outcome == Outcome.SUCCEEDED
+    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    result, _ = h.deliver(second)
+    assert result.outcome == Outcome.DEFERRED and result.reason == "dependency_rate"
+    row = h.world.operations.get(second)
+    assert row is not None and row.attempt == 0 and row.not_before is not None
+    assert 59.0 <= row.not_before - h.world.clock.now() <= 60.0
+    # another principal's work is not held by tenant-a's rate
+    h.world.sites.register("site-c", "tenant-c", h.world.clock.now())
+    other = h.submit(site="site-c", kind="provision", key="c1", principal="tenant-c")
+    assert h.deliver(other)[0].outcome == Outcome.SUCCEEDED
+    h.world.clock.advance(row.not_before - h.world.clock.now())
+    assert h.deliver(second)[0].outcome == Outcome.SUCCEEDED
+    cleared = h.controls().clear_quota(operator, "tenant-a", "no more")
+    assert cleared.rates == []

@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from sitedispatch.api.errors import ERRORS
 from sitedispatch.api.models import NOT_BLANK, PRINCIPAL, REASON_CHARS, TENANT, QuotaRequest
 from sitedispatch.api.request import caller, dependencies
+from sitedispatch.operator.dependencies import rate_of
 from sitedispatch.operator.quotas import PrincipalLimits
 
 router = Router()
@@ -36,6 +37,9 @@ def set_quota(body: QuotaRequest) -> PrincipalLimits:
             max_running=body.max_running,
             reason=body.reason,
             tenant=body.tenant,
+            rates=None
+            if body.rates is None
+            else tuple(rate_of(r.kind, r.limit, r.period_s, r.burst) for r in body.rates),
         )
     )
 
