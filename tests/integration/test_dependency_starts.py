@@ -4,13 +4,19 @@ paused dependency defer without an attempt, a rate reserves its place, and the s
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pytest
 
 from sitedispatch.aws.dependencies import DynamoDependencyStore
-from sitedispatch.domain.dependencies import Rate
+from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
+from sitedispatch.domain.errors import TransientError
+from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import Status
+from sitedispatch.drivers.reference.driver import ReferenceDriver
 from sitedispatch.flow.dependencies import rate_key, running_shards
-from tests.conftest import Cloud, pump
-from tests.factories import PROVISION
+from tests.conftest import Cloud, pump, wait_for
+from tests.factories import PROVISION, present
 
 
 def _site_on(cloud: Cloud, site: str, *dependencies: str) -> str:
@@ -62,3 +68,57 @@ def test_a_paused_dependency_holds_work_and_a_rate_reserves_the_next_place(cloud
     assert later is not None and later.status == Status.QUEUED and later.attempt == 0
     assert later.not_before is not None and later.not_before > time.time() + 3500
     assert later.rate_reserved == {rate_key("db:c", rate): later.not_before}
+
+
+def test_a_dependency_failing_for_every_site_opens_its_breaker_and_its_probe_closes_it(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publishes on three sites of db:x fail while it is down: the fourth failure (from more than one site) opens
+    it, no attempt is spent while it is open, its sites' owner is told; once it is back the probe's commit closes
+    it and every publish succeeds."""
+    policy = {"DEPENDENCY_FAILURES_TO_OPEN": "4", "DEPENDENCY_COOLDOWN_S": "1", "BACKOFF_BASE_S": "0.2"}
+    for name, value in (policy | {"BACKOFF_CAP_S": "0.5"}).items():
+        monkeypatch.setenv(f"SITEDISPATCH_{name}", value)  # read by the functions' settings
+    store = DynamoDependencyStore(cloud.deps.models.Counter, cloud.deps.outbox)
+    sites = [f"brk-{n}" for n in range(3)]
+    for site in sites:
+        _submit(cloud, site)
+    pump(cloud)
+    for site in sites:
+        cloud.deps.sites.set_dependencies(site, ("db:x",))
+        store.named(["db:x"], "p", site, time.time())
+    down = {"now": True}
+    publish = ReferenceDriver.publish
+
+    def unavailable(self: ReferenceDriver, ctx: Any, payload: Any) -> Any:
+        if down["now"]:
+            raise TransientError("db:x unavailable")
+        return publish(self, ctx, payload)
+
+    monkeypatch.setattr(ReferenceDriver, "publish", unavailable)
+    submitter = cloud.deps.submitter()
+    ops = [
+        submitter.submit(kind="publish", site_id=site, principal="p", params={}).operation.operation_id
+        for site in sites
+    ]
+
+    def state() -> BreakerState:
+        return (store.get("db:x") or Dependency("db:x")).state
+
+    wait_for(lambda: pump(cloud) >= 0 and state() == BreakerState.OPEN, timeout_s=60, what="the breaker open")
+    attempts = [present(cloud.deps.operations.get(op)).attempt for op in ops]
+    assert sum(attempts) == 4 and max(attempts) <= 2, attempts  # the threshold, spread over the sites
+    opened = present(store.get("db:x"))
+    assert opened.changed_by == "breaker" and len(opened.evidence) == 4 and "4 failures from" in (opened.reason or "")
+    down["now"] = False
+    done = wait_for(
+        lambda: (
+            pump(cloud) >= 0 and all(present(cloud.deps.operations.get(op)).status == Status.SUCCEEDED for op in ops)
+        ),
+        timeout_s=60,
+        what="every publish succeeded",
+    )
+    assert done and state() == BreakerState.CLOSED
+    assert sum(present(cloud.deps.operations.get(op)).attempt for op in ops) == 4 + 3  # one more each, the probe's
+    told = [entry.event.type for entry in cloud.deps.events.read("p", 0, 100)]
+    assert EventType.DEPENDENCY_PAUSED in told and EventType.DEPENDENCY_RESUMED in told
