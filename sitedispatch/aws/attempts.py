@@ -97,7 +97,8 @@ class AttemptTransitions:
                 tx.update(LEASE, S(site.site_id), lease_actions, condition=lease_condition)
                 if slot is None:  # the row takes no slot; one it held when read, it must still hold
                     kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
-                    tx.update(ROW, M(op.operation_id), actions, condition=runnable & kept)
+                    cleared = [*actions, M.rate_reserved.remove()] if not op.continues else actions
+                    tx.update(ROW, M(op.operation_id), cleared, condition=runnable & kept)
                     self._take_dependencies(tx, replace_slots(take), op.operation_id, now)
                 else:
                     self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now, take)
@@ -234,6 +235,8 @@ class AttemptTransitions:
         if not kept.empty:  # an attempt that died holding its slots: the breaker's gates and the rates still apply
             return self._start_keeping_slots(operation_id, actions, runnable, kept, now)
         item = M(operation_id)
+        if continues_from is None:
+            actions = [*actions, M.rate_reserved.remove()]  # a start's reservations are spent with it
         if not conditionally(lambda: item.update(actions=actions, condition=runnable)):
             raise NotRunnable(operation_id)
         return to_operation(item)

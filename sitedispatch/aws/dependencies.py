@@ -35,6 +35,7 @@ class DynamoDependencyStore:
             keys.append(dependency_key(dependency_id))
             keys += running_shards(dependency_id)
             keys += [rate_key(dependency_id, Rate(1, 1.0)), rate_key(dependency_id, Rate(1, 1.0, kind=kind))]
+        keys = list(dict.fromkeys(keys))  # BatchGetItem refuses a key twice
         found = {item.counter_id: item for item in get_items(*((C, k) for k in keys)) if isinstance(item, C)}
         dependencies = {
             dependency_id: to_dependency(found[dependency_key(dependency_id)])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sitedispatch.aws.flow import DynamoMinuteBuckets
+from sitedispatch.domain.dependencies import BreakerState, DependencyRefused, DependencyTake, KeyRates, Rate, RateTake
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     AlreadyExists,
@@ -52,6 +53,7 @@ from sitedispatch.domain.ports import (
     BlobStore,
     CommitStore,
     CounterReading,
+    DependencyStore,
     EventLog,
     EventQueue,
     Move,
@@ -73,6 +75,7 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.domain.webhooks import Attempt, Disabled, Endpoint, WebhookMessage
+from sitedispatch.flow.dependencies import key_rates_keys, rate_key, running_shards
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud, wait_for
 from tests.factories import present
@@ -98,6 +101,7 @@ PORTS: dict[str, type] = {
     "webhooks": WebhookStore,
     "webhook_secrets": WebhookSecrets,
     "webhook_queue": WebhookQueue,
+    "dependencies": DependencyStore,
 }
 CALLED: dict[str, set[tuple[str, str]]] = {"memory": set(), "dynamodb": set()}  # impl -> (port, method)
 
@@ -133,6 +137,7 @@ class Stores:
     webhooks: WebhookStore
     webhook_secrets: WebhookSecrets
     webhook_queue: WebhookQueue
+    dependencies: DependencyStore
     sent: Callable[[str], list[str]]  # the bodies on a queue ("operations", "bulk", "publications"), taken off it
 
 
@@ -182,6 +187,7 @@ def stores(request: pytest.FixtureRequest) -> Stores:
                 webhooks=world.webhooks,
                 webhook_secrets=world.webhook_secrets,
                 webhook_queue=world.webhook_queue,
+                dependencies=world.dependency_store,
             ),
         )
     cloud: Cloud = request.getfixturevalue("cloud")
@@ -218,6 +224,7 @@ def stores(request: pytest.FixtureRequest) -> Stores:
             webhooks=d.webhooks,
             webhook_secrets=d.webhook_secrets,
             webhook_queue=d.webhook_queue,
+            dependencies=d.dependency_store,
         ),
     )
 
@@ -1580,6 +1587,103 @@ def test_a_secret_signs_alone_then_beside_its_successor_during_a_rotation(stores
 def test_a_wake_names_its_endpoint(stores: Stores) -> None:
     stores.webhook_queue.send(WebhookMessage("p", "whk_1", "placed:3"))
     assert [WebhookMessage.from_body(b) for b in stores.sent("webhooks")] == [WebhookMessage("p", "whk_1")]
+
+
+# -- dependencies (domain/dependencies.py) --------------------------------------------------------------------------
+
+
+def test_a_sites_dependencies_are_set_on_it_and_a_missing_site_is_not_found(stores: Stores) -> None:
+    stores.sites.register("dep-site", "p", NOW)
+    assert stores.sites.set_dependencies("dep-site", ("db:a", "php:p")).dependencies == ("db:a", "php:p")
+    assert present(stores.sites.get("dep-site")).dependencies == ("db:a", "php:p")
+    assert stores.sites.set_dependencies("dep-site", ()).dependencies == ()
+    with pytest.raises(NotFound):
+        stores.sites.set_dependencies("no-such-site", ("db:a",))
+
+
+def test_a_dependency_is_named_set_paused_and_resumed_each_change_told_to_its_principals(stores: Stores) -> None:
+    deps = stores.dependencies
+    deps.named(["db:a"], "alice", "s-1", NOW)
+    deps.named(["db:a"], "bob", "s-2", NOW)
+    assert [d.dependency_id for d in deps.list(None)] == ["db:a"] and deps.list(["db:z"])[0].sites == frozenset()
+    set_ = deps.put_settings("db:a", 2, (Rate(20, 60.0, 5),), "ops", "two", NOW)
+    assert (set_.max_running, set_.rates, set_.sites) == (2, (Rate(20, 60.0, 5),), frozenset({"s-1", "s-2"}))
+    paused = deps.pause("db:a", "maintenance", "operator", NOW + 1)
+    assert paused is not None and paused.state == BreakerState.PAUSED and deps.pause("db:a", "x", "o", NOW) is None
+    assert present(deps.resume("db:a", "operator", NOW + 2)).state == BreakerState.CLOSED
+    assert deps.resume("db:a", "operator", NOW + 3) is None
+    told = [EventMessage.from_body(body) for body in stores.sent("events")]
+    assert sorted(m.principal for m in told) == ["alice", "alice", "bob", "bob"]  # paused and resumed, to each
+    deps.unnamed(["db:a"], "s-2", "bob", NOW + 4)
+    after = present(deps.get("db:a"))
+    assert after.sites == {"s-1"} and after.principals == {"alice"}
+
+
+def test_a_breaker_opens_from_closed_elects_one_probe_and_a_failed_probe_doubles_its_cooldown(stores: Stores) -> None:
+    deps = stores.dependencies
+    deps.named(["db:b"], "p", "s-1", NOW)
+    for i, site in enumerate(["s-1", "s-2"]):
+        failure = {"principal": "p", "site_id": site, "operation_id": f"op-{i}", "code": "unreachable", "at": NOW}
+        count, sites, recent = deps.record_failure("db:b", failure, NOW + i, window_s=60)
+    assert (count, sites, [r["operation_id"] for r in recent]) == (2, 2, ["op-0", "op-1"])
+    opened = present(deps.open("db:b", "2 failures", recent, NOW + 2, 30.0))
+    assert opened.state == BreakerState.OPEN and opened.reopen_at == NOW + 32 and opened.evidence == recent
+    assert deps.open("db:b", "again", recent, NOW + 3, 30.0) is None
+    assert not deps.elect_probe("db:b", "op-9", NOW + 10, 60.0)
+    assert deps.elect_probe("db:b", "op-9", NOW + 32, 60.0) and not deps.elect_probe("db:b", "op-8", NOW + 33, 60.0)
+    assert not deps.probe_failed("db:b", "op-8", NOW + 34, 600.0) and deps.probe_failed("db:b", "op-9", NOW + 34, 600.0)
+    assert present(deps.get("db:b")).reopen_at == NOW + 94  # 60 s: doubled
+    assert deps.elect_probe("db:b", "op-7", NOW + 94, 60.0)
+    assert deps.resume("db:b", "breaker", NOW + 95, probe="op-6") is None
+    assert present(deps.resume("db:b", "breaker", NOW + 95, probe="op-7")).state == BreakerState.CLOSED
+
+
+def test_a_start_takes_its_dependency_slot_and_rate_place_and_a_refused_one_takes_nothing(stores: Stores) -> None:
+    deps, ops = stores.dependencies, stores.operations
+    deps.put_settings("db:c", 1, (Rate(1, 60.0),), "ops", "one", NOW)
+    stores.sites.register("dep-c", "p", NOW)
+    site = stores.sites.set_dependencies("dep-c", ("db:c",))
+    ops.create(new_op("op_dc", "dep-c"))
+    reading = deps.read(["db:c"], Kind.PROVISION)
+    assert reading.dependency("db:c").max_running == 1 and reading.running == {"db:c": 0} and reading.tats == {}
+    shard = Slot(running_shards("db:c")[0], 1)
+    bucket = rate_key("db:c", Rate(1, 60.0))
+    take = DependencyTake((shard,), (), (RateTake(bucket, None, NOW + 60),))
+    stale = DependencyTake((shard,), (), (RateTake(bucket, NOW + 5, NOW + 65),))
+    with pytest.raises(DependencyRefused):
+        ops.claim_and_start(as_read(stores, "op_dc"), site, NOW, 30, Slot("running#x#p#p#0", 5), stale)
+    assert deps.running(["db:c"]) == {"db:c": 0}  # nothing taken
+    started = ops.claim_and_start(as_read(stores, "op_dc"), site, NOW, 30, Slot("running#x#p#p#0", 5), take)
+    assert started is not None and started[1].dependency_slots == (shard.counter,)
+    assert deps.running(["db:c"]) == {"db:c": 1} and deps.buckets([bucket]) == {bucket: NOW + 60}
+    assert deps.read(["db:c"], Kind.PROVISION, [bucket]).tats == {bucket: NOW + 60}
+
+
+def test_a_rate_place_is_reserved_on_the_row_only_from_the_bucket_as_read(stores: Stores) -> None:
+    stores.sites.register("dep-r", "p", NOW)
+    stores.operations.create(new_op("op_dr", "dep-r"))
+    bucket = rate_key("db:r", Rate(1, 60.0))
+    op = as_read(stores, "op_dr")
+    assert stores.operations.reserve_rates(op, [RateTake(bucket, None, NOW + 120)], NOW + 60, NOW)
+    row = as_read(stores, "op_dr")
+    assert row.not_before == NOW + 60 and row.rate_reserved == {bucket: NOW + 60}
+    assert not stores.operations.reserve_rates(row, [RateTake(bucket, None, NOW + 180)], NOW + 120, NOW)
+    assert stores.dependencies.buckets([bucket]) == {bucket: NOW + 120}
+    lease = stores.sites.claim_lease("dep-r", "op_dr", NOW, 30)
+    started = stores.operations.start_attempt("op_dr", lease.fence, NOW, dependency=DependencyTake())
+    assert started.rate_reserved == {}
+
+
+def test_a_fairness_keys_rates_are_kept_with_its_quotas_and_read_with_a_delivery(stores: Stores) -> None:
+    rates = KeyRates("p", "shop-1", (Rate(30, 3600.0, 2, Kind.IMPORT),), "ops", NOW, "imports")
+    stores.quotas.put_key_rates(rates)
+    assert stores.quotas.key_rates("p", "shop-1") == rates and stores.quotas.key_rates("p") is None
+    stores.sites.register("dep-k", "p", NOW)
+    stores.operations.create(new_op("op_dk", "dep-k"))
+    delivery = stores.operations.read_delivery("op_dk", "dep-k", (), key_rates_keys("p", "shop-1"))
+    assert delivery.key_rates == (rates,) and delivery.operation is not None
+    stores.quotas.put_key_rates(KeyRates("p", "shop-1", ()))
+    assert stores.quotas.key_rates("p", "shop-1") is None
 
 
 def test_every_port_method_ran_against_both_implementations(request: pytest.FixtureRequest) -> None:
