@@ -205,12 +205,14 @@ class AttemptTransitions:
     ) -> Operation:
         M = self.M
         take = dependency or DependencyTake()
+        spent: list[Action] = []  # a start's rate reservations are spent with it
         if continues_from is not None:
             actions, runnable = self._continuation(continues_from, fence, now)
             slot = None
             take = DependencyTake()
         else:
             actions, runnable = self._attempt(fence, now)
+            spent = [M.rate_reserved.remove()]
         if slot is not None:
             try:
                 with transaction(M) as tx:
@@ -235,9 +237,7 @@ class AttemptTransitions:
         if not kept.empty:  # an attempt that died holding its slots: the breaker's gates and the rates still apply
             return self._start_keeping_slots(operation_id, actions, runnable, kept, now)
         item = M(operation_id)
-        if continues_from is None:
-            actions = [*actions, M.rate_reserved.remove()]  # a start's reservations are spent with it
-        if not conditionally(lambda: item.update(actions=actions, condition=runnable)):
+        if not conditionally(lambda: item.update(actions=[*actions, *spent], condition=runnable)):
             raise NotRunnable(operation_id)
         return to_operation(item)
 
