@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from chaos.invariants import max_running
 from sitedispatch.client import ApiClient
 from sitedispatch.local.supervisor import LocalRuntime
 
@@ -34,16 +35,6 @@ from .simulation import percentile
 ENVIRONMENTS = 4  # of the interactive lane
 LATENCY_S = 0.5  # the reference driver's simulated service time
 DEFERRALS = ("waiting for a dependency", "dependency at its cap", "rate place reserved")
-
-
-def max_running(spans: list[tuple[float, float]]) -> int:
-    """The most spans open at once (start inclusive, end exclusive)."""
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
-    running = most = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
 
 
 def most_in_window(times: list[float], window_s: float) -> int:

@@ -57,6 +57,7 @@ class Profile:
 
 
 SHORT = Profile(sites=4, principals=2, workload_s=8.0, fault_every_s=(1.5, 3.0))
+CHAOS_DEPENDENCY = "db:chaos"
 PROFILES = {"short": SHORT, "full": Profile(), "strict": replace(SHORT, strict=True)}
 
 
@@ -95,6 +96,16 @@ class Campaign:
         self.paused: dict[str, float] = {}
 
     # -- the run -------------------------------------------------------------------------------------------------
+
+    def _on_a_dependency(self) -> None:
+        """Every other site names one shared dependency capped at 2 (the end checks hold its cap to the operations'
+        own start and end times)."""
+        now = time.time()
+        for site in self.sites[::2]:
+            self.deps.sites.register(site, self.owner[site], now)
+            self.deps.sites.set_dependencies(site, (CHAOS_DEPENDENCY,))
+            self.deps.dependency_store.named([CHAOS_DEPENDENCY], self.owner[site], site, now)
+        self.deps.dependency_store.put_settings(CHAOS_DEPENDENCY, 2, (), "chaos", "two at once", now)
 
     def run(self) -> RunReport:
         started = time.monotonic()
@@ -139,6 +150,7 @@ class Campaign:
             phase("start")
             sampler = Sampler(self.deps, self.sites, self.violations)
             sampler.start()
+            self._on_a_dependency()
             for site in self.sites:
                 self._submit("provision", site, PROVISION, key=f"provision-{site}")
             self._workload()

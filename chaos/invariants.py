@@ -21,7 +21,7 @@ from typing import Any
 
 from sitedispatch.domain.errors import NotFound
 from sitedispatch.domain.events import terminal_event_id
-from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status, sha256_hex
+from sitedispatch.domain.model import RUNNABLE, Kind, Operation, PublicationStatus, Status, sha256_hex
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import recount
 from sitedispatch.flow.counters import is_flow_counter
@@ -109,6 +109,34 @@ class DriverLedger:
     started_at: float = field(default_factory=time.time)
 
 
+def max_running(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at once (start inclusive, end exclusive)."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def check_dependency_caps(deps: Any, ops: dict[str, Operation], violations: Violations) -> None:
+    """Never more attempts running on a dependency than its cap, read from its sites' succeeded operations' own
+    start and end times (each final attempt held a place of the cap from its start to its commit)."""
+    for dependency in deps.dependency_store.list(None):
+        if dependency.max_running is None:
+            continue
+        spans = [
+            (float(op.started_at), float(op.finished_at))
+            for op in ops.values()
+            if op.site_id in dependency.sites and op.status == Status.SUCCEEDED and op.started_at and op.finished_at
+        ]
+        if max_running(spans) > dependency.max_running:
+            violations.add(
+                "never more attempts running on a dependency than its cap",
+                f"{dependency.dependency_id}: {max_running(spans)} at once, cap {dependency.max_running}",
+            )
+
+
 def check_after(
     deps: Any, settings: Settings, sites: list[str], ledger: DriverLedger, violations: Violations
 ) -> dict[str, int]:
@@ -185,6 +213,7 @@ def check_after(
     for action, times in ledger.actions.items():
         if audited[action] < times:
             violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")
+    check_dependency_caps(deps, ops, violations)
     imports = [c for history in commits_by_site.values() for c in history if c.kind == Kind.IMPORT]
     return {
         "operations": len(ops),
