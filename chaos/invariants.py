@@ -21,7 +21,7 @@ from typing import Any
 
 from sitedispatch.domain.errors import NotFound
 from sitedispatch.domain.events import terminal_event_id
-from sitedispatch.domain.model import RUNNABLE, Kind, Operation, PublicationStatus, Status, sha256_hex
+from sitedispatch.domain.model import RUNNABLE, Kind, PublicationStatus, Status, sha256_hex
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import recount
 from sitedispatch.flow.counters import is_flow_counter
@@ -81,11 +81,13 @@ class LiveWatch:
 
 
 class Sampler(threading.Thread):
-    """Looks at the live pointers while the run goes on (LiveWatch), every `interval_s`."""
+    """Looks at the live pointers (LiveWatch) and the dependencies' caps while the run goes on, every
+    `interval_s`."""
 
     def __init__(self, deps: Any, sites: list[str], violations: Violations, interval_s: float = 0.25) -> None:
         super().__init__(daemon=True, name="sampler")
         self.sites, self.violations, self.interval_s = sites, violations, interval_s
+        self.deps = deps
         self.watch = LiveWatch(deps, violations)
         self.stop = threading.Event()
 
@@ -98,6 +100,11 @@ class Sampler(threading.Thread):
                     if "ThrottlingException" in repr(exc):
                         continue
                     self.violations.add("sampler", f"{site_id}: {exc!r}")
+            try:
+                check_dependency_caps(self.deps, self.violations)
+            except Exception as exc:
+                if "ThrottlingException" not in repr(exc):
+                    self.violations.add("sampler", f"dependencies: {exc!r}")
 
 
 @dataclass
@@ -119,21 +126,19 @@ def max_running(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-def check_dependency_caps(deps: Any, ops: dict[str, Operation], violations: Violations) -> None:
-    """Never more attempts running on a dependency than its cap, read from its sites' succeeded operations' own
-    start and end times (each final attempt held a place of the cap from its start to its commit)."""
-    for dependency in deps.dependency_store.list(None):
-        if dependency.max_running is None:
-            continue
-        spans = [
-            (float(op.started_at), float(op.finished_at))
-            for op in ops.values()
-            if op.site_id in dependency.sites and op.status == Status.SUCCEEDED and op.started_at and op.finished_at
-        ]
-        if max_running(spans) > dependency.max_running:
+def check_dependency_caps(deps: Any, violations: Violations) -> None:
+    """Never more attempts holding a place of a dependency than its cap: its running shards, read now (an attempt
+    runs only holding one; the operations' own start and end times are read before each transaction, so under
+    stalls they cannot prove an overlap). The simulation checks the running operations after every step too."""
+    capped = [d for d in deps.dependency_store.list(None) if d.max_running is not None]
+    if not capped:
+        return
+    running = deps.dependency_store.running([d.dependency_id for d in capped])
+    for dependency in capped:
+        if running[dependency.dependency_id] > dependency.max_running:
             violations.add(
                 "never more attempts running on a dependency than its cap",
-                f"{dependency.dependency_id}: {max_running(spans)} at once, cap {dependency.max_running}",
+                f"{dependency.dependency_id}: {running[dependency.dependency_id]} held, cap {dependency.max_running}",
             )
 
 
@@ -213,7 +218,7 @@ def check_after(
     for action, times in ledger.actions.items():
         if audited[action] < times:
             violations.add("every operator action is audited", f"{action}: {times} done, {audited[action]} audited")
-    check_dependency_caps(deps, ops, violations)
+    check_dependency_caps(deps, violations)
     imports = [c for history in commits_by_site.values() for c in history if c.kind == Kind.IMPORT]
     return {
         "operations": len(ops),

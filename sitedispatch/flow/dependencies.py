@@ -119,6 +119,7 @@ class Reserve:
     at: float
     rates: tuple[RateTake, ...]
     why: str
+    honoured_s: float = 0.0  # how late it may start and keep its places: the shortest interval of its rates
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def decide(
     takes, at, slowest = _rates(op, dependency_ids, reading, now, key_rates)
     if at > now:
         assert slowest is not None
-        return Reserve(at, takes, rate_why(slowest[0], slowest[1], at - now))
+        return Reserve(at, takes, rate_why(slowest[0], slowest[1], at - now), _shortest_interval(at, takes))
     return DependencyClaim(tuple(groups), tuple(gates), takes, names)
 
 
@@ -190,6 +191,11 @@ def _breaker(
             min(probe_ends - now, paused_wait_s), f"dependency {name} half open: a probe runs", "dependency_probing"
         )
     return None
+
+
+def _shortest_interval(at: float, takes: Sequence[RateTake]) -> float:
+    """The shortest interval of the rates a reservation at `at` takes (each moved its bucket on by one)."""
+    return min((t.after - max(at if t.read is None else t.read, at) for t in takes), default=0.0)
 
 
 def _rates(

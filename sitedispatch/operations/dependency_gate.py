@@ -100,7 +100,9 @@ class DependencyGate:
         if not d.operations.reserve_rates(op, decision.rates, decision.at, now):
             return self.defer(visibility, 1.0, "dependency_changed")
         obs.logger.info("rate place reserved", extra={"why": decision.why})
-        wait = max(decision.at - now, 0.0) * (1.0 + 0.05 * d.rng.random())  # never before its time
+        # never before its time, and late by at most a quarter of what keeps its places (a long wait's jitter must
+        # not outlast the reservation: a place missed is a start the rate allowed and nobody took)
+        wait = max(decision.at - now, 0.0) + 0.25 * decision.honoured_s * d.rng.random()
         visibility.change(wait)
         obs.count(obs.Metric.OperationDeferred)
         return Result(Outcome.DEFERRED, "dependency_rate", delay_s=wait)

@@ -105,3 +105,11 @@ def test_a_long_wait_for_a_full_cap_looks_a_few_times_a_minute_not_in_a_poll() -
     assert cap_wait(2.0, 3, 30.0) == 8.0
     assert cap_wait(2.0, 50, 30.0) == 30.0
     assert cap_wait(None, 1, 30.0) == 30.0
+
+
+def test_a_reservation_says_how_late_its_start_may_be_and_keep_its_places() -> None:
+    rates = (Rate(limit=20, period_s=60, burst=1), Rate(limit=1, period_s=60, burst=1, kind=Kind.PUBLISH))
+    dep = Dependency("db:a", rates=rates)
+    reading = DependencyReading({"db:a": dep}, tats={rate_key("db:a", rates[1]): 100.0})
+    reserved = _decide(_op(), reading, 10.0)
+    assert isinstance(reserved, Reserve) and reserved.at == 100.0 and reserved.honoured_s == 3.0  # 60 / 20
