@@ -107,7 +107,7 @@ def test_a_fence_granted_twice_is_found(monkeypatch: pytest.MonkeyPatch) -> None
 def test_a_promotion_without_its_condition_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """The store promotes a publication even when a newer one is live (the `live_seq < seq` condition forgotten):
     only a race shows it (a finisher that read the site before a newer one went live), and the simulation meets
-    one within a hundred seeds."""
+    one within 250 seeds (seed 232, since half the seeds draw dependencies; within 100 before)."""
 
     def publish(self: Any, site_id: str, seq: int, revision_id: str, now: float, event: Any) -> bool:
         with self.db.lock:
@@ -122,7 +122,7 @@ def test_a_promotion_without_its_condition_is_found(monkeypatch: pytest.MonkeyPa
             return True
 
     monkeypatch.setattr(fakes.MemoryPublicationStore, "publish", publish)
-    assert finds("live seq never decreases", seeds=100)
+    assert finds("live seq never decreases", seeds=250)
 
 
 def test_a_counter_left_held_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
