@@ -158,6 +158,18 @@ def _refusal_of_body(event: dict[str, Any], limit: int) -> SiteDispatchError | N
     return None
 
 
+def with_decoded_colons(event: dict[str, Any]) -> dict[str, Any]:
+    """The request with a ':' sent percent-encoded in its path (`%3A`, as many clients send a dependency id's) as
+    the character: the routes match the raw path, and both spellings name the same resource (RFC 3986 2.2). Only
+    the colon: an encoded '/' stays inside its segment."""
+    raw = event.get("rawPath")
+    if not isinstance(raw, str) or "%3" not in raw.upper():
+        return event
+    decoded = raw.replace("%3A", ":").replace("%3a", ":")
+    parameters = {k: v.replace("%3A", ":").replace("%3a", ":") for k, v in (event.get("pathParameters") or {}).items()}
+    return {**event, "rawPath": decoded, **({"pathParameters": parameters} if event.get("pathParameters") else {})}
+
+
 def openapi_document(app: APIGatewayHttpResolver | None = None) -> dict[str, Any]:
     """The OpenAPI document Powertools generates from the routes and their pydantic models."""
     schema = (app or create_app(_no_deps)).get_openapi_schema(

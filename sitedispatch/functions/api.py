@@ -9,7 +9,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sitedispatch.api.app import body_limit, create_app, refused_before_routing
+from sitedispatch.api.app import body_limit, create_app, refused_before_routing, with_decoded_colons
 from sitedispatch.functions.runtime import dependencies, init_phase
 from sitedispatch.observability import logger, metrics, tracer
 
@@ -29,7 +29,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = refused_before_routing(event, body_limit(dependencies().settings.max_input_bytes))
     if refused is not None:
         return refused
-    return app().resolve(event, context)
+    return app().resolve(with_decoded_colons(event), context)
 
 
 init_phase(app)  # inside a function's environment: its clients and core, before the first event

@@ -85,6 +85,8 @@ def test_a_dependency_id_or_a_rate_that_is_wrong_is_one_line_naming_the_field(ap
     twice = {"rates": [{"limit": 1, "period_s": 1}, {"limit": 2, "period_s": 1}], "reason": "r"}
     assert operator.request("PUT", "/dependencies/db:a", body=twice).body["field"] == "rates"
     assert operator.request("GET", "/dependencies/Not-An-Id").status == 422
+    encoded = operator.request("GET", "/dependencies/db%3Aa")  # the colon percent-encoded, as many clients send it
+    assert encoded.status == 200 and encoded.body["dependency_id"] == "db:a", encoded
 
 
 def test_a_rate_on_a_fairness_key_through_quotas_holds_its_next_start_as_deployed(api: str, cloud: Cloud) -> None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from sitedispatch.api.errors import ERRORS
-from sitedispatch.api.models import NOT_BLANK, REASON_CHARS, DependencyRequest, RequiredReasonRequest
+from sitedispatch.api.models import DEPENDENCY, NOT_BLANK, REASON_CHARS, DependencyRequest, RequiredReasonRequest
 from sitedispatch.api.request import caller, dependencies
 from sitedispatch.operator.dependencies import DependencyView, rate_of
 
 router = Router()
+DependencyId = Annotated[str, Path(pattern=DEPENDENCY, description="TYPE:NAME, e.g. db:cluster-7")]
 
 
 @router.get("/dependencies", responses=ERRORS, summary="The dependencies the caller's sites name (operators: all)")
@@ -24,7 +25,7 @@ def list_dependencies() -> list[DependencyView]:
 @router.get(
     "/dependencies/<dependency_id>", responses=ERRORS, summary="A dependency: cap, rates, breaker, running, sites"
 )
-def get_dependency(dependency_id: str) -> DependencyView:
+def get_dependency(dependency_id: DependencyId) -> DependencyView:
     return dependencies().controls().dependency(caller(), dependency_id)
 
 
@@ -33,7 +34,7 @@ def get_dependency(dependency_id: str) -> DependencyView:
     responses=ERRORS,
     summary="Set a dependency's cap and rates (operators only; replaces what was set)",
 )
-def set_dependency(dependency_id: str, body: DependencyRequest) -> DependencyView:
+def set_dependency(dependency_id: DependencyId, body: DependencyRequest) -> DependencyView:
     rates = tuple(rate_of(r.kind, r.limit, r.period_s, r.burst) for r in body.rates)
     return dependencies().controls().set_dependency(caller(), dependency_id, body.max_running, rates, body.reason)
 
@@ -44,7 +45,7 @@ def set_dependency(dependency_id: str, body: DependencyRequest) -> DependencyVie
     summary="Remove a dependency's cap and rates (operators only; its breaker as it is)",
 )
 def clear_dependency(
-    dependency_id: str, reason: Annotated[str, Query(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK)]
+    dependency_id: DependencyId, reason: Annotated[str, Query(min_length=1, max_length=REASON_CHARS, pattern=NOT_BLANK)]
 ) -> DependencyView:
     return dependencies().controls().clear_dependency(caller(), dependency_id, reason)
 
@@ -54,7 +55,7 @@ def clear_dependency(
     responses=ERRORS,
     summary="Pause a dependency: nothing on it starts, no attempt spent (operators only)",
 )
-def pause_dependency(dependency_id: str, body: RequiredReasonRequest) -> DependencyView:
+def pause_dependency(dependency_id: DependencyId, body: RequiredReasonRequest) -> DependencyView:
     return dependencies().controls().set_dependency_paused(caller(), dependency_id, True, body.reason)
 
 
@@ -63,5 +64,5 @@ def pause_dependency(dependency_id: str, body: RequiredReasonRequest) -> Depende
     responses=ERRORS,
     summary="Resume a paused dependency, or close its open breaker (operators only)",
 )
-def resume_dependency(dependency_id: str, body: RequiredReasonRequest) -> DependencyView:
+def resume_dependency(dependency_id: DependencyId, body: RequiredReasonRequest) -> DependencyView:
     return dependencies().controls().set_dependency_paused(caller(), dependency_id, False, body.reason)
