@@ -294,7 +294,16 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "dependencies") as runtime, scoped_environ():
         shared = dependencies.shared_dependency(runtime, 300, 10, 20)
-    (RESULTS / "dependencies.json").write_text(json.dumps({**meta, **shared}, indent=2))
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "one-key") as runtime, scoped_environ():
+        one_key = dependencies.shared_dependency(
+            runtime, 16, 2, 20, cap=2, rate=(60, 60.0, 3), tenants=("customer-a", "customer-a")
+        )
+    (RESULTS / "dependencies.json").write_text(json.dumps({**meta, **shared, "one_key_short": one_key}, indent=2))
+    print(
+        f"dependencies, one key: 16 sites on db:a (cap 2) beyond the key's share; a db:b site of the same key "
+        f"waited p50 {one_key['b_wait_p50_s']} s p99 {one_key['b_wait_p99_s']} s (bound {one_key['b_bound_s']} s)",
+        flush=True,
+    )
     print(
         f"dependencies: 300 sites on db:a (cap 4, 20/min burst 5): at most {shared['max_running_a']} running, "
         f"{shared['most_starts_in_a_period']} starts in a minute (bound {shared['starts_bound']}); a db:b site "

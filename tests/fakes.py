@@ -389,6 +389,20 @@ class MemoryOperationStore:
                 released.append(op)
             return released
 
+    def leave_share(self, op: Operation, now: float) -> bool:
+        with self.db.lock:
+            row = self.db.operations.get(op.operation_id)
+            if (
+                op.share is None
+                or row is None
+                or (row.share, row.epoch) != (op.share, op.epoch)
+                or row.status not in RUNNABLE
+            ):
+                return False
+            self.db.release((op.share,), now, None)
+            self.db.operations[op.operation_id] = replace(row, share=None, updated_at=now)
+            return True
+
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
         with self.db.lock:
             return {

@@ -184,6 +184,23 @@ class DynamoOperationStore(AttemptTransitions):
             released.append(replace(op, waiting_for=None, waiting_at=None, share=into.counter, updated_at=now))
         return released
 
+    def leave_share(self, op: Operation, now: float) -> bool:
+        M = self.M
+        if op.share is None:
+            return False
+        try:
+            with transaction(M) as tx:
+                tx.update(
+                    ROW,
+                    M(op.operation_id),
+                    [M.share.remove(), M.updated_at.set(now)],
+                    condition=(M.share == op.share) & (M.epoch == op.epoch) & M.status.is_in(*RUNNABLE_VALUES),
+                )
+                self.flow.release(tx, (op.share,), None, now)
+        except TransactionFailed:
+            return False
+        return True
+
     def counter(self, counter_id: str) -> int:
         return self.flow.counter(counter_id)
 

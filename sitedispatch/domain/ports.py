@@ -177,6 +177,11 @@ class OperationStore(Protocol):
         caller sends them and marks them queued (one released and never sent is an accepted orphan: the reconciler
         sends it)."""
 
+    def leave_share(self, op: Operation, now: float) -> bool:
+        """A queued operation a dependency holds gives back its place of its fairness key's share (the row forgets
+        it, the shard loses it, in one transaction), while the row is as read (its epoch and share); False, writing
+        nothing, when it is not. Its end then frees no share place: the caller gives this one to who waits."""
+
     def counter(self, counter_id: str) -> int: ...
 
     def counters(self, prefix: str = "") -> dict[str, int]: ...

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from sitedispatch import observability as obs
 from sitedispatch.domain.model import Operation, QueueMessage, lane_for
-from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, Slot
+from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, SiteStore, Slot
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import share_group_for
 from sitedispatch.flow.counters import SHARE_PER_RUNNING_SLOT, SHARE_SHARDS, Group
 from sitedispatch.flow.placement import readings, room
+
+PASS_ON = 8  # operations a given-back place passes over (each on a dependency that holds) in one delivery
 
 
 def share_named(settings: Settings, name: str) -> Group:
@@ -52,6 +54,39 @@ def release(
     if released:
         obs.count(obs.Metric.OperationReleased, len(released))
     return len(released)
+
+
+def pass_on(
+    operations: OperationStore,
+    queue: OperationQueue,
+    sites: SiteStore,
+    clock: Clock,
+    group: str,
+    into: Slot,
+    held_on: frozenset[str],
+    limit: int = PASS_ON,
+) -> int:
+    """A place given back by work a dependency holds goes to the oldest operation waiting for the share; while the
+    one it goes to is on the dependencies that hold (its site names one of `held_on`), that one gives it on too, up
+    to `limit` times: the key's work on another dependency (or none) is reached in one pass, not one delivery per
+    operation ahead of it. Each is sent, with the place or (given on) without; how many were sent."""
+    sent = 0
+    while sent < limit:
+        released = operations.release_waiting(group, into, clock.now(), 1)
+        if not released:
+            break
+        op = released[0]
+        site = sites.get(op.site_id)
+        held = site is not None and not held_on.isdisjoint(site.dependencies)
+        given = held and operations.leave_share(op, clock.now())
+        queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        operations.mark_queued(op.operation_id, clock.now())
+        sent += 1
+        if not given:
+            break
+    if sent:
+        obs.count(obs.Metric.OperationReleased, sent)
+    return sent
 
 
 def refill(operations: OperationStore, queue: OperationQueue, clock: Clock, group: Group, limit: int) -> int:

@@ -29,6 +29,10 @@ from sitedispatch.flow.dependencies import (
 from sitedispatch.flow.placement import reached, roomiest
 
 PLACEMENT_TRIES = 8  # shards of a capped dependency a start tries before it waits
+# the deferrals a dependency decides (not a race's short look again): a start held so gives back its share place
+HOLDING_REASONS = frozenset(
+    {"dependency_cap", "dependency_paused", "dependency_open", "dependency_probing", "dependency_rate"}
+)
 T = TypeVar("T")
 Defer = Callable[[Visibility, float, str], Result]
 

@@ -60,12 +60,12 @@ from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
-from sitedispatch.flow.shares import freed_by, release
+from sitedispatch.flow.shares import freed_by, pass_on, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.kinds.registry import driver_for
 from sitedispatch.operations.assembly import prepare_commit
-from sitedispatch.operations.dependency_gate import DependencyGate, is_dependencys, ungrouped
+from sitedispatch.operations.dependency_gate import HOLDING_REASONS, DependencyGate, is_dependencys, ungrouped
 from sitedispatch.operations.failures import count_towards_pause, dead_letter
 
 SUPERSESSION_SCAN = 50
@@ -97,6 +97,7 @@ class OperationsWorker:
         self.request_id = ""  # of the delivery being processed (one at a time per execution environment)
         self.deadline: float | None = None  # when the invocation must have returned
         self.gate = DependencyGate(deps, self._defer)  # what a start takes of its site's dependencies
+        self.share_waited: list[str] = []  # the share shards this delivery's read saw others wait for
 
     def process(
         self,
@@ -115,13 +116,14 @@ class OperationsWorker:
         rated = key_rates_keys(message.principal, message.tenant or None) if message.principal else []
         delivery = self.deps.operations.read_delivery(message.operation_id, message.site_id, shares, rated)
         self.gate.begin(receive_count, delivery.key_rates)
+        self.share_waited = shares if delivery.waiting else []
         op = delivery.operation
         if op is None:
             return self._ack("unknown_operation", message)
         obs.bind(site_id=op.site_id, operation_id=op.operation_id, attempt=op.attempt)
         result = self._deliver(op, delivery.site, message, visibility)
-        if delivery.waiting and result.outcome.delete_message:  # it ended, or was found ended
-            self._release_waiting(op, shares)
+        if result.outcome.delete_message:  # it ended, or was found ended
+            self._release_waiting(op)
         return result
 
     def _deliver(self, op: Operation, site: Site | None, message: QueueMessage, visibility: Visibility) -> Result:
@@ -142,18 +144,42 @@ class OperationsWorker:
         not_now = self._not_now(op, site, message, visibility, now)
         return not_now if not_now is not None else self._claim_and_run(op, site, message, visibility, now)
 
-    def _release_waiting(self, op: Operation, read_shares: list[str]) -> None:
+    def _release_waiting(self, op: Operation) -> None:
         """This delivery ended an operation (or found it ended) while others waited for its fairness key's share:
         the place it held goes to the oldest of them. A failure here is logged (the reconciler releases what is
         left waiting)."""
         d = self.deps
-        freed = freed_by(d.settings, op)
-        if freed is None or freed[1].counter not in read_shares:
+        freed = self._freed(op)
+        if freed is None:
             return
         try:
             release(d.operations, d.queue, d.clock, *freed)
         except Exception as exc:
             obs.logger.warning("could not release waiting operations", extra={"error": _describe(exc)})
+
+    def _freed(self, op: Operation) -> tuple[str, Slot] | None:
+        """The share place `op` holds, when this delivery's read showed others waiting for it."""
+        freed = freed_by(self.deps.settings, op)
+        return freed if freed is not None and freed[1].counter in self.share_waited else None
+
+    def _held_by_dependency(self, op: Operation, site: Site, held: Result) -> Result:
+        """A start a dependency holds (its cap, its breaker, a rate's later place) gives back its place of its
+        fairness key's share (once: work a dependency holds is not what the share bounds), to the oldest of the
+        key's work waiting for one, if any: that work may be on another dependency, or on
+        none, and must not wait behind this one; the waiting work on the same dependencies it reaches first gives it
+        on at once (flow/shares.py `pass_on`). The held message stays in the queue, deferred as decided; the share
+        still bounds the rest of the key's backlog."""
+        d = self.deps
+        if held.reason not in HOLDING_REASONS or op.share is None:
+            return held
+        freed = self._freed(op)  # others wait for the share: the place goes on at once
+        self.share_waited = []  # given once: its end has no place to give
+        try:
+            if d.operations.leave_share(op, d.clock.now()) and freed is not None:
+                pass_on(d.operations, d.queue, d.sites, d.clock, *freed, frozenset(site.dependencies))
+        except Exception as exc:  # the hold stands; the place is given at its end (or by the reconciler)
+            obs.logger.warning("could not give the share place back", extra={"error": _describe(exc)})
+        return held
 
     def _not_now(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
@@ -222,7 +248,7 @@ class OperationsWorker:
             return self._lease_held(visibility, site.lease_expires_at or now, now)
         gate = self.gate.decide(op, site, visibility, now)
         if isinstance(gate, Result):
-            return gate
+            return self._held_by_dependency(op, site, gate)
         visibility.change(d.settings.lease_seconds * 2)
         # A row that still holds a running slot (its last attempt died, or it continues) keeps it: no second one.
         lease_s = d.settings.lease_seconds
@@ -245,7 +271,7 @@ class OperationsWorker:
             return self._defer(visibility, 1.0, "dependency_changed")  # read again: the breaker or a bucket moved
         except LimitReached as full:
             if is_dependencys(gate, full):
-                return self.gate.full(site, visibility, full)
+                return self._held_by_dependency(op, site, self.gate.full(site, visibility, full))
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
             obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
@@ -300,7 +326,7 @@ class OperationsWorker:
         except LimitReached as full:
             d.sites.release_lease(lease)
             if is_dependencys(gate, full):
-                return self.gate.full(site, visibility, full)
+                return self._held_by_dependency(op, site, self.gate.full(site, visibility, full))
             return self._principal_busy(site, visibility)
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)

@@ -87,6 +87,8 @@ def test_sigkill_mid_import_then_restart_commits_once_and_readers_never_fail(
         timeout_s=30,
         what="first publication live",
     )
+    # the site names a shared dependency with no cap: the import's start checks its breaker (a ConditionCheck)
+    deps.sites.set_dependencies("crash-site", ("db:shared",))
     wxr = tmp_path / "long.xml"
     write_wxr(wxr, posts=POSTS, seed=7)
     reader = Reader(deps, "crash-site")

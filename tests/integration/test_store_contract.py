@@ -391,6 +391,23 @@ def test_an_operation_takes_a_place_of_a_shard_or_waits_counted_on_it_and_is_rel
     assert [op.operation_id for op in stores.operations.release_waiting(GROUP, HOME, NOW + 16, limit=5)] == ["op_4"]
 
 
+def test_a_held_operation_gives_its_share_place_back_once_and_its_end_then_frees_none(stores: Stores) -> None:
+    stores.operations.create(new_op("op_1", "site-1"), share=take())
+    held = as_read(stores, "op_1")
+    assert stores.operations.leave_share(held, NOW + 1)
+    row = as_read(stores, "op_1")
+    assert row.share is None and row.updated_at == NOW + 1 and stores.operations.counter(HOME.counter) == 0
+    assert not stores.operations.leave_share(held, NOW + 2)  # as read no longer: nothing given twice
+    assert not stores.operations.leave_share(row, NOW + 2)  # no place to give
+    stores.operations.end(row, Status.CANCELLED, NOW + 3, from_statuses=(Status.QUEUED,))
+    assert stores.operations.counter(HOME.counter) == 0  # its end freed nothing of the share
+    stores.operations.create(new_op("op_2", "site-2"), share=take())
+    ended = as_read(stores, "op_2")
+    stores.operations.end(ended, Status.CANCELLED, NOW + 4, from_statuses=(Status.QUEUED,))
+    assert not stores.operations.leave_share(ended, NOW + 5)  # an ended one holds nothing to give
+    assert stores.operations.counter(HOME.counter) == 0
+
+
 def test_a_wait_is_refused_while_the_shard_has_room_and_nobody_waits(stores: Stores) -> None:
     with pytest.raises(ShareMoved):
         stores.operations.create(new_op("op_1", "site-1"), share=wait())

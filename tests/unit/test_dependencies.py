@@ -11,6 +11,7 @@ from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.events import EventType
 from sitedispatch.domain.model import Kind, Status
 from sitedispatch.operator.access import Caller
+from tests.factories import present
 from tests.unit.conftest import Harness
 
 SITES = ("site-1", "site-2", "site-3")
@@ -198,3 +199,43 @@ def test_a_fairness_keys_rate_set_through_quotas_reserves_its_next_start_and_lea
     assert h.deliver(second)[0].outcome == Outcome.SUCCEEDED
     cleared = h.controls().clear_quota(operator, "tenant-a", "no more")
     assert cleared.rates == []
+
+
+def test_work_a_dependency_holds_gives_its_share_place_to_its_keys_work_on_another_dependency() -> None:
+    """One key's seven publishes on db:a (cap 1) fill its share (four places) and three wait; its publish on db:b,
+    submitted last, is sent by the first start db:a holds and runs while the first on db:a still runs."""
+    h = Harness(max_running_per_principal=2)
+    on_a = [f"a-{i}" for i in range(7)]
+    _on(h, "db:a", *on_a)
+    _on(h, "db:b", "b-0")
+    h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
+    h.world.queue.sent.clear()
+    first, *held = [h.submit(site=site, kind="publish", params={}, key=site) for site in on_a]
+    other = h.submit(site="b-0", kind="publish", params={}, key="b-0")
+    share = "queued#operations#tenant-a#tenant-a"
+    assert [m.message.operation_id for m in h.world.queue.sent] == [first, *held[:3]]
+    assert h.world.db.waiting_total(share) == 4
+    outcomes: dict[str, Any] = {}
+
+    def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
+        if ctx.site.site_id == "a-0":  # while it runs on db:a, every message sent meanwhile is delivered
+            outcomes[held[0]] = h.deliver(held[0])[0]  # one held start passes its place over db:a's waiting work
+            outcomes["sent"] = [m.message.operation_id for m in h.world.queue.sent]
+            while pending := [
+                m.message.operation_id for m in h.world.queue.sent if m.message.operation_id not in {first, *outcomes}
+            ]:
+                for operation_id in pending:
+                    outcomes[operation_id] = h.deliver(operation_id)[0]
+        return inner(ctx, payload)
+
+    h.wrap(Kind.PUBLISH, meanwhile)
+    assert h.deliver(first)[0].outcome == Outcome.SUCCEEDED
+    assert outcomes["sent"] == [first, *held, other]  # by that one delivery: each on db:a gave it on
+    assert [outcomes[o].reason for o in held] == ["dependency_cap"] * 6
+    assert outcomes[other].outcome == Outcome.SUCCEEDED  # not behind db:a's backlog
+    assert _attempts(h, held) == 0
+    assert all(present(h.world.operations.get(o)).share is None for o in held)  # none of the held keeps a place
+    assert h.world.db.waiting_total(share) == 0 and h.world.db.total(share) == 0
+    for operation_id in held:  # each held one runs in turn, and frees no share place it gave back
+        assert h.deliver(operation_id)[0].outcome == Outcome.SUCCEEDED
+    assert h.world.db.total(share) == 0
