@@ -115,7 +115,7 @@ from sitedispatch.domain.webhooks import (
 )
 from sitedispatch.flow.admission import held_by
 from sitedispatch.flow.counters import quota_key, site_counter
-from sitedispatch.flow.dependencies import failures_key, key_rates_key, rate_key, running_shards
+from sitedispatch.flow.dependencies import HELD_KEPT, failures_key, key_rates_key, rate_key, running_shards
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, expires_at
 
 T = TypeVar("T")
@@ -167,6 +167,8 @@ class MemoryDb:
     dependency_index: set[str] = field(default_factory=set)  # every id a site named or an operator set
     dependency_flags: dict[str, tuple[bool, str | None]] = field(default_factory=dict)  # shard -> (blocked, probe)
     dependency_tats: dict[str, float] = field(default_factory=dict)  # rate bucket -> theoretical arrival time
+    # (dependency, lane) -> operation id -> (held at, receipt): the deliveries a dependency's end or resume wakes
+    dependency_held: dict[tuple[str, str], dict[str, tuple[float, str]]] = field(default_factory=dict)
     dependency_failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # window -> its failures
     key_rates: dict[str, KeyRates] = field(default_factory=dict)  # keyrates#P[#T] -> an operator's key rates
 
@@ -1181,6 +1183,22 @@ class MemoryDependencyStore:
     def get(self, dependency_id: str) -> Dependency | None:
         with self.db.lock:
             return self.db.dependencies.get(dependency_id)
+
+    def hold(self, dependency_id: str, held: HeldDelivery, now: float) -> bool:
+        with self.db.lock:
+            kept = self.db.dependency_held.setdefault((dependency_id, held.lane), {})
+            if held.operation_id not in kept and len(kept) >= HELD_KEPT:
+                return False
+            kept[held.operation_id] = (now, held.receipt)
+            return True
+
+    def take_held(self, dependency_id: str, lane: str, limit: int | None = None) -> tuple[HeldDelivery, ...]:
+        with self.db.lock:
+            kept = self.db.dependency_held.get((dependency_id, lane), {})
+            oldest = sorted(kept.items(), key=lambda pair: (pair[1][0], pair[0]))[:limit]
+            for operation_id, _ in oldest:
+                del kept[operation_id]
+            return tuple(HeldDelivery(operation_id, lane, receipt) for operation_id, (_, receipt) in oldest)
 
     def list(self, dependency_ids: Collection[str] | None = None) -> list[Dependency]:
         with self.db.lock:

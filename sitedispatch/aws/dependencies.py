@@ -1,22 +1,26 @@
 """Dependencies on the counters table: `dep#ID` (an operator's settings, the breaker's state), the running shards
 `deprun#ID#k` (each carrying the breaker's flag), the rate buckets `deprate#ID#KIND`, the failure windows
-`depfail#ID#WINDOW`, and `dep-index` (every id a site named or an operator set)."""
+`depfail#ID#WINDOW`, the deliveries it holds `dephold#ID#LANE`, and `dep-index` (every id a site named or an
+operator set)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
+from functools import partial
 from typing import Any, cast
 
+from pynamodb.constants import UPDATED_OLD
+from pynamodb.expressions.condition import size
 from pynamodb.expressions.operand import Value, _ListAppend
 
 from sitedispatch.aws.events import EventOutbox
 from sitedispatch.aws.tables import CounterItem
-from sitedispatch.aws.writes import TransactionFailed, get_item, get_items, read_all, transaction
+from sitedispatch.aws.writes import TransactionFailed, conditionally, get_item, get_items, read_all, transaction
 from sitedispatch.domain.dependencies import BREAKER, BreakerState, Dependency, DependencyReading, Rate
 from sitedispatch.domain.events import dependency_changed
-from sitedispatch.domain.model import Kind
-from sitedispatch.flow.dependencies import dependency_key, failures_key, rate_key, running_shards
+from sitedispatch.domain.model import HeldDelivery, Kind
+from sitedispatch.flow.dependencies import HELD_KEPT, dependency_key, failures_key, held_key, rate_key, running_shards
 
 INDEX = "dep-index"
 EVIDENCE_KEPT = 10
@@ -172,6 +176,50 @@ class DynamoDependencyStore:
             evidence=evidence,
         )
 
+    def hold(self, dependency_id: str, held: HeldDelivery, now: float) -> bool:
+        C = self.C
+        item, kept = C(held_key(dependency_id, held.lane)), f"{now:.6f} {held.receipt}"
+        entry = cast(Any, C.deliveries)[held.operation_id]  # a document path into the map
+        room = (size(C.deliveries) < HELD_KEPT) | entry.exists()
+        into_the_map = partial(item.update, actions=[entry.set(kept)], condition=C.deliveries.exists() & room)
+        if conditionally(into_the_map):
+            return True
+        first = partial(
+            item.update,
+            actions=[C.deliveries.set({held.operation_id: kept})],
+            condition=C.deliveries.does_not_exist(),
+        )
+        return conditionally(first) or conditionally(into_the_map)  # (the map may have appeared in between)
+
+    def take_held(self, dependency_id: str, lane: str, limit: int | None = None) -> tuple[HeldDelivery, ...]:
+        C = self.C
+        counter_id = held_key(dependency_id, lane)
+        if limit is None:  # all of them, atomically
+            taken: list[dict[str, Any]] = []
+
+            def take() -> None:
+                answer = C._get_connection().update_item(
+                    counter_id,
+                    actions=[C.deliveries.remove()],
+                    condition=C.deliveries.exists(),
+                    return_values=UPDATED_OLD,
+                )
+                raw = answer.get("Attributes", {}).get("deliveries", {}).get("M", {})
+                taken.append({operation_id: value["S"] for operation_id, value in raw.items()})
+
+            return _oldest(taken[0], lane) if conditionally(take) else ()
+        found = get_item(C, counter_id)
+        kept = cast(dict[str, str], found.deliveries.as_dict()) if found and found.deliveries else {}
+        chosen: list[HeldDelivery] = []
+        for held in _oldest(kept, lane):
+            if len(chosen) >= limit:
+                break
+            entry = cast(Any, C.deliveries)[held.operation_id]
+            as_read = entry == kept[held.operation_id]  # not kept again meanwhile by a later receive
+            if conditionally(partial(C(counter_id).update, actions=[entry.remove()], condition=as_read)):
+                chosen.append(held)
+        return tuple(chosen)
+
     def elect_probe(self, dependency_id: str, operation_id: str, now: float, probe_timeout_s: float) -> bool:
         C = self.C
         due = ((C.state == BreakerState.OPEN.value) & (C.reopen_at <= now)) | (
@@ -267,6 +315,12 @@ class DynamoDependencyStore:
         except TransactionFailed:
             return None
         return self.get(dependency_id)
+
+
+def _oldest(kept: dict[str, str], lane: str) -> tuple[HeldDelivery, ...]:
+    """Deliveries kept as operation id -> "held-at receipt", oldest first."""
+    ordered = sorted(kept.items(), key=lambda pair: (float(pair[1].split(" ", 1)[0]), pair[0]))
+    return tuple(HeldDelivery(operation_id, lane, value.split(" ", 1)[1]) for operation_id, value in ordered)
 
 
 def to_dependency(item: CounterItem) -> Dependency:

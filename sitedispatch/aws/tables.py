@@ -283,6 +283,9 @@ class CounterItem(Model):
     sites = UnicodeSetAttribute(null=True)
     blocked = BooleanAttribute(null=True)
     tat = NumberAttribute(null=True)
+    deliveries: MapAttribute[str, str] = MapAttribute(
+        null=True
+    )  # dephold#ID#LANE: operation id -> "held-at receipt", the deliveries a dependency's end or resume wakes
 
 
 class AuditItem(Model):

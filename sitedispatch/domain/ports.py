@@ -729,6 +729,15 @@ class DependencyStore(Protocol):
         """Closed (from paused, open or half open; given `probe`: only while that operation is its probe), its
         event written with it; None if it was closed already (or `probe` is not its probe)."""
 
+    def hold(self, dependency_id: str, held: HeldDelivery, now: float) -> bool:
+        """Keep `held` (a start the dependency defers: its cap full, paused, open) for the end or the resume that
+        wakes it: one per operation (a later receive's replaces it), at most HELD_KEPT a lane; False, keeping
+        nothing, beyond that (the delivery comes back when its deferral ends)."""
+
+    def take_held(self, dependency_id: str, lane: str, limit: int | None = None) -> tuple[HeldDelivery, ...]:
+        """Remove and return the `limit` oldest deliveries kept for `lane` (None: all of them), each only as read
+        (one kept again meanwhile, by a later receive, stays)."""
+
     def elect_probe(self, dependency_id: str, operation_id: str, now: float, probe_timeout_s: float) -> bool:
         """Open past its reopen time (or half open with a probe quiet for `probe_timeout_s`): `operation_id` is
         its one probe now. False if another start was elected first or the state changed."""

@@ -23,11 +23,14 @@ from sitedispatch.domain.dependencies import (
     RateTake,
 )
 from sitedispatch.domain.model import Kind, Operation
+from sitedispatch.domain.ports import DependencyStore, OperationQueue
 from sitedispatch.flow.counters import DEPENDENCY_RUNNING, RUNNING_SHARDS, Group, key
 
 DEPENDENCY = "dep"  # dep#ID: an operator's settings and the breaker's state
 DEPENDENCY_RATE = "deprate"  # deprate#ID#KIND: a rate's bucket (its theoretical arrival time)
 DEPENDENCY_FAILURES = "depfail"  # depfail#ID#WINDOW: failures of the destination in one breaker window
+DEPENDENCY_HELD = "dephold"  # dephold#ID#LANE: the deliveries it holds, kept for the end or resume that wakes them
+HELD_KEPT = 64  # deliveries kept a dependency and lane (beyond them a held start comes back in its own time)
 DEPENDENCY_SHARDS = RUNNING_SHARDS
 KEY_RATES = "keyrates"  # keyrates#P[#T]: an operator's rates on a fairness key (quotas set --rate)
 KEY_RATE = "keyrate"  # keyrate#P#T#KIND (T empty: the principal's own, over all its tenants): a key rate's bucket
@@ -44,6 +47,35 @@ def running_group_of(dependency: Dependency) -> Group:
 
 def running_shards(dependency_id: str) -> list[str]:
     return Group(key(DEPENDENCY_RUNNING, dependency_id), 0, DEPENDENCY_SHARDS).shard_ids()
+
+
+def held_key(dependency_id: str, lane: str) -> str:
+    return key(DEPENDENCY_HELD, dependency_id, lane)
+
+
+def wake_held(
+    dependencies: DependencyStore, queue: OperationQueue, dependency_id: str, lane: str, limit: int | None = None
+) -> int:
+    """Make visible now the `limit` oldest deliveries the dependency holds in `lane` (None: all, at its resume):
+    a place of its cap freed is taken at once, not at a held start's next look. A receipt gone stale (its message
+    received again since) wakes nothing: one more is taken in its stead, twice at most. How many were woken."""
+    if limit is None:
+        held = dependencies.take_held(dependency_id, lane)
+        return queue.wake(lane, [h.receipt for h in held]) if held else 0
+    woken = 0
+    for _ in range(limit + 2):
+        held = dependencies.take_held(dependency_id, lane, 1)
+        if not held:
+            break
+        woken += queue.wake(lane, [held[0].receipt])
+        if woken >= limit:
+            break
+    return woken
+
+
+def slot_dependency(counter: str) -> str:
+    """The dependency a running shard (`deprun#ID#k`, as a row's `dependency_slots` names it) is of."""
+    return counter.split("#")[1]
 
 
 def rate_key(dependency_id: str, rate: Rate) -> str:
@@ -110,6 +142,7 @@ class Wait:
     seconds: float
     why: str
     reason: str
+    dependency_id: str = ""  # the one that holds it (its end or resume wakes it); empty: a rate's
 
 
 @dataclass(frozen=True)
@@ -156,7 +189,8 @@ def decide(
         if dependency.max_running is not None:
             running = reading.running.get(dependency_id, 0)
             if running >= dependency.max_running:
-                return Wait(cap_wait_s, running_why(dependency_id, running, dependency.max_running), "dependency_cap")
+                why = running_why(dependency_id, running, dependency.max_running)
+                return Wait(cap_wait_s, why, "dependency_cap", dependency_id)
             group = running_group_of(dependency)
             groups.append(group)
             names[group.name] = dependency_id
@@ -176,19 +210,25 @@ def _breaker(
     name = dependency.dependency_id
     if state == BreakerState.PAUSED:
         return Wait(
-            paused_wait_s, f"dependency {name} paused: {dependency.reason or 'no reason given'}", "dependency_paused"
+            paused_wait_s,
+            f"dependency {name} paused: {dependency.reason or 'no reason given'}",
+            "dependency_paused",
+            name,
         )
     if state == BreakerState.OPEN:
         reopen_at = dependency.reopen_at or now
         if reopen_at <= now:
             return Probe(name)
-        return Wait(reopen_at - now, open_why(dependency, reopen_at - now), "dependency_open")
+        return Wait(reopen_at - now, open_why(dependency, reopen_at - now), "dependency_open", name)
     if state == BreakerState.HALF_OPEN and dependency.probe != operation_id:
         probe_ends = (dependency.probe_at or now) + probe_timeout_s
         if probe_ends <= now:
             return Probe(name)  # the probe went quiet: another may take its place
         return Wait(
-            min(probe_ends - now, paused_wait_s), f"dependency {name} half open: a probe runs", "dependency_probing"
+            min(probe_ends - now, paused_wait_s),
+            f"dependency {name} half open: a probe runs",
+            "dependency_probing",
+            name,
         )
     return None
 

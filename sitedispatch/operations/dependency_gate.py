@@ -12,8 +12,8 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.dependencies import BREAKER, DependencyReading, DependencyTake, KeyRates
 from sitedispatch.domain.errors import LimitReached
-from sitedispatch.domain.model import Operation, Site
-from sitedispatch.domain.ports import DependencyStore, OperationStore, Visibility
+from sitedispatch.domain.model import HeldDelivery, Operation, Site, lane_for
+from sitedispatch.domain.ports import DependencyStore, OperationQueue, OperationStore, Visibility
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.dependencies import (
     DependencyClaim,
@@ -24,7 +24,9 @@ from sitedispatch.flow.dependencies import (
     decide,
     home_shard,
     key_rates_for,
+    slot_dependency,
     take_on,
+    wake_held,
 )
 from sitedispatch.flow.placement import reached, roomiest
 
@@ -41,6 +43,7 @@ class GateDeps(Protocol):
     settings: Settings
     operations: OperationStore
     dependencies: DependencyStore
+    queue: OperationQueue
     rng: random.Random
 
 
@@ -92,7 +95,7 @@ class DependencyGate:
                 continue
             if isinstance(decision, Wait):
                 obs.logger.info("waiting for a dependency", extra={"why": decision.why})
-                return self.defer(visibility, decision.seconds, decision.reason)
+                return self._held(op, decision.dependency_id, visibility, now, decision.reason, decision.seconds)
             if isinstance(decision, Reserve):
                 return self._reserve(op, decision, visibility, now)
             return decision
@@ -133,10 +136,36 @@ class DependencyGate:
                 chosen[at] = other
         raise reached(d.operations, gate.groups[0])
 
-    def full(self, site: Site, visibility: Visibility, full: LimitReached) -> Result:
+    def full(self, op: Operation, site: Site, visibility: Visibility, full: LimitReached, now: float) -> Result:
         obs.logger.info("dependency at its cap", extra={"counter": full.counter, "running": full.value})
-        longest = self.deps.settings.defer_max_s
-        return self.defer(visibility, cap_wait(site.avg_operation_s, self.receive_count, longest), "dependency_cap")
+        wait = cap_wait(site.avg_operation_s, self.receive_count, self.deps.settings.defer_max_s)
+        return self._held(op, slot_dependency(full.counter), visibility, now, "dependency_cap", wait)
+
+    def _held(
+        self, op: Operation, dependency_id: str, visibility: Visibility, now: float, reason: str, seconds: float
+    ) -> Result:
+        """The deferral, and the delivery kept with the dependency that holds it: the next end of an attempt on it
+        (a full cap) or its resume makes it visible at once. Not kept (beyond HELD_KEPT, or a failure, logged): it
+        comes back when its deferral ends, as it would anyway."""
+        deferred = self.defer(visibility, seconds, reason)
+        if dependency_id and visibility.receipt:
+            try:
+                held = HeldDelivery(op.operation_id, lane_for(op.kind), visibility.receipt)
+                self.deps.dependencies.hold(dependency_id, held, now)
+            except Exception as exc:
+                obs.logger.warning("could not keep the delivery with its dependency", extra={"error": repr(exc)})
+        return deferred
+
+    def released(self, op: Operation) -> None:
+        """An attempt that held places of capped dependencies ended (or goes back to wait for a retry): the oldest
+        start each holds in this lane is woken to take the place now. (Another lane's come back in their time: a
+        worker changes the visibility of its own lane's messages only.)"""
+        lane = lane_for(op.kind)
+        for dependency_id in sorted({slot_dependency(counter) for counter in op.dependency_slots}):
+            try:
+                wake_held(self.deps.dependencies, self.deps.queue, dependency_id, lane, 1)
+            except Exception as exc:
+                obs.logger.warning("could not wake a start the dependency held", extra={"error": repr(exc)})
 
     def probes_succeeded(self, op: Operation, now: float) -> None:
         """The attempt that probed a half open dependency committed: it closes (its event with it). A failure here
@@ -145,6 +174,7 @@ class DependencyGate:
             try:
                 if self.deps.dependencies.resume(dependency_id, BREAKER, now, probe=op.operation_id) is not None:
                     obs.logger.info("dependency closed by its probe", extra={"dependency": dependency_id})
+                    wake_held(self.deps.dependencies, self.deps.queue, dependency_id, lane_for(op.kind))
             except Exception as exc:
                 obs.logger.warning("could not close the dependency", extra={"error": repr(exc)})
 

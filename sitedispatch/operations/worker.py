@@ -231,7 +231,10 @@ class OperationsWorker:
             obs.count(obs.Metric.AttemptStarted)
             if op.queued_at:
                 obs.seconds(obs.Metric.QueueDelay, max(0.0, now - op.queued_at))
-        return self._run(op, site, lease, message, visibility)
+        result = self._run(op, site, lease, message, visibility)
+        if op.dependency_slots and result.outcome in {Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD}:
+            self.gate.released(op)  # its places of capped dependencies are free: a start they held takes one now
+        return result
 
     def _claim(
         self, op: Operation, site: Site, message: QueueMessage, visibility: Visibility, now: float
@@ -271,7 +274,7 @@ class OperationsWorker:
             return self._defer(visibility, 1.0, "dependency_changed")  # read again: the breaker or a bucket moved
         except LimitReached as full:
             if is_dependencys(gate, full):
-                return self._held_by_dependency(op, site, self.gate.full(site, visibility, full))
+                return self._held_by_dependency(op, site, self.gate.full(op, site, visibility, full, now))
             return self._principal_busy(site, visibility)  # nothing was written: no lease to give back
         except Exception as exc:
             obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
@@ -326,7 +329,7 @@ class OperationsWorker:
         except LimitReached as full:
             d.sites.release_lease(lease)
             if is_dependencys(gate, full):
-                return self._held_by_dependency(op, site, self.gate.full(site, visibility, full))
+                return self._held_by_dependency(op, site, self.gate.full(op, site, visibility, full, now))
             return self._principal_busy(site, visibility)
         except NotRunnable:
             return self._not_runnable(op.operation_id, lease, message, visibility)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sitedispatch import observability as obs
 from sitedispatch.domain.dependencies import (
     BREAKER,
     BreakerState,
@@ -21,7 +22,8 @@ from sitedispatch.domain.dependencies import (
 from sitedispatch.domain.errors import InvalidInput, NotFound
 from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind, Site
-from sitedispatch.flow.dependencies import rate_key
+from sitedispatch.domain.resources import operation_lanes
+from sitedispatch.flow.dependencies import rate_key, wake_held
 from sitedispatch.operator.access import Access, Caller, ControlDeps
 from sitedispatch.operator.status import DependencyRow
 
@@ -131,6 +133,8 @@ class Dependencies(Access):
             else d.dependencies.resume(dependency, OPERATOR, now)
         )
         current = changed or d.dependencies.get(dependency) or Dependency(dependency)
+        if changed is not None and not paused:
+            self._wake_held_starts(dependency)
         self._record(
             caller,
             action,
@@ -141,6 +145,18 @@ class Dependencies(Access):
             {"state": current.state.value} | ({} if changed is not None else {"why": f"already {current.state}"}),
         )
         return self._views(caller, [current])[0]
+
+    def _wake_held_starts(self, dependency: str) -> int:
+        """The starts it held, made visible now that it is resumed (in every lane). A failure is logged: what it
+        leaves comes back when its deferral ends."""
+        d = self.deps
+        try:
+            return sum(wake_held(d.dependencies, d.queue, dependency, lane) for lane in operation_lanes())
+        except Exception as exc:
+            obs.logger.warning(
+                "could not wake the starts it held", extra={"dependency": dependency, "error": repr(exc)}
+            )
+            return 0
 
     def set_site_dependencies(self, caller: Caller, site_id: str, dependencies: object, reason: str) -> Site:
         """What a site shares with other sites, changed by its owner or an operator (audited): attempts not yet

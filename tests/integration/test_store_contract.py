@@ -75,7 +75,7 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.resources import QUEUES
 from sitedispatch.domain.webhooks import Attempt, Disabled, Endpoint, WebhookMessage
-from sitedispatch.flow.dependencies import key_rates_keys, rate_key, running_shards
+from sitedispatch.flow.dependencies import HELD_KEPT, key_rates_keys, rate_key, running_shards
 from sitedispatch.flow.minute_counts import Bucket, MinuteBuckets, MinuteCounts
 from tests.conftest import Cloud, wait_for
 from tests.factories import present
@@ -1674,6 +1674,26 @@ def test_a_start_takes_its_dependency_slot_and_rate_place_and_a_refused_one_take
     assert started is not None and started[1].dependency_slots == (shard.counter,)
     assert deps.running(["db:c"]) == {"db:c": 1} and deps.buckets([bucket]) == {bucket: NOW + 60}
     assert deps.read(["db:c"], Kind.PROVISION, [bucket]).tats == {bucket: NOW + 60}
+
+
+def test_a_dependency_keeps_the_deliveries_it_holds_one_per_operation_and_gives_them_oldest_first(
+    stores: Stores,
+) -> None:
+    deps = stores.dependencies
+    assert deps.take_held("db:h", "operations", 1) == () and deps.take_held("db:h", "operations") == ()
+    assert deps.hold("db:h", HeldDelivery("op_1", "operations", "r1"), NOW)
+    assert deps.hold("db:h", HeldDelivery("op_2", "operations", "r2"), NOW + 1)
+    assert deps.hold("db:h", HeldDelivery("op_1", "operations", "r1-again"), NOW + 2)  # a later receive's replaces
+    assert deps.hold("db:h", HeldDelivery("op_3", "bulk", "r3"), NOW + 3)  # another lane's, kept apart
+    assert deps.take_held("db:h", "operations", 1) == (HeldDelivery("op_2", "operations", "r2"),)
+    assert deps.take_held("db:h", "operations") == (HeldDelivery("op_1", "operations", "r1-again"),)
+    assert deps.take_held("db:h", "operations", 1) == ()
+    assert deps.take_held("db:h", "bulk", 5) == (HeldDelivery("op_3", "bulk", "r3"),)
+    for n in range(HELD_KEPT):
+        assert deps.hold("db:full", HeldDelivery(f"op_{n:03d}", "operations", f"r{n}"), NOW + n)
+    assert not deps.hold("db:full", HeldDelivery("op_late", "operations", "late"), NOW + 100)  # at most HELD_KEPT
+    assert deps.hold("db:full", HeldDelivery("op_000", "operations", "again"), NOW + 101)  # one kept is replaced
+    assert len(deps.take_held("db:full", "operations")) == HELD_KEPT
 
 
 def test_a_rate_place_is_reserved_on_the_row_only_from_the_bucket_as_read(stores: Stores) -> None:

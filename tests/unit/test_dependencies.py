@@ -9,10 +9,11 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
 from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.events import EventType
-from sitedispatch.domain.model import Kind, Status
+from sitedispatch.domain.model import Kind, QueueMessage, Status
 from sitedispatch.operator.access import Caller
 from tests.factories import present
-from tests.unit.conftest import Harness
+from tests.fakes import RecordingVisibility
+from tests.unit.conftest import OPERATOR, Harness
 
 SITES = ("site-1", "site-2", "site-3")
 
@@ -239,3 +240,39 @@ def test_work_a_dependency_holds_gives_its_share_place_to_its_keys_work_on_anoth
     for operation_id in held:  # each held one runs in turn, and frees no share place it gave back
         assert h.deliver(operation_id)[0].outcome == Outcome.SUCCEEDED
     assert h.world.db.total(share) == 0
+
+
+def test_a_start_a_full_cap_holds_is_woken_by_the_end_that_frees_a_place_not_at_its_next_look() -> None:
+    h = Harness()
+    _on(h, "db:a", *SITES)
+    h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
+    first = h.submit(site="site-1", kind="publish", params={}, key="p1")
+    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    seen: dict[str, Any] = {}
+
+    def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
+        if ctx.site.site_id == "site-1":
+            visibility = RecordingVisibility("receipt-of-the-second")
+            seen["held"] = h.worker().process(QueueMessage.of(present(h.world.operations.get(second))), visibility)
+            seen["woken"] = list(h.world.queue.woken)
+        return inner(ctx, payload)
+
+    h.wrap(Kind.PUBLISH, meanwhile)
+    assert h.deliver(first)[0].outcome == Outcome.SUCCEEDED
+    assert seen["held"].reason == "dependency_cap" and seen["woken"] == []  # kept, not woken while the cap is full
+    assert h.world.queue.woken == [("operations", "receipt-of-the-second")]  # by the first's commit
+    assert h.world.dependency_store.take_held("db:a", "operations") == ()  # taken: woken once
+
+
+def test_an_operators_resume_wakes_every_start_the_pause_held() -> None:
+    h = Harness()
+    _on(h, "db:a", "site-1", "site-2")
+    h.controls().set_dependency_paused(OPERATOR, "db:a", True, "cluster maintenance")
+    for n, site in enumerate(("site-1", "site-2")):
+        op = h.submit(site=site, kind="publish", params={}, key=site)
+        visibility = RecordingVisibility(f"receipt-{n}")
+        result = h.worker().process(QueueMessage.of(present(h.world.operations.get(op))), visibility)
+        assert result.reason == "dependency_paused" and visibility.changes[-1] >= 200  # a long wait
+    assert h.world.queue.woken == []
+    h.controls().set_dependency_paused(OPERATOR, "db:a", False, "maintenance over")
+    assert sorted(h.world.queue.woken) == [("operations", "receipt-0"), ("operations", "receipt-1")]
