@@ -1,10 +1,11 @@
 """Dependencies in the simulation: what the seed draws (which sites name which of one or two dependencies, each one's
-cap and rate), an operator's pauses of a dependency (resumed ten virtual minutes later), and the invariants checked
-after every step:
+cap and rate; an operator's rates on one or two fairness keys, through quotas), an operator's pauses of a dependency
+(resumed ten virtual minutes later), and the invariants checked after every step:
 
 - never more attempts running on a dependency than its cap (its running operations, and its running shards);
-- starts on a rate's key in any window of one period at most its limit + burst + 1 (the margin: a start reserved
-  ahead keeps its place while it is at most one interval late);
+- starts on a rate's key (a dependency's, or a fairness key's while its rates are set) in any window of one period
+  at most its limit + burst + 1 (the margin: a start reserved ahead keeps its place while it is at most one
+  interval late);
 - an open or paused breaker starts nothing; a half open one only its probe.
 The end checks (`chaos/invariants.py`) hold the rest: nothing accepted is lost, the slots equal the recount."""
 
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any, cast
 
 from chaos.invariants import Violations
-from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
+from sitedispatch.domain.dependencies import BreakerState, Dependency, KeyRates, Rate
 from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.model import Kind, Status
 from sitedispatch.domain.ports import Clock
 from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.dependencies import key_rates_for
 from sitedispatch.kinds.contract import HandlerContext, Mutation, SiteDriver
 from tests.fakes import MemoryWorld
 
@@ -38,6 +40,21 @@ class DependencyPlan:
     settings: dict[str, tuple[int | None, tuple[Rate, ...]]] = field(default_factory=dict)
     breaker: dict[str, float] = field(default_factory=dict)  # the deployment's breaker settings, drawn
     outage: tuple[str, float, float] | None = None  # (dependency, from, to): its sites' attempts fail meanwhile
+    key_rates: tuple[KeyRates, ...] = ()  # an operator's rates on fairness keys (a principal's, or a tenant's)
+
+    def with_key_rates(self, rng: Random, tenants: dict[str, list[str]]) -> DependencyPlan:
+        """Half the seeds also rate one or two fairness keys' starts (all kinds, or one)."""
+        if rng.random() < 0.5:
+            return self
+        drawn: dict[tuple[str, str | None], KeyRates] = {}
+        for _ in range(rng.randint(1, 2)):
+            principal = rng.choice(sorted(tenants))
+            tenant = rng.choice(tenants[principal]) or None
+            rate = Rate(rng.choice((1, 2)), rng.choice((5.0, 20.0, 60.0)), rng.randint(1, 2))
+            if rng.random() < 0.3:
+                rate = Rate(rate.limit, rate.period_s, rate.burst, Kind.PUBLISH)
+            drawn[(principal, tenant)] = KeyRates(principal, tenant, (rate,), "sim-operator", 0.0, "sim")
+        return replace(self, key_rates=tuple(drawn.values()))
 
     @classmethod
     def drawn(cls, rng: Random, sites: list[str]) -> DependencyPlan:
@@ -93,16 +110,19 @@ class DependencyPlan:
             world.dependency_store.named(ids, owner[site], site, now)
         for i, (cap, rates) in self.settings.items():
             world.dependency_store.put_settings(i, cap, rates, "sim-operator", "sim", now)
+        for key_rates in self.key_rates:
+            world.quotas.put_key_rates(replace(key_rates, at=now))
 
     def describe(self) -> str:
+        keys = [f"key {k.principal}/{k.tenant or '*'} {[r.describe() for r in k.rates]}" for k in self.key_rates]
         if not self.on:
-            return "none"
+            return "; ".join(keys) or "none"
         down = f"; {self.outage[0]} down {self.outage[1]:.0f}-{self.outage[2]:.0f} s" if self.outage else ""
         shown = []
         for i, (cap, rates) in self.settings.items():
             sites = sum(i in ids for ids in self.named.values())
             shown.append(f"{i} on {sites} sites, cap {cap}, rates {[r.describe() for r in rates]}")
-        return "; ".join(shown) + down
+        return "; ".join([*shown, *keys]) + down
 
 
 class OutageDriver:
@@ -135,7 +155,7 @@ class DependencyWatch:
         self.figures: dict[str, int] = defaultdict(int)
 
     def after_step(self) -> None:
-        if not self.plan.on:
+        if not (self.plan.on or self.plan.key_rates):
             return
         db = self.world.db
         running: dict[str, int] = defaultdict(int)
@@ -146,9 +166,12 @@ class DependencyWatch:
             for i in ids:
                 running[i] += 1
             key = (op.operation_id, op.epoch, op.attempt)
-            if ids and key not in self.started:
+            if key not in self.started:
                 self.started.add(key)
-                self._started(op.operation_id, op.kind, op.started_at or self.world.clock.now(), ids)
+                at = op.started_at or self.world.clock.now()
+                if ids:
+                    self._started(op.operation_id, op.kind, at, ids)
+                self._in_key_rates(op.principal, op.tenant or None, op.kind, at)
         for i, (cap, _) in self.plan.settings.items():
             held = self.world.dependency_store.running((i,))[i]
             if cap is not None and max(running[i], held) > cap:
@@ -172,10 +195,18 @@ class DependencyWatch:
                 self.figures["dependency_probes"] += 1
             for rate in self.plan.settings[i][1]:
                 if rate.kind is None or rate.kind == kind:
-                    self._in_rate(i, rate, at)
+                    self._in_rate(f"dependency {i}", rate, at)
 
-    def _in_rate(self, dependency_id: str, rate: Rate, at: float) -> None:
-        times = self.starts[(dependency_id, rate.applies_to)]
+    def _in_key_rates(self, principal: str, tenant: str | None, kind: Kind, at: float) -> None:
+        """A start under its fairness key's rates as they are now (a quota cleared drops them: none count after)."""
+        quotas = self.world.quotas
+        settings = [quotas.key_rates(principal), *([quotas.key_rates(principal, tenant)] if tenant else [])]
+        for rate in key_rates_for([s for s in settings if s is not None], kind):
+            self.figures["key_rated_starts"] += 1
+            self._in_rate(rate.name, rate.rate, at)
+
+    def _in_rate(self, whose: str, rate: Rate, at: float) -> None:
+        times = self.starts[(whose, rate.applies_to)]
         times.insert(bisect_left(times, at), at)
         bound = rate.limit + rate.burst + RATE_MARGIN
         low = bisect_left(times, at - rate.period_s)  # windows of one period ending at or after this start
@@ -184,8 +215,7 @@ class DependencyWatch:
             if end - start > bound:
                 self.violations.add(
                     "starts on a rate's key stay within its limit + burst + 1 per period",
-                    f"{dependency_id} {rate.describe()}: {end - start} starts in {rate.period_s:g} s from "
-                    f"{times[start]:.3f}",
+                    f"{whose} {rate.describe()}: {end - start} starts in {rate.period_s:g} s from {times[start]:.3f}",
                 )
                 return
 

@@ -111,7 +111,7 @@ class Simulation:
     def __init__(self, seed: int, keep_trace: int = 0) -> None:
         self.seed = seed
         root = Random(seed)
-        names = ("shape", "schedule", "faults", "core", "work", "dependencies")
+        names = ("shape", "schedule", "faults", "core", "work", "dependencies", "key_rates")
         streams = {name: Random(root.getrandbits(64)) for name in names}
         shape = streams["shape"]
         self.settings = drawn_settings(shape)
@@ -126,7 +126,9 @@ class Simulation:
                        WEBHOOKS: shape.randint(1, 2)}  # fmt: skip
         webhook_scale, failing = shape.choice((0.01, 0.1)), shape.choice((0.0, 0.1, 0.3))
 
-        self.dependencies = DependencyPlan.drawn(streams["dependencies"], self.tenancy.sites)
+        self.dependencies = DependencyPlan.drawn(streams["dependencies"], self.tenancy.sites).with_key_rates(
+            streams["key_rates"], self.tenancy.tenants
+        )
         self.settings = self.dependencies.settings_for(self.settings)
         self.world = MemoryWorld(clock=VirtualClock(START))
         self.dependencies.apply(self.world, self.tenancy.owner, START)

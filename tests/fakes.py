@@ -270,11 +270,6 @@ class MemoryDb:
             self._index_view = dict(self.operations)
 
 
-def _keeping_slots(take: DependencyTake) -> DependencyTake:
-    """A start that keeps the slots its row holds takes no new ones: the breaker's gates and the rates only."""
-    return DependencyTake((), take.gates, take.rates)
-
-
 def _continuable(op: Operation | None, recorded_fence: int) -> bool:
     """A continuation recorded under `recorded_fence` may be taken (once)."""
     return op is not None and op.status == Status.RUNNING and op.continuing and op.fence == recorded_fence
@@ -509,7 +504,7 @@ class MemoryOperationStore:
             if take is not None:
                 self.db.check_room(take.counter, take.maximum)
             if ok:
-                self.db.take_dependencies(held if take is not None else _keeping_slots(held), operation_id, now)
+                self.db.take_dependencies(held if take is not None else held.keeping_slots(), operation_id, now)
             self._update(
                 operation_id,
                 ok,
@@ -594,7 +589,7 @@ class MemoryOperationStore:
             take = dependency or DependencyTake()
             if slot is not None:
                 self.db.check_room(slot.counter, slot.maximum)
-            self.db.take_dependencies(take if slot is not None else _keeping_slots(take), op.operation_id, now)
+            self.db.take_dependencies(take if slot is not None else take.keeping_slots(), op.operation_id, now)
             if slot is not None:
                 self.db.bump(slot.counter, 1, now)
             self.db.sites[site.site_id] = replace(

@@ -99,7 +99,7 @@ class AttemptTransitions:
                     kept = (M.running_slot == op.running_slot) if op.running_slot else M.running_slot.does_not_exist()
                     cleared = [*actions, M.rate_reserved.remove()] if not op.continues else actions
                     tx.update(ROW, M(op.operation_id), cleared, condition=runnable & kept)
-                    self._take_dependencies(tx, replace_slots(take), op.operation_id, now)
+                    self._take_dependencies(tx, take.keeping_slots(), op.operation_id, now)
                 else:
                     self._start_taking_slot(tx, op.operation_id, actions, runnable, slot, now, take)
         except TransactionFailed as failed:
@@ -233,7 +233,7 @@ class AttemptTransitions:
                 op = read_operation(self.M, operation_id)
                 assert op is not None
                 return op
-        kept = replace_slots(take)
+        kept = take.keeping_slots()
         if not kept.empty:  # an attempt that died holding its slots: the breaker's gates and the rates still apply
             return self._start_keeping_slots(operation_id, actions, runnable, kept, now)
         item = M(operation_id)
@@ -431,8 +431,3 @@ class AttemptTransitions:
 def _bucket_as_read(C: Any, rate: RateTake) -> Any:
     """The rate bucket still holds the arrival time read (never written: absent)."""
     return C.tat.does_not_exist() if rate.read is None else C.tat == rate.read
-
-
-def replace_slots(take: DependencyTake) -> DependencyTake:
-    """A start that keeps the slots its row holds (an attempt that died holding them) takes no new ones."""
-    return DependencyTake((), take.gates, take.rates)

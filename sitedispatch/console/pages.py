@@ -186,17 +186,19 @@ class Console:
         return Response(HTTPStatus.OK, body, headers={"Content-Security-Policy": PREVIEW_CSP})
 
     def pause(self, request: Request, site_id: str, action: str) -> Response:
-        reason = request.form.get("reason", "").strip()
-        back = f"/sites/{site_id}"
-        if not reason:
-            request.session.say("bad", f"a reason is required to {action} a site (it goes into the audit trail)")
-            return Response.redirect(back)
-
-        def call() -> str:
+        def call(reason: str) -> str:
             site = self.api.call("POST", f"/sites/{site_id}/{action}", body={"reason": reason})
             return f"{site_id} {'paused' if site['paused'] else 'resumed'}: {reason}"
 
-        return self._act(request, back, call)
+        return self._act_with_reason(request, f"/sites/{site_id}", f"{action} a site", call)
+
+    def _act_with_reason(self, request: Request, back: str, what: str, call: Callable[[str], str]) -> Response:
+        """An action the audit trail records with its reason: refused here without one, else run as `_act`."""
+        reason = request.form.get("reason", "").strip()
+        if not reason:
+            request.session.say("bad", f"a reason is required to {what} (it goes into the audit trail)")
+            return Response.redirect(back)
+        return self._act(request, back, lambda: call(reason))
 
     # -- operations -----------------------------------------------------------------------------------------------
 
@@ -397,17 +399,11 @@ class Console:
         return self.render(request, "dependency.html", dependency=dependency, waiting=waiting, now=time.time())
 
     def pause_dependency(self, request: Request, dependency_id: str, action: str) -> Response:
-        reason = request.form.get("reason", "").strip()
-        back = f"/dependencies/{dependency_id}"
-        if not reason:
-            request.session.say("bad", f"a reason is required to {action} a dependency (it goes into the audit trail)")
-            return Response.redirect(back)
-
-        def call() -> str:
+        def call(reason: str) -> str:
             view = self.api.call("POST", f"/dependencies/{dependency_id}/{action}", body={"reason": reason})
             return f"{dependency_id} {view['state']}: {reason}"
 
-        return self._act(request, back, call)
+        return self._act_with_reason(request, f"/dependencies/{dependency_id}", f"{action} a dependency", call)
 
     def events(self, request: Request) -> Response:
         principal = request.arg("principal")

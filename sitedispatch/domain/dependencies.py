@@ -226,6 +226,11 @@ class DependencyTake:
     def empty(self) -> bool:
         return not (self.slots or self.gates or self.rates)
 
+    def keeping_slots(self) -> DependencyTake:
+        """What a start that keeps the slots its row holds (an attempt that died holding them) takes: no new slot;
+        the breaker's gates and the rates still apply."""
+        return DependencyTake((), self.gates, self.rates)
+
 
 class DependencyRefused(Exception):
     """A claim's condition on a dependency's item failed (its breaker was set, a rate's bucket moved since it was

@@ -186,4 +186,4 @@ def is_dependencys(gate: DependencyClaim | None, full: LimitReached) -> bool:
 
 def ungrouped(gate: DependencyClaim | None) -> DependencyTake | None:
     """A start keeping the slots its row holds: the breaker's gates and the rates only."""
-    return None if gate is None else DependencyTake((), gate.gates, gate.rates)
+    return None if gate is None else take_on(gate, [0] * len(gate.groups)).keeping_slots()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from sitedispatch import observability as obs
 from sitedispatch.domain.backoff import full_jitter
 from sitedispatch.domain.delivery import Outcome, Result
-from sitedispatch.domain.dependencies import DependencyRefused, DependencyTake
+from sitedispatch.domain.dependencies import DependencyRefused
 from sitedispatch.domain.errors import (
     AlreadyCommitted,
     LeaseHeld,
@@ -265,11 +265,11 @@ class OperationsWorker:
                     lambda slot: self.gate.on_shards(
                         gate,
                         op.operation_id,
-                        lambda take: self._claim_and_start(op, site, now, lease_s, slot, take),
+                        lambda take: d.operations.claim_and_start(op, site, now, lease_s, slot, take),
                     ),
                 )
             else:
-                started = self._claim_and_start(op, site, now, lease_s, None, ungrouped(gate))
+                started = d.operations.claim_and_start(op, site, now, lease_s, None, ungrouped(gate))
         except DependencyRefused:
             return self._defer(visibility, 1.0, "dependency_changed")  # read again: the breaker or a bucket moved
         except LimitReached as full:
@@ -339,14 +339,6 @@ class OperationsWorker:
             d.sites.release_lease(lease)
             obs.logger.warning("could not start the attempt", extra={"error": _describe(exc)})
             return self._defer(visibility, d.settings.backoff_base_s, "attempt_start_failed")
-
-    def _claim_and_start(
-        self, op: Operation, site: Site, now: float, lease_s: float, slot: Slot | None, take: DependencyTake | None
-    ) -> tuple[Lease, Operation] | None:
-        """The store's claim, given what it takes of the site's dependencies only when there is any."""
-        if take is None or take.empty:
-            return self.deps.operations.claim_and_start(op, site, now, lease_s, slot)
-        return self.deps.operations.claim_and_start(op, site, now, lease_s, slot, take)
 
     def _lease_held(self, visibility: Visibility, expires_at: float, now: float) -> Result:
         wait = min(max(expires_at - now, 1.0), self.deps.settings.defer_max_s)
