@@ -69,7 +69,8 @@ def pass_on(
     """A place given back by work a dependency holds goes to the oldest operation waiting for the share; while the
     one it goes to is on the dependencies that hold (its site names one of `held_on`), that one gives it on too, up
     to `limit` times: the key's work on another dependency (or none) is reached in one pass, not one delivery per
-    operation ahead of it. Each is sent, with the place or (given on) without; how many were sent."""
+    operation ahead of it (the last one passed keeps it, and passes it on when its own delivery is held). Each is
+    sent, with the place or (given on) without; how many were sent."""
     sent = 0
     while sent < limit:
         released = operations.release_waiting(group, into, clock.now(), 1)
@@ -78,7 +79,8 @@ def pass_on(
         op = released[0]
         site = sites.get(op.site_id)
         held = site is not None and not held_on.isdisjoint(site.dependencies)
-        given = held and operations.leave_share(op, clock.now())
+        # the last keeps the place: its own hold, once delivered, passes it on further (the chain goes on)
+        given = held and sent < limit - 1 and operations.leave_share(op, clock.now())
         queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
         operations.mark_queued(op.operation_id, clock.now())
         sent += 1

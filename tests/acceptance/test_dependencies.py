@@ -9,6 +9,8 @@ from bench import dependencies
 from sitedispatch.local.supervisor import LocalRuntime
 
 
+@pytest.mark.guarantee
+@pytest.mark.strict_suffices
 def test_a_burst_on_a_capped_rated_dependency_stays_within_both_and_another_dependencys_site_goes_on(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
