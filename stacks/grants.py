@@ -231,7 +231,7 @@ class FunctionGrants:
         # publication
         self.allow(role, SEND, self.queue(*lanes, "publications", "events", "webhooks"))
         self.allow(role, CONSUME, self.dead_letters(*lanes))
-        # a resume makes the deliveries its pause deferred visible again, by their receipts
+        # a resume (a site's or a dependency's) makes the deliveries its pause held visible again, by their receipts
         self.allow(role, ["sqs:ChangeMessageVisibility"], self.queue(*lanes))
         self.allow(
             role,
