@@ -36,12 +36,19 @@ def _due(harness: Harness, operation_id: str) -> None:
     harness.world.clock.advance(max((row.not_before or 0.0) - harness.world.clock.now(), 0.0))
 
 
-def test_a_full_cap_defers_a_start_with_no_attempt_spent_and_the_slot_is_free_again_at_the_commit() -> None:
-    h = Harness()
+def _two_on_one_writer(h: Harness) -> tuple[str, str]:
+    """Two publishes on sites of db:a, capped at one attempt at a time."""
     _on(h, "db:a", *SITES)
     h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
-    first = h.submit(site="site-1", kind="publish", params={}, key="p1")
-    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    return (
+        h.submit(site="site-1", kind="publish", params={}, key="p1"),
+        h.submit(site="site-2", kind="publish", params={}, key="p2"),
+    )
+
+
+def test_a_full_cap_defers_a_start_with_no_attempt_spent_and_the_slot_is_free_again_at_the_commit() -> None:
+    h = Harness()
+    first, second = _two_on_one_writer(h)
     seen: dict[str, Any] = {}
 
     def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
@@ -244,10 +251,7 @@ def test_work_a_dependency_holds_gives_its_share_place_to_its_keys_work_on_anoth
 
 def test_a_start_a_full_cap_holds_is_woken_by_the_end_that_frees_a_place_not_at_its_next_look() -> None:
     h = Harness()
-    _on(h, "db:a", *SITES)
-    h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
-    first = h.submit(site="site-1", kind="publish", params={}, key="p1")
-    second = h.submit(site="site-2", kind="publish", params={}, key="p2")
+    first, second = _two_on_one_writer(h)
     seen: dict[str, Any] = {}
 
     def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
