@@ -108,7 +108,9 @@ def operations_handler(lambdas: Lambdas) -> Callable[..., list[tuple[Message, in
                 done.append((message, handle))  # malformed: dropped loudly
                 continue
             try:
-                result = env.worker.process(body, env.visibility(message, handle), f"req-{handle}", deadline)
+                result = env.worker.process(
+                    body, env.visibility(message, handle), f"req-{handle}", deadline, receive_count=message.receives
+                )
             except Exception as exc:
                 lambdas.failed(f"operations worker on {body.operation_id}", exc)
                 failed_groups.add(message.group)

@@ -20,6 +20,7 @@ from sitedispatch.flow.minute_counts import SHARDS, MinuteCounts
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.retry_budget import RetryBudget
+from sitedispatch.flow.shares import SiteLabels
 from sitedispatch.operations.batch import BatchSubmitter
 from tests.fakes import MemoryMinuteBuckets, MemoryWorld
 
@@ -120,6 +121,10 @@ class Core:
     def retry_budget(self) -> RetryBudget:
         s = self.settings
         return RetryBudget(self._counts(), s.retry_budget_ratio, s.retry_budget_min_retries)
+
+    @property
+    def site_labels(self) -> SiteLabels:
+        return SiteLabels()  # as each Lambda environment starts with its own
 
     @property
     def pace(self) -> Pace:

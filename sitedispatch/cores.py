@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # each core is imported where it is built: a cold start pays 
     from sitedispatch.flow.outcomes import Outcomes
     from sitedispatch.flow.pace import Pace
     from sitedispatch.flow.retry_budget import RetryBudget
+    from sitedispatch.flow.shares import SiteLabels
     from sitedispatch.kinds.contract import SiteDriver
     from sitedispatch.operations.submission import Submitter
     from sitedispatch.operations.worker import OperationsWorker
@@ -90,13 +91,17 @@ class Ports(Protocol):
     def outcomes(self) -> Outcomes: ...
     @property
     def dependency_store(self) -> DependencyStore: ...
+    @property
+    def site_labels(self) -> SiteLabels: ...
 
 
 def submitter(p: Ports, new_key: Callable[[], str] | None = None) -> Submitter:
     """`new_key`: the idempotency key of a submit without one (default: a random UUID)."""
     from sitedispatch.operations.submission import SubmitDeps, Submitter
 
-    deps = SubmitDeps(p.settings, p.operations, p.sites, p.blobs, p.queue, p.clock, p.pace, p.drivers)
+    deps = SubmitDeps(
+        p.settings, p.operations, p.sites, p.blobs, p.queue, p.clock, p.pace, p.drivers, labels=p.site_labels
+    )
     if new_key is not None:
         deps.new_key = new_key
     return Submitter(deps)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the adapters and cores are imported where they are built, s
     from sitedispatch.flow.outcomes import Outcomes
     from sitedispatch.flow.pace import Pace
     from sitedispatch.flow.retry_budget import RetryBudget
+    from sitedispatch.flow.shares import SiteLabels
     from sitedispatch.kinds.contract import SiteDriver
     from sitedispatch.operations.submission import Submitter
     from sitedispatch.operations.worker import OperationsWorker
@@ -191,6 +192,12 @@ class Dependencies:
         from sitedispatch.flow.outcomes import Outcomes
 
         return Outcomes(self.minute_counts)
+
+    @cached_property
+    def site_labels(self) -> SiteLabels:
+        from sitedispatch.flow.shares import SiteLabels
+
+        return SiteLabels()  # one per process (a Lambda environment): what its submits learned
 
     @cached_property
     def pace(self) -> Pace:

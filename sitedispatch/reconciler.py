@@ -29,7 +29,6 @@ from sitedispatch.domain.model import (
     Operation,
     PublicationMessage,
     PublicationStatus,
-    QueueMessage,
     Site,
     Status,
     lane_for,
@@ -50,7 +49,7 @@ from sitedispatch.domain.ports import (
 )
 from sitedispatch.domain.settings import Settings
 from sitedispatch.domain.webhooks import WebhookMessage
-from sitedispatch.flow.admission import recount, waiting_shares
+from sitedispatch.flow.admission import message_for, recount, waiting_shares
 from sitedispatch.flow.counters import is_flow_counter
 from sitedispatch.flow.shares import refill, share_named
 from sitedispatch.publication.live import live_key, write_live_document
@@ -453,7 +452,7 @@ class Reconciler:
         return sweep
 
     def _send(self, op: Operation, dedup_id: str | None = None) -> None:
-        self.deps.queue.send(QueueMessage.of(op), dedup_id or op.dedup_id, lane_for(op.kind))
+        self.deps.queue.send(message_for(op), dedup_id or op.dedup_id, lane_for(op.kind))
 
 
 def latest_rows(operations: Iterable[Operation]) -> list[Operation]:

@@ -31,6 +31,7 @@ from sitedispatch.domain.errors import (
     AlreadyExists,
     Conflict,
     InvalidInput,
+    LabelMoved,
     LeaseHeld,
     LimitReached,
     NotFound,
@@ -154,6 +155,7 @@ class MemoryDb:
 
     counter_maximum: dict[str, int] = field(default_factory=dict)  # operators' quotas kept on their counters
     counter_owner: dict[str, str] = field(default_factory=dict)  # a site's owner, kept on its admission counter
+    counter_label: dict[str, str] = field(default_factory=dict)  # the dependency set a site's work waits by, likewise
     held: set[str] = field(default_factory=set)  # counters moved up since a recount found them zero and quiet
     waiting: dict[str, int] = field(default_factory=dict)  # share counter -> operations waiting for it
     unsent: dict[str, UnsentGroup] = field(default_factory=dict)  # batch groups not yet known sent
@@ -310,6 +312,8 @@ class MemoryOperationStore:
                     raise UnclaimedSite(slot.counter)
                 if named is not None and named != principal:
                     raise foreign_site(site_id)
+                if self.db.counter_label.get(slot.counter, "") != owner.label:
+                    raise LabelMoved(site_id, self.db.counter_label.get(slot.counter, ""))
             self.db.check_room(slot.counter, slot.maximum)
 
     def _place_atomically(self, limits: Sequence[Slot], share: Placement | None, now: float) -> dict[str, Any]:
@@ -323,6 +327,8 @@ class MemoryOperationStore:
         """A group's move's condition (Move), as DynamoDB evaluates it."""
         fits = self.db.counters.get(move.counter, 0) + move.count <= move.maximum
         if not fits or move.counter in self.db.counter_maximum:
+            return False
+        if (move.owner or move.register) and self.db.counter_label.get(move.counter, "") != move.label:
             return False
         if move.register:
             return move.counter not in self.db.counter_owner and move.register not in self.db.sites
@@ -398,6 +404,17 @@ class MemoryOperationStore:
                 return False
             self.db.release((op.share,), now, None)
             self.db.operations[op.operation_id] = replace(row, share=None, updated_at=now)
+            return True
+
+    def relabel_site(self, site_id: str, label: str) -> bool:
+        with self.db.lock:
+            counter = site_counter(site_id)
+            if self.db.counters.get(counter, 0) and self.db.counter_label.get(counter, "") != label:
+                return False
+            if label:
+                self.db.counter_label[counter] = label
+            else:
+                self.db.counter_label.pop(counter, None)
             return True
 
     def read_counters(self, counter_ids: Sequence[str]) -> dict[str, CounterReading]:
@@ -499,6 +516,8 @@ class MemoryOperationStore:
                 and op.attempt < op.attempt_budget
                 and (op.fence is None or op.fence < fence)
             )
+            if slot is None and op is not None and current is not None and current.running_slot:
+                ok = ok and op.running_slot == current.running_slot  # it keeps the slot it was read holding
             take = slot if ok and op is not None and op.running_slot is None else None
             held = dependency or DependencyTake()
             if take is not None:
@@ -940,6 +959,7 @@ class MemorySiteStore:
             del self.db.sites[site_id]
             self.db.counters.pop(counter, None)
             self.db.counter_owner.pop(counter, None)
+            self.db.counter_label.pop(counter, None)
             return True
 
     def take_held(self, site_id: str) -> tuple[HeldDelivery, ...]:

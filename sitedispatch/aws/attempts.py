@@ -45,8 +45,10 @@ class AttemptTransitions:
     flow: FlowCounters
     outbox: EventOutbox
 
-    def _attempt(self, fence: int, now: float) -> tuple[list[Action], Any]:
-        """Spending an attempt under `fence`: its updates and the row's condition."""
+    def _attempt(self, fence: int, now: float, keeping: str | None = None) -> tuple[list[Action], Any]:
+        """Spending an attempt under `fence`: its updates and the row's condition. `keeping`: the running slot the
+        row was read holding, which the attempt keeps: the row must still hold it (a recovery in between gave it
+        back, with its dependencies' places, and an attempt without them must not run)."""
         M = self.M
         actions: list[Action] = [
             M.status.set(Status.RUNNING.value),
@@ -63,6 +65,8 @@ class AttemptTransitions:
             & (M.attempt < M.attempt_budget)
             & (M.fence.does_not_exist() | (M.fence < fence))
         )
+        if keeping:
+            runnable &= M.running_slot == keeping
         return actions, runnable
 
     def _continuation(self, recorded_fence: int, fence: int, now: float) -> tuple[list[Action], Any]:
@@ -211,7 +215,8 @@ class AttemptTransitions:
             slot = None
             take = DependencyTake()
         else:
-            actions, runnable = self._attempt(fence, now)
+            keeping = current.running_slot if slot is None and current is not None else None
+            actions, runnable = self._attempt(fence, now, keeping)
             spent = [M.rate_reserved.remove()]
         if slot is not None:
             try:

@@ -21,7 +21,7 @@ from sitedispatch.aws.writes import (
     under_limit,
 )
 from sitedispatch.domain.dependencies import KeyRates
-from sitedispatch.domain.errors import LimitReached, UnclaimedSite
+from sitedispatch.domain.errors import LabelMoved, LimitReached, UnclaimedSite
 from sitedispatch.domain.model import Quota
 from sitedispatch.domain.ports import CounterReading, Move, Placement, SiteOwner, Slot, foreign_site
 from sitedispatch.flow.counters import SEPARATOR, quota_key
@@ -64,6 +64,7 @@ class FlowCounters:
                     condition &= C.owner.does_not_exist() | (C.owner == principal)
                 else:
                     condition &= C.owner == principal
+                condition &= labelled(C, owner.label)
             tx.update(counter_item(slot.counter), C(slot.counter), actions, condition=condition)
 
     def refusals(self, limits: Sequence[Slot], owner: SiteOwner | None, principal: str) -> list[tuple[str, Any]]:
@@ -77,6 +78,9 @@ class FlowCounters:
                     return UnclaimedSite(slot.counter)
                 if named is not None and named != principal:
                     return foreign_site(slot.counter.split("#", 1)[1])
+                label = (item.label if item is not None else None) or ""
+                if label != owner.label:
+                    return LabelMoved(slot.counter.split("#", 1)[1], label)
             return self.limit_reached(slot.counter, slot.maximum)
 
         return [(counter_item(slot.counter), lambda s=slot: refusal(s)) for slot in limits]
@@ -125,6 +129,8 @@ class FlowCounters:
             actions.append(C.owner.set(principal))
         elif move.owner:
             condition &= C.owner == principal
+        if move.owner or move.register:
+            condition &= labelled(C, move.label)
         if move.share:
             condition &= C.waiting.does_not_exist() | (C.waiting == 0)
         tx.update(counter_item(move.counter), C(move.counter), actions, condition=condition)
@@ -168,6 +174,14 @@ class FlowCounters:
             lambda: C(counter_id).update(
                 actions=[C.value.set(value), C.changed_at.set(now), held], condition=unchanged & quiet
             )
+        )
+
+    def relabel(self, counter_id: str, label: str) -> bool:
+        C = self.C
+        nothing_outstanding = C.value.does_not_exist() | (C.value == 0)
+        action = C.label.set(label) if label else C.label.remove()
+        return conditionally(
+            lambda: C(counter_id).update(actions=[action], condition=nothing_outstanding | labelled(C, label))
         )
 
     def forget(self, counter_id: str, quiet_since: float) -> bool:
@@ -272,3 +286,8 @@ class DynamoMinuteBuckets:
             for item in (self.C.batch_get(wanted) if wanted else [])
             if item.minute is not None
         }
+
+
+def labelled(C: Any, label: str) -> Any:
+    """The site's counter names `label` as the dependency set its work waits by (none: no label)."""
+    return C.label == label if label else C.label.does_not_exist()

@@ -39,6 +39,7 @@ from sitedispatch.domain.errors import AlreadyExists, SiteRegistered
 from sitedispatch.domain.model import Kind, Operation, Status
 from sitedispatch.domain.paging import Page
 from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, UnsentGroup
+from sitedispatch.flow.counters import site_counter
 
 
 class DynamoOperationStore(AttemptTransitions):
@@ -200,6 +201,9 @@ class DynamoOperationStore(AttemptTransitions):
         except TransactionFailed:
             return False
         return True
+
+    def relabel_site(self, site_id: str, label: str) -> bool:
+        return self.flow.relabel(site_counter(site_id), label)
 
     def counter(self, counter_id: str) -> int:
         return self.flow.counter(counter_id)

@@ -134,7 +134,7 @@ class OperationItem(Model):
     running_slot = UnicodeAttribute(null=True)
     evidence = JSONAttribute(null=True)
     inline_input = UnicodeAttribute(null=True)  # a small input's canonical JSON (else it is at input_key in S3)
-    waiting_for = UnicodeAttribute(null=True)  # the share (queued#LANE#PRINCIPAL#TENANT) it waits for: by-waiting's key
+    waiting_for = UnicodeAttribute(null=True)  # the share (queued#LANE#P#T[#DEPS]) it waits for: by-waiting's key
     waiting_at = UnicodeAttribute(null=True)  # the share's shard that counts its wait
     tenant = UnicodeAttribute(null=True)  # its fairness key, when not the principal
     holds = ListAttribute(of=UnicodeAttribute, null=True)  # the admission counters' shards it holds a place of
@@ -260,6 +260,7 @@ class CounterItem(Model):
     total = NumberAttribute(null=True)  # per-minute buckets: the second quantity (retries, milliseconds)
     maximum = NumberAttribute(null=True)  # an operator's quota on this counter (else the deployment's limit)
     owner = UnicodeAttribute(null=True)  # site#SITE: the principal owning the site (checked in the submit transaction)
+    label = UnicodeAttribute(null=True)  # site#SITE: the dependency set its work waits by (absent: none)
     held = UnicodeAttribute(null=True)  # index_shard(HELD, counter_id) from a move up until a recount clears it
     waiting = NumberAttribute(null=True)  # a share's shard (queued#LANE#PRINCIPAL#TENANT#k): waits counted on it
     expires_at = NumberAttribute(null=True)  # per-minute buckets: when DynamoDB's TTL may delete them (epoch s)

@@ -155,6 +155,19 @@ class UnclaimedSite(SiteDispatchError):
     code = "unclaimed_site"
 
 
+class LabelMoved(SiteDispatchError):
+    """A submit transaction found the site's counter naming another dependency set than the submitter believed
+    (its sites' dependencies changed, or the submitter had not seen the site yet), writing nothing: the core
+    submits again with `label`, the one the counter names."""
+
+    code = "label_moved"
+
+    def __init__(self, site_id: str, label: str) -> None:
+        super().__init__(f"site {site_id}'s work waits by dependency set {label!r}")
+        self.site_id = site_id
+        self.label = label
+
+
 class OperationFailure(SiteDispatchError):
     """Raised by handlers. Subclasses decide between retry and dead."""
 

@@ -331,11 +331,12 @@ class QueueMessage:
     principal: str = ""
     lane: str = ""
     tenant: str = ""  # when not the principal
+    deps: str = ""  # the dependency set whose share of the key it is in (flow/counters.py `dependency_label`)
 
     @classmethod
-    def of(cls, op: Operation) -> QueueMessage:
+    def of(cls, op: Operation, deps: str = "") -> QueueMessage:
         tenant = "" if op.tenant_key == op.principal else op.tenant_key
-        return cls(op.operation_id, op.site_id, op.principal, lane_for(op.kind), tenant)
+        return cls(op.operation_id, op.site_id, op.principal, lane_for(op.kind), tenant, deps)
 
     @property
     def tenant_key(self) -> str:
@@ -349,6 +350,8 @@ class QueueMessage:
             body |= {"principal": self.principal, "lane": self.lane}
         if self.tenant:
             body["tenant"] = self.tenant
+        if self.deps:
+            body["deps"] = self.deps
         return json.dumps(body, separators=(",", ":"))
 
 

@@ -54,11 +54,14 @@ class SiteOwner:
     """The counter (a site's admission counter) that names a site's owner, checked in the submit transaction so a
     submit reads nothing first. `claim`: record the principal when the counter names no one yet (the caller has
     checked the site's registration, or `register`: the site is registered in the same transaction as a reference
-    site of the principal, while it is not registered at all; else SiteRegistered, writing nothing)."""
+    site of the principal, while it is not registered at all; else SiteRegistered, writing nothing). `label`: the
+    dependency set the caller believes the counter names for the site's work to wait by (flow/counters.py
+    `dependency_label`); another is LabelMoved, carrying the counter's, writing nothing."""
 
     counter: str
     claim: bool = False
     register: bool = False
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class Move:
     under `maximum` and carries no maximum of its own (an operator's quota: the group goes one by one then). `owner`:
     the counter is a site's and must name the operations' principal; with `register` (the site's id), it must name
     no one yet, and is claimed for the principal as the site is registered (as a reference site, while it is not
-    registered at all). `share`: a share's shard, where nothing may wait."""
+    registered at all). `share`: a share's shard, where nothing may wait. `label`: with `owner`, the dependency set the
+    site's counter must name (SiteOwner's)."""
 
     counter: str
     count: int
@@ -98,6 +102,7 @@ class Move:
     owner: bool = False
     share: bool = False
     register: str | None = None
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,12 @@ class OperationStore(Protocol):
         """A queued operation a dependency holds gives back its place of its fairness key's share (the row forgets
         it, the shard loses it, in one transaction), while the row is as read (its epoch and share); False, writing
         nothing, when it is not. Its end then frees no share place: the caller gives this one to who waits."""
+
+    def relabel_site(self, site_id: str, label: str) -> bool:
+        """The site's counter names `label` as the dependency set its work waits by, while the site has no
+        operation outstanding (so none of its work waits in another set's share, and its order holds); True when
+        the counter names it now. False, writing nothing, while some are outstanding: the end of the last one
+        relabels."""
 
     def counter(self, counter_id: str) -> int: ...
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sitedispatch.domain.errors import Backpressure, LimitReached
-from sitedispatch.domain.model import Operation, Quota, lane_for
+from sitedispatch.domain.model import Operation, QueueMessage, Quota, lane_for
 from sitedispatch.domain.resources import operation_lanes
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.counters import (
@@ -23,6 +23,7 @@ from sitedispatch.flow.counters import (
     principal_group,
     running_group,
     share_group,
+    share_label,
     site_counter,
     tenant_group,
 )
@@ -75,9 +76,18 @@ def running_group_for(settings: Settings, op: Operation) -> Group:
     return running_group(lane_for(op.kind), op.principal, op.tenant_key, settings.max_running_per_principal)
 
 
-def share_group_for(settings: Settings, op: Operation) -> Group:
-    """Queue fairness: the share of its lane's queue the operation's fairness key may fill."""
-    return share_group(lane_for(op.kind), op.principal, op.tenant_key, settings.max_running_per_principal)
+def share_group_for(settings: Settings, op: Operation, label: str | None = None) -> Group:
+    """Queue fairness: the share of its lane's queue the operation's fairness key may fill with its sites' work on
+    one dependency set (`label`: the site's, as its counter names it; by default the one the row's share or wait
+    names)."""
+    label = share_label(op.share or op.waiting_for) if label is None else label
+    return share_group(lane_for(op.kind), op.principal, op.tenant_key, settings.max_running_per_principal, label)
+
+
+def message_for(op: Operation) -> QueueMessage:
+    """The operation's queue message, naming the dependency set of the share it holds a place of (so that the
+    worker reads that share's shards with the operation)."""
+    return QueueMessage.of(op, share_label(op.share or op.waiting_for))
 
 
 def held_by(op: Operation) -> tuple[str, ...]:

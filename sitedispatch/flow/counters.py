@@ -12,7 +12,7 @@ releases exactly those, whatever the settings say by then.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sitedispatch.domain.ports import Slot
@@ -117,8 +117,25 @@ def running_group(lane: str, principal: str, tenant: str, maximum: int) -> Group
     return Group(key(RUNNING, lane, principal, tenant), maximum, RUNNING_SHARDS)
 
 
-def share_group(lane: str, principal: str, tenant: str, running_maximum: int) -> Group:
-    return Group(key(SHARE, lane, principal, tenant), SHARE_PER_RUNNING_SLOT * running_maximum, SHARE_SHARDS)
+def share_group(lane: str, principal: str, tenant: str, running_maximum: int, label: str = "") -> Group:
+    """A fairness key's share of a lane's queue for its sites' work on one set of dependencies (`label`; "" for
+    sites that name none): work a dependency holds waits in its own set's share, so the key's work on another
+    dependency (or none) never waits behind it."""
+    name = key(SHARE, lane, principal, tenant, *((label,) if label else ()))
+    return Group(name, SHARE_PER_RUNNING_SLOT * running_maximum, SHARE_SHARDS)
+
+
+def dependency_label(dependency_ids: Iterable[str]) -> str:
+    """The set of dependencies a site's work waits by, as a share names it: the ids sorted, joined ("" for none)."""
+    return ",".join(sorted(set(dependency_ids)))
+
+
+def share_label(counter_id: str | None) -> str:
+    """The dependency set a share's name (or one of its shards) carries ("" for none, and for any other counter)."""
+    parts = (counter_id or "").split(SEPARATOR)
+    if parts[0] != SHARE or len(parts) < 5 or parts[4].isdigit():
+        return ""
+    return parts[4]
 
 
 def site_counter(site_id: str) -> str:
@@ -130,7 +147,7 @@ def quota_key(principal: str, tenant: str | None = None) -> str:
 
 
 # What a flow counter's id names besides its group and shard: global#k, principal#P#k, tenant#P#T#k,
-# running#LANE#P#T#k, queued#LANE#P#T#k (all sharded) and site#SITE (one counter).
+# running#LANE#P#T#k, queued#LANE#P#T#k or queued#LANE#P#T#DEPS#k (all sharded) and site#SITE (one counter).
 NAMED_PARTS = {GLOBAL: 0, PRINCIPAL: 1, TENANT: 2, RUNNING: 3, SHARE: 3}
 
 
@@ -141,6 +158,8 @@ def named_by(counter_id: str) -> tuple[str, tuple[str, ...]] | None:
     if name == SITE:
         return (name, tuple(parts)) if len(parts) == 1 else None
     size = NAMED_PARTS.get(name)
+    if name == SHARE and share_label(counter_id):
+        parts = [*parts[:size], parts[-1]]  # a share of one dependency set: its key's, as a person sums it
     if size is None or len(parts) != size + 1 or not parts[-1].isdigit():
         return None
     return name, tuple(parts[:-1])

@@ -16,15 +16,45 @@ the place that freed to the oldest waiting operation of the share, whatever shar
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from sitedispatch import observability as obs
-from sitedispatch.domain.model import Operation, QueueMessage, lane_for
+from sitedispatch.domain.model import Operation, lane_for
 from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, SiteStore, Slot
 from sitedispatch.domain.settings import Settings
-from sitedispatch.flow.admission import share_group_for
+from sitedispatch.flow.admission import message_for, share_group_for
 from sitedispatch.flow.counters import SHARE_PER_RUNNING_SLOT, SHARE_SHARDS, Group
 from sitedispatch.flow.placement import readings, room
 
 PASS_ON = 8  # operations a given-back place passes over (each on a dependency that holds) in one delivery
+SITE_LABELS_KEPT = 10_000  # sites a process remembers the dependency set of
+
+
+class SiteLabels:
+    """What a process believes each site's counter names as the dependency set its work waits by (flow/counters.py
+    `dependency_label`), the most recently used kept: a submit on a site not seen yet (or whose set changed) is
+    told by its transaction's refusal (LabelMoved, writing nothing) and submits again, so a warm process pays
+    nothing for it and a cold one one refused transaction a site with dependencies."""
+
+    def __init__(self, kept: int = SITE_LABELS_KEPT) -> None:
+        self._kept = kept
+        self._labels: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, site_id: str) -> str:
+        with self._lock:
+            label = self._labels.get(site_id)
+            if label is not None:
+                self._labels.move_to_end(site_id)
+            return label or ""
+
+    def learn(self, site_id: str, label: str) -> None:
+        with self._lock:
+            self._labels[site_id] = label
+            self._labels.move_to_end(site_id)
+            while len(self._labels) > self._kept:
+                self._labels.popitem(last=False)
 
 
 def share_named(settings: Settings, name: str) -> Group:
@@ -49,7 +79,7 @@ def release(
     orphan sweep sends it."""
     released = operations.release_waiting(group, into, clock.now(), limit)
     for op in released:
-        queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        queue.send(message_for(op), op.dedup_id, lane_for(op.kind))
         operations.mark_queued(op.operation_id, clock.now())
     if released:
         obs.count(obs.Metric.OperationReleased, len(released))
@@ -81,7 +111,7 @@ def pass_on(
         held = site is not None and not held_on.isdisjoint(site.dependencies)
         # the last keeps the place: its own hold, once delivered, passes it on further (the chain goes on)
         given = held and sent < limit - 1 and operations.leave_share(op, clock.now())
-        queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        queue.send(message_for(op), op.dedup_id, lane_for(op.kind))
         operations.mark_queued(op.operation_id, clock.now())
         sent += 1
         if not given:

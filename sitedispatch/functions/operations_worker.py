@@ -43,7 +43,7 @@ def parse_message(body: str) -> QueueMessage | None:
     if not isinstance(data, dict):
         return None
     operation_id, site_id = data.get("operation_id"), data.get("site_id")
-    routing = [data.get(name, "") for name in ("principal", "lane", "tenant")]
+    routing = [data.get(name, "") for name in ("principal", "lane", "tenant", "deps")]
     if not (isinstance(operation_id, str) and operation_id and isinstance(site_id, str) and site_id):
         return None
     if not all(isinstance(value, str) for value in routing):

@@ -29,10 +29,10 @@ from sitedispatch.domain.errors import (
     SiteDispatchError,
     TransientError,
 )
-from sitedispatch.domain.model import Kind, Operation, QueueMessage, Status, lane_for
+from sitedispatch.domain.model import Kind, Operation, Status, lane_for
 from sitedispatch.domain.ports import Move
-from sitedispatch.flow.admission import limits_for, share_group_for
-from sitedispatch.flow.counters import Group, site_counter
+from sitedispatch.flow.admission import limits_for, message_for, share_group_for
+from sitedispatch.flow.counters import Group, share_label, site_counter
 from sitedispatch.flow.placement import readings, room
 from sitedispatch.operations.submission import Submitted, Submitter
 
@@ -127,8 +127,9 @@ class BatchSubmitter:
                 obs.count(obs.Metric.OperationAccepted, len(group))
             group.clear()
 
+        labels = self.submitter.deps.labels
         for p in pending:
-            share = share_group_for(d.settings, p.op)
+            share = share_group_for(d.settings, p.op, labels.get(p.op.site_id))
             k = None if p.op.site_id in one_by_one else self._take(share, shares, p.op.site_id)
             if k is None:
                 flush()
@@ -187,8 +188,17 @@ class BatchSubmitter:
             for site_id, op in firsts.items()
             if op.kind == Kind.PROVISION and site_id not in self.claimed
         }
+        labels = {site_counter(p.op.site_id): share_label(p.op.share) for p in group}
         moves = [
-            Move(c, n, maxima[c][0], owner=maxima[c][1], share=maxima[c][2], register=registers.get(c))
+            Move(
+                c,
+                n,
+                maxima[c][0],
+                owner=maxima[c][1],
+                share=maxima[c][2],
+                register=registers.get(c),
+                label=labels.get(c, ""),
+            )
             for c, n in counts.items()
         ]
         now = self.deps.clock.now()  # admitted and queued: its message is sent next, or by the reconciler
@@ -229,7 +239,7 @@ class BatchSubmitter:
         to_send = [p for p in created if not p.op.waiting_for]
         for lane in sorted({lane_for(p.op.kind) for p in to_send}):
             in_lane = [p for p in to_send if lane_for(p.op.kind) == lane]
-            d.queue.send_many([(QueueMessage.of(p.op), p.op.dedup_id) for p in in_lane], lane)
+            d.queue.send_many([(message_for(p.op), p.op.dedup_id) for p in in_lane], lane)
         if self.groups:
             d.operations.sent(self.groups)
         sent_at = d.clock.now()

@@ -14,6 +14,7 @@ from sitedispatch.domain.errors import (
     Conflict,
     IdempotencyConflict,
     InvalidInput,
+    LabelMoved,
     LimitReached,
     NotFound,
     SiteRegistered,
@@ -25,7 +26,6 @@ from sitedispatch.domain.model import (
     SITE_ID_PATTERN,
     Kind,
     Operation,
-    QueueMessage,
     Site,
     SiteConnection,
     Status,
@@ -38,11 +38,20 @@ from sitedispatch.domain.model import (
 from sitedispatch.domain.ports import BlobStore, Clock, OperationQueue, OperationStore, SiteOwner, SiteStore
 from sitedispatch.domain.schemas import parse_input
 from sitedispatch.domain.settings import Settings
-from sitedispatch.flow.admission import Limit, backpressure, limit_of, limits_for, paused_backpressure, share_group_for
+from sitedispatch.flow.admission import (
+    Limit,
+    backpressure,
+    limit_of,
+    limits_for,
+    message_for,
+    paused_backpressure,
+    share_group_for,
+)
 from sitedispatch.flow.counters import site_counter
 from sitedispatch.flow.estimates import principal_operation_s, site_operation_s
 from sitedispatch.flow.pace import Pace
-from sitedispatch.flow.placement import place
+from sitedispatch.flow.placement import Write, place
+from sitedispatch.flow.shares import SiteLabels
 from sitedispatch.kinds.contract import SiteDriver
 from sitedispatch.operations.uploads import (
     UPLOAD_CONTENT_TYPE,
@@ -72,7 +81,11 @@ class SubmitDeps:
         default_factory=dict
     )  # a registration's connection is its driver's to check
     new_key: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)  # a submit without an idempotency key's
+    labels: SiteLabels = field(default_factory=SiteLabels)  # the process's: what each site's counter names
 
+
+# A submit told its site's dependency set changed (LabelMoved) tries again with the new one this many times in all.
+LABEL_TRIES = 3
 
 # An input this small is kept in the operation's row: no S3 write at submit, no read at the attempt. Larger ones go
 # to S3 (a DynamoDB write is billed per KB of the whole row, and the row is written at every transition).
@@ -138,7 +151,7 @@ class Submitter:
             return Submitted(op, True)
         # A crash here leaves an `accepted` row without a message: the reconciler re-sends (sending twice is safe).
         sent_at = self.deps.clock.now()
-        self.deps.queue.send(QueueMessage.of(op), op.dedup_id, lane_for(op.kind))
+        self.deps.queue.send(message_for(op), op.dedup_id, lane_for(op.kind))
         return Submitted(self.queued(op, sent_at), True)
 
     def prepare(
@@ -222,16 +235,21 @@ class Submitter:
         d = self.deps
         limits = limits_for(d.settings, op)
         owner = site_counter(op.site_id)
-        share = share_group_for(d.settings, op)
 
         def create(site_owner: SiteOwner) -> Operation:
-            return place(
-                d.operations,
-                op,
-                limits,
-                share,
-                lambda slots, placement: d.operations.create(op, slots, site_owner, placement),
-            )
+            for _ in range(LABEL_TRIES):
+                label = d.labels.get(op.site_id)
+                try:
+                    return place(
+                        d.operations,
+                        op,
+                        limits,
+                        share_group_for(d.settings, op, label),
+                        _writer(d, op, site_owner, label),
+                    )
+                except LabelMoved as moved:  # its set changed, or this process had not seen the site
+                    d.labels.learn(op.site_id, moved.label)
+            raise Conflict(f"site {op.site_id}'s dependencies changed while it was submitted to: submit again")
 
         checked, claimed = SiteOwner(owner), SiteOwner(owner, claim=True, register=True)
         # A provision is most often a site's first operation: it tries registering the site first.
@@ -318,6 +336,12 @@ class Submitter:
                 f"(digest {existing.input_digest[:12]}…, this input {digest[:12]}…)"
             )
         return Submitted(existing, created=False)
+
+
+def _writer(d: SubmitDeps, op: Operation, owner: SiteOwner, label: str) -> Write:
+    """The create a placement tries: the row and its places, the site's owner and dependency set checked."""
+    labelled = replace(owner, label=label)
+    return lambda slots, placement: d.operations.create(op, slots, labelled, placement)
 
 
 def _parse_kind(kind: str) -> Kind:

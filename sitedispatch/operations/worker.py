@@ -54,7 +54,7 @@ from sitedispatch.domain.ports import (
 from sitedispatch.domain.schemas import load_input
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import running_group_for
-from sitedispatch.flow.counters import SHARE_SHARDS, share_group
+from sitedispatch.flow.counters import SHARE_SHARDS, dependency_label, share_group
 from sitedispatch.flow.dependencies import DependencyClaim, key_rates_keys
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
@@ -124,7 +124,21 @@ class OperationsWorker:
         result = self._deliver(op, delivery.site, message, visibility)
         if result.outcome.delete_message:  # it ended, or was found ended
             self._release_waiting(op)
+            self._relabel(delivery.site, message)
         return result
+
+    def _relabel(self, site: Site | None, message: QueueMessage) -> None:
+        """The site's dependencies changed since this operation took its share (of the set it named then): the
+        site's counter names the new set once nothing of the site is outstanding (the end of its last operation
+        does it: until then its work waits, in order, in the old set's share). A failure is logged: the next end
+        tries again."""
+        label = dependency_label(site.dependencies) if site is not None else message.deps
+        if label == message.deps:
+            return
+        try:
+            self.deps.operations.relabel_site(message.site_id, label)
+        except Exception as exc:
+            obs.logger.warning("could not relabel the site", extra={"error": _describe(exc)})
 
     def _deliver(self, op: Operation, site: Site | None, message: QueueMessage, visibility: Visibility) -> Result:
         if op.site_id != message.site_id:
@@ -582,7 +596,7 @@ def _shares_of(message: QueueMessage) -> list[str]:
     the operation so that its end knows whether others wait."""
     if not (message.lane and message.principal):
         return []
-    return share_group(message.lane, message.principal, message.tenant_key, SHARE_SHARDS).shard_ids()
+    return share_group(message.lane, message.principal, message.tenant_key, SHARE_SHARDS, message.deps).shard_ids()
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from sitedispatch.domain.errors import InvalidInput, NotFound
 from sitedispatch.domain.events import OPERATOR
 from sitedispatch.domain.model import NOT_BLANK_PATTERN, Kind, Site
 from sitedispatch.domain.resources import operation_lanes
+from sitedispatch.flow.counters import dependency_label
 from sitedispatch.flow.dependencies import rate_key, wake_held
 from sitedispatch.operator.access import Access, Caller, ControlDeps
 from sitedispatch.operator.status import DependencyRow
@@ -164,6 +165,8 @@ class Dependencies(Access):
         ids = site_dependencies(dependencies)
         site = self.site(caller, site_id, "site-dependencies", reason)
         updated = self.deps.sites.set_dependencies(site_id, ids)
+        # its work waits by the new set once nothing of it is outstanding (now, or at the end of its last one)
+        self.deps.operations.relabel_site(site_id, dependency_label(ids))
         name_dependencies(self.deps, site, ids)
         self._record(
             caller,

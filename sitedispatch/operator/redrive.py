@@ -9,7 +9,6 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.errors import Conflict, LimitReached, NotRunnable
 from sitedispatch.domain.model import (
     Operation,
-    QueueMessage,
     Status,
     lane_for,
 )
@@ -20,8 +19,10 @@ from sitedispatch.flow.admission import (
     backpressure,
     limit_of,
     limits_for,
+    message_for,
     share_group_for,
 )
+from sitedispatch.flow.counters import dependency_label
 from sitedispatch.flow.placement import place
 from sitedispatch.operator.access import Caller
 from sitedispatch.operator.reads import DLQ_SCAN, DeadLetterFilter, Reads
@@ -133,17 +134,19 @@ class Redrives(Reads):
 
     def _requeue(self, op: Operation, new_input: tuple[str, str] | None) -> Operation:
         d = self.deps
+        site = d.sites.get(op.site_id)  # its share is of the set of dependencies its site names now
+        label = dependency_label(site.dependencies) if site is not None else ""
         revived = place(
             d.operations,
             op,
             limits_for(d.settings, op),
-            share_group_for(d.settings, op),
+            share_group_for(d.settings, op, label),
             lambda slots, placement: d.operations.revive(op, d.clock.now(), slots, new_input, placement),
         )
         if revived.waiting_for:
             return revived  # its principal fills its share of the lane: sent as earlier work finishes
         # A crash here leaves an `accepted` row without a message: the reconciler's orphan sweep sends it.
-        d.queue.send(QueueMessage.of(revived), revived.dedup_id, lane_for(revived.kind))
+        d.queue.send(message_for(revived), revived.dedup_id, lane_for(revived.kind))
         d.operations.mark_queued(revived.operation_id, d.clock.now())
         return revived
 

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from sitedispatch.domain.resources import FUNCTIONS, QUEUES, REDRIVE_BACKSTOP_RECEIVES, visibility_timeout_s
 from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.admission import message_for
 from sitedispatch.local.cloud import LOCAL_READER, deploy_local
 from sitedispatch.local.deployment import Deployment
 from sitedispatch.local.iam import CALLS, patch_moto_iam_enforcement
@@ -175,7 +176,7 @@ def test_every_sweep_of_the_reconciler_repairs_under_its_own_role(cloud: Any) ->
     gone, a site with a WordPress event due, a dead letter of an operation replayed since. None is denied."""
     from sitedispatch.aws.operation_rows import unsent_record
     from sitedispatch.aws.tables import UNSENT, index_shard
-    from sitedispatch.domain.model import QueueMessage, Status
+    from sitedispatch.domain.model import Status
     from sitedispatch.publication.live import live_key
     from sitedispatch.reconciler import ReconcilerPolicy
     from tests.conftest import pump
@@ -202,7 +203,7 @@ def test_every_sweep_of_the_reconciler_repairs_under_its_own_role(cloud: Any) ->
     # a dead letter whose operation is no longer dead (it succeeded since)
     done = deps.operations.list(status=Status.SUCCEEDED, limit=10)[0]
     deps.queue.dead_letter(
-        QueueMessage.of(done), f"{done.dedup_id}-stale", {"operation_id": done.operation_id, "epoch": "0"}, "operations"
+        message_for(done), f"{done.dedup_id}-stale", {"operation_id": done.operation_id, "epoch": "0"}, "operations"
     )
 
     reconciler = cloud.as_function("reconciler").reconciler()

@@ -17,6 +17,7 @@ from sitedispatch.domain.errors import (
     AlreadyExists,
     Conflict,
     InvalidInput,
+    LabelMoved,
     LeaseHeld,
     LimitReached,
     NotFound,
@@ -301,6 +302,30 @@ def test_the_owner_on_a_sites_counter_is_checked_claimed_once_and_names_the_site
     assert stores.operations.get("op_3") is None and stores.operations.counter(counter) == 2
     with pytest.raises(AlreadyExists):  # a repeat is named as such before anything else
         stores.operations.create(new_op("op_1"), [Slot(counter, 2)], SiteOwner(counter))
+
+
+def test_a_sites_counter_names_its_dependency_set_and_moves_to_another_only_while_nothing_is_outstanding(
+    stores: Stores,
+) -> None:
+    counter = "site#acme-blog"
+    limit = [Slot(counter, 5)]
+    assert stores.operations.relabel_site("acme-blog", "db:a")  # nothing outstanding (no counter yet): named
+    with pytest.raises(LabelMoved) as moved:  # believed none: told db:a, nothing written
+        stores.operations.create(new_op("op_1"), limit, SiteOwner(counter, claim=True))
+    assert moved.value.label == "db:a" and stores.operations.get("op_1") is None
+    stores.operations.create(new_op("op_1"), limit, SiteOwner(counter, claim=True, label="db:a"))
+    assert not stores.operations.relabel_site("acme-blog", "db:b")  # op_1 outstanding: it stays db:a
+    assert stores.operations.relabel_site("acme-blog", "db:a")  # what it names already
+    group = [replace(new_op("op_2"), holds=(counter,))]
+    assert not stores.operations.create_group(group, [Move(counter, 1, 5, owner=True, label="db:b")])
+    assert stores.operations.create_group(group, [Move(counter, 1, 5, owner=True, label="db:a")])
+    for operation_id in ("op_1", "op_2"):
+        stores.operations.end(
+            as_read(stores, operation_id), Status.CANCELLED, NOW, from_statuses=(Status.ACCEPTED, Status.QUEUED)
+        )
+    assert stores.operations.counter(counter) == 0
+    assert stores.operations.relabel_site("acme-blog", "")  # nothing outstanding: it names none now
+    stores.operations.create(new_op("op_3"), limit, SiteOwner(counter))
 
 
 def test_only_an_empty_site_is_deleted_and_with_its_owner_its_id_is_free_again(stores: Stores) -> None:
@@ -920,9 +945,15 @@ def test_running_slots_are_capped_reused_after_a_crash_and_released_once(stores:
         stores.operations.schedule_retry(
             replace(as_read(stores, "op_1"), running_slot=None), again.fence, ERR, NOW + 70, NOW + 60
         )
-    stores.operations.schedule_retry(as_read(stores, "op_1"), again.fence, ERR, NOW + 70, NOW + 60)
+    crashed = as_read(stores, "op_1")  # a worker reads it holding its slot; a recovery then gives the slot back
+    stores.operations.schedule_retry(crashed, again.fence, ERR, NOW + 70, NOW + 60)
     assert stores.operations.counter(slot.counter) == 0
     assert present(stores.operations.get("op_1")).running_slot is None
+    late = stores.sites.claim_lease("site-1", "op_1", NOW + 71, 30)
+    with pytest.raises(NotRunnable):  # keeping the slot as read: the row no longer holds it, so no attempt runs
+        stores.operations.start_attempt("op_1", late.fence, NOW + 71, current=crashed)
+    assert present(stores.operations.get("op_1")).attempt == 2
+    stores.sites.release_lease(late)
 
     assert stores.operations.start_attempt("op_2", other.fence, NOW + 61, slot).running_slot == slot.counter
     with pytest.raises(NotRunnable):

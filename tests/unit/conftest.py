@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from sitedispatch.domain.delivery import Result
-from sitedispatch.domain.model import WORDPRESS_DRIVER, Kind, QueueMessage
+from sitedispatch.domain.model import WORDPRESS_DRIVER, Kind
 from sitedispatch.drivers.reference.driver import reference_only
 from sitedispatch.drivers.wordpress.credentials import Credentials
 from sitedispatch.drivers.wordpress.driver import WordPressDriver
+from sitedispatch.flow.admission import message_for
 from sitedispatch.flow.minute_counts import MinuteCounts
 from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
@@ -147,7 +148,7 @@ class Harness:
         assert op is not None
         visibility = RecordingVisibility()
         deadline = None if timeout_s is None else self.world.clock.now() + timeout_s
-        result = (worker or self.worker()).process(QueueMessage.of(op), visibility, request_id, deadline)
+        result = (worker or self.worker()).process(message_for(op), visibility, request_id, deadline)
         return result, visibility
 
     def provisioned(self, site: str = "acme-blog") -> str:

@@ -9,7 +9,10 @@ from sitedispatch.domain.delivery import Outcome
 from sitedispatch.domain.dependencies import BreakerState, Dependency, Rate
 from sitedispatch.domain.errors import TransientError
 from sitedispatch.domain.events import EventType
-from sitedispatch.domain.model import Kind, QueueMessage, Status
+from sitedispatch.domain.model import Kind, Operation, Status
+from sitedispatch.flow.admission import message_for
+from sitedispatch.flow.counters import share_group, share_label
+from sitedispatch.flow.shares import SiteLabels
 from sitedispatch.operator.access import Caller
 from tests.factories import present
 from tests.fakes import RecordingVisibility
@@ -209,44 +212,65 @@ def test_a_fairness_keys_rate_set_through_quotas_reserves_its_next_start_and_lea
     assert cleared.rates == []
 
 
-def test_work_a_dependency_holds_gives_its_share_place_to_its_keys_work_on_another_dependency() -> None:
-    """One key's seven publishes on db:a (cap 1) fill its share (four places) and three wait; its publish on db:b,
-    submitted last, is sent by the first start db:a holds and runs while the first on db:a still runs."""
+def test_a_keys_work_on_another_dependency_has_its_own_share_and_never_waits_behind_the_work_one_holds() -> None:
+    """One key's seven publishes on db:a (cap 1) fill its share of db:a's work (four places) and three wait; its
+    publishes on db:b and on a site naming none, submitted last, are sent at once (shares of their own sets) and
+    run while the first on db:a still runs."""
     h = Harness(max_running_per_principal=2)
     on_a = [f"a-{i}" for i in range(7)]
     _on(h, "db:a", *on_a)
     _on(h, "db:b", "b-0")
+    h.provisioned("plain")
     h.world.dependency_store.put_settings("db:a", 1, (), "ops-alice", "one writer", 0.0)
     h.world.queue.sent.clear()
     first, *held = [h.submit(site=site, kind="publish", params={}, key=site) for site in on_a]
-    other = h.submit(site="b-0", kind="publish", params={}, key="b-0")
-    share = "queued#operations#tenant-a#tenant-a"
-    assert [m.message.operation_id for m in h.world.queue.sent] == [first, *held[:3]]
-    assert h.world.db.waiting_total(share) == 4
+    other, plain = (h.submit(site=site, kind="publish", params={}, key=site) for site in ("b-0", "plain"))
+    key = "queued#operations#tenant-a#tenant-a"
+    assert [m.message.operation_id for m in h.world.queue.sent] == [first, *held[:3], other, plain]
+    assert h.world.db.waiting_total(f"{key}#db:a") == 3
+    assert [m.message.deps for m in h.world.queue.sent] == ["db:a"] * 4 + ["db:b", ""]
+    assert h.world.db.total(f"{key}#db:b") == 1 and h.world.db.total(key) == 1
     outcomes: dict[str, Any] = {}
 
     def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
-        if ctx.site.site_id == "a-0":  # while it runs on db:a, every message sent meanwhile is delivered
-            outcomes[held[0]] = h.deliver(held[0])[0]  # one held start passes its place over db:a's waiting work
-            outcomes["sent"] = [m.message.operation_id for m in h.world.queue.sent]
-            while pending := [
-                m.message.operation_id for m in h.world.queue.sent if m.message.operation_id not in {first, *outcomes}
-            ]:
-                for operation_id in pending:
-                    outcomes[operation_id] = h.deliver(operation_id)[0]
+        if ctx.site.site_id == "a-0":  # while it runs on db:a
+            outcomes.update({o: h.deliver(o)[0] for o in (held[0], other, plain)})
         return inner(ctx, payload)
 
     h.wrap(Kind.PUBLISH, meanwhile)
     assert h.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    assert outcomes["sent"] == [first, *held, other]  # by that one delivery: each on db:a gave it on
-    assert [outcomes[o].reason for o in held] == ["dependency_cap"] * 6
-    assert outcomes[other].outcome == Outcome.SUCCEEDED  # not behind db:a's backlog
+    assert outcomes[held[0]].reason == "dependency_cap"
+    assert outcomes[other].outcome == outcomes[plain].outcome == Outcome.SUCCEEDED  # not behind db:a's backlog
+    assert h.world.db.total(f"{key}#db:b") == 0 and h.world.db.total(key) == 0
+
+
+def test_work_a_rate_of_one_kind_holds_gives_its_share_place_to_the_sets_work_of_another_kind() -> None:
+    """A rate on db:a's publishes (one an hour) holds six of one key's seven publishes; its wp_cron on a db:a site,
+    submitted last, waits in the same share, and the first held start passes its place over the held publishes
+    to it: it runs while the publishes wait, and none of them spends an attempt."""
+    h = Harness(max_running_per_principal=2)
+    on_a = [f"a-{i}" for i in range(8)]
+    _on(h, "db:a", *on_a)
+    h.world.dependency_store.put_settings(
+        "db:a", None, (Rate(1, 3600.0, kind=Kind.PUBLISH),), "ops-alice", "one an hour", 0.0
+    )
+    h.world.queue.sent.clear()
+    first, *held = [h.submit(site=site, kind="publish", params={}, key=site) for site in on_a[:7]]
+    cron = h.submit(site=on_a[7], kind="wp_cron", params={}, key="cron")
+    share = "queued#operations#tenant-a#tenant-a#db:a"
+    assert [m.message.operation_id for m in h.world.queue.sent] == [first, *held[:3]]
+    assert h.world.db.waiting_total(share) == 4
+    assert h.deliver(first)[0].outcome == Outcome.SUCCEEDED
+    outcomes = {held[0]: h.deliver(held[0])[0]}  # one held start passes its place over the set's waiting work
+    sent = [m.message.operation_id for m in h.world.queue.sent]
+    assert sent[-4:] == [*held[3:], cron]  # by that one delivery: each held publish gave it on
+    for operation_id in [*held[1:], cron]:
+        outcomes[operation_id] = h.deliver(operation_id)[0]
+    assert [outcomes[o].reason for o in held] == ["dependency_rate"] * 6
+    assert outcomes[cron].outcome == Outcome.SUCCEEDED
     assert _attempts(h, held) == 0
     assert all(present(h.world.operations.get(o)).share is None for o in held)  # none of the held keeps a place
     assert h.world.db.waiting_total(share) == 0 and h.world.db.total(share) == 0
-    for operation_id in held:  # each held one runs in turn, and frees no share place it gave back
-        assert h.deliver(operation_id)[0].outcome == Outcome.SUCCEEDED
-    assert h.world.db.total(share) == 0
 
 
 def test_a_start_a_full_cap_holds_is_woken_by_the_end_that_frees_a_place_not_at_its_next_look() -> None:
@@ -257,7 +281,7 @@ def test_a_start_a_full_cap_holds_is_woken_by_the_end_that_frees_a_place_not_at_
     def meanwhile(inner: Any, ctx: Any, payload: Any) -> Any:
         if ctx.site.site_id == "site-1":
             visibility = RecordingVisibility("receipt-of-the-second")
-            seen["held"] = h.worker().process(QueueMessage.of(present(h.world.operations.get(second))), visibility)
+            seen["held"] = h.worker().process(message_for(present(h.world.operations.get(second))), visibility)
             seen["woken"] = list(h.world.queue.woken)
         return inner(ctx, payload)
 
@@ -275,8 +299,40 @@ def test_an_operators_resume_wakes_every_start_the_pause_held() -> None:
     for n, site in enumerate(("site-1", "site-2")):
         op = h.submit(site=site, kind="publish", params={}, key=site)
         visibility = RecordingVisibility(f"receipt-{n}")
-        result = h.worker().process(QueueMessage.of(present(h.world.operations.get(op))), visibility)
+        result = h.worker().process(message_for(present(h.world.operations.get(op))), visibility)
         assert result.reason == "dependency_paused" and visibility.changes[-1] >= 200  # a long wait
     assert h.world.queue.woken == []
     h.controls().set_dependency_paused(OPERATOR, "db:a", False, "maintenance over")
     assert sorted(h.world.queue.woken) == [("operations", "receipt-0"), ("operations", "receipt-1")]
+
+
+def test_a_sites_dependency_set_is_learned_from_one_refusal_and_a_change_waits_for_its_work_to_end() -> None:
+    """A submitter that has not seen a site is told its set by one refused transaction, then asks no more; a change
+    of the site's dependencies while work of it is outstanding leaves that work, and work submitted meanwhile, in
+    the old set's share (in order), and the end of its last operation moves the site to the new set."""
+    h = Harness()
+    _on(h, "db:a", "s-1")
+    creates: list[str] = []
+    create = h.world.operations.create
+
+    def counted(op: Operation, *args: Any, **kwargs: Any) -> Operation:
+        creates.append(op.operation_id)
+        return create(op, *args, **kwargs)
+
+    h.world.operations.create = counted  # type: ignore[method-assign]
+    h.submitter.deps.labels = SiteLabels()  # a process that has not seen the site
+    first = h.submit(site="s-1", kind="publish", params={}, key="first")
+    second = h.submit(site="s-1", kind="publish", params={}, key="second")
+    assert creates == [first, first, second]  # refused once (LabelMoved, nothing written), then known
+    on_a = share_group("operations", "tenant-a", "tenant-a", h.settings.max_running_per_principal, "db:a")
+    assert on_a.index_of(present(h.world.operations.get(first)).share or "") is not None
+    h.controls().set_site_dependencies(Caller("tenant-a", False), "s-1", ["db:b"], "moved")
+    third = h.submit(site="s-1", kind="publish", params={}, key="third")
+    assert [share_label(present(h.world.operations.get(o)).share) for o in (first, second, third)] == ["db:a"] * 3
+    assert [m.message.deps for m in h.world.queue.sent[-3:]] == ["db:a"] * 3
+    for operation_id in (first, second, third):  # in order; the last one's end moves the site to db:b
+        assert h.deliver(operation_id)[0].outcome == Outcome.SUCCEEDED
+    creates.clear()
+    fourth = h.submit(site="s-1", kind="publish", params={}, key="fourth")
+    assert creates == [fourth, fourth]  # the process believed db:a: told db:b once
+    assert share_label(present(h.world.operations.get(fourth)).share) == "db:b"
