@@ -7,8 +7,8 @@ deferral traffic of the wait: the workers' deferrals on a dependency (their log 
 
 `tenants`: the db:a and db:b sites' customers. Two (the default) are two fairness keys; one is the hard case: the
 burst is far beyond the key's share of the lane's queue (2 places per running slot: 8 here), and the db:b work is
-reached only because a start db:a holds gives its share place back and passes it over db:a's waiting work
-(flow/shares.py `pass_on`; before it did, a db:b provision had not started 300 s into a 300-site burst).
+sent at once only because the key has a share per set of dependencies (flow/counters.py `share_group`; with one
+share per key, a db:b provision had not started 300 s into a 300-site burst).
 
 Provisions, not publishes: the reference driver's publish takes ~0.09 s here (it has no simulated service time), so
 two of its operation times would be a bound on the emulator's speed; a provision is given 0.5 s, as in the fairness

@@ -251,11 +251,17 @@ def measure() -> dict[str, Any]:
         one("publish", "req-site", {}, "publish")
         # the same publish on the site naming one dependency with a cap and a rate (docs/flow-control.md)
         from sitedispatch.domain.dependencies import Rate
+        from sitedispatch.flow.counters import dependency_label
 
-        producer.sites.set_dependencies("req-site", ("db:req",))
+        def name_dependencies(*ids: str) -> None:  # as `sites dependencies` does, seen by a warm submitter
+            producer.sites.set_dependencies("req-site", ids)
+            assert producer.operations.relabel_site("req-site", dependency_label(ids))
+            submitter.deps.labels.learn("req-site", dependency_label(ids))
+
+        name_dependencies("db:req")
         producer.dependency_store.put_settings("db:req", 4, (Rate(20, 60.0, 5),), "bench", "bench", time.time())
         one("publish", "req-site", {}, "publish_on_a_dependency")
-        producer.sites.set_dependencies("req-site", ())
+        name_dependencies()
         one("wp_cron", "req-site", {}, "wp_cron")
         head = producer.sites.get("req-site")
         assert head is not None and head.head_revision

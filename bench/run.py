@@ -43,6 +43,10 @@ from .polling import PROVISION, present, wait
 RESULTS = stamp.RESULTS
 
 STRICT_BENCH_SEED = 11  # the strict cloud's seed (its duplicate deliveries and delays), as the tests use
+ONE_KEY = (
+    "customer-a",
+    "customer-a",
+)  # the burst and the db:b site of one fairness key: the case a FIFO per key starved
 
 
 @contextmanager
@@ -236,7 +240,44 @@ def publication_parallelism(workdir: Path, routes_target: int, workers: list[int
     return out
 
 
-def main() -> None:
+def measure_dependencies(meta: dict[str, Any]) -> None:
+    """bench/results/dependencies.json: 300 sites of one key on a capped, rated dependency and another's site of
+    the same key; the short cases on two keys and on the strict cloud (`python -m bench.run --only dependencies`)."""
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "dependencies") as runtime, scoped_environ():
+        shared = dependencies.shared_dependency(runtime, 300, 10, 20, tenants=ONE_KEY)
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "two-keys") as runtime, scoped_environ():
+        two_keys = dependencies.shared_dependency(runtime, 16, 2, 20, cap=2, rate=(60, 60.0, 3))
+    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "strict") as runtime, scoped_environ():
+        os.environ[STRICT_SEED_ENV] = str(STRICT_BENCH_SEED)  # the local cloud behaves as AWS does where moto is kinder
+        STRICT.enable(STRICT_BENCH_SEED)
+        try:
+            strict = dependencies.shared_dependency(runtime, 16, 2, 20, cap=2, rate=(60, 60.0, 3), tenants=ONE_KEY)
+        finally:
+            STRICT.disable()
+    (RESULTS / "dependencies.json").write_text(
+        json.dumps({**meta, **shared, "two_keys_short": two_keys, "strict_short": strict}, indent=2)
+    )
+    print(
+        f"dependencies, strict cloud: 16 sites on db:a (cap 2), one key; a db:b site waited "
+        f"p50 {strict['b_wait_p50_s']} s p99 {strict['b_wait_p99_s']} s (bound {strict['b_bound_s']} s); "
+        f"at most {strict['max_running_a']} running",
+        flush=True,
+    )
+    print(
+        f"dependencies, two keys: 16 sites on db:a (cap 2); a db:b site of another key waited "
+        f"p50 {two_keys['b_wait_p50_s']} s p99 {two_keys['b_wait_p99_s']} s (bound {two_keys['b_bound_s']} s)",
+        flush=True,
+    )
+    print(
+        f"dependencies: 300 sites on db:a (cap 4, 20/min burst 5), one key: at most {shared['max_running_a']} running, "
+        f"{shared['most_starts_in_a_period']} starts in a minute (bound {shared['starts_bound']}); a db:b site "
+        f"waited p99 {shared['b_wait_p99_s']} s (bound {shared['b_bound_s']} s); {shared['deferrals_per_s']} "
+        "deferrals a second",
+        flush=True,
+    )
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--import-mb", type=int, nargs="*", default=[10, 100])
     parser.add_argument("--steps-mb", type=int, default=100, help="WXR size of the imports-in-steps run (0: none)")
@@ -264,8 +305,20 @@ def main() -> None:
         default=[10, 50],
         help="fleet sizes at which the model is checked against the local runtime",
     )
-    args = parser.parse_args()
+    parser.add_argument("--only", choices=["dependencies"], help="run this one measurement only")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.only == "dependencies":
+        measure_dependencies(stamp.meta())
+    else:
+        measure_all(args)
+
+
+def measure_all(args: argparse.Namespace) -> None:
     meta = stamp.meta()
     costs = requests.main()
     (RESULTS / "requests.json").write_text(json.dumps({**meta, **costs}, indent=2))
@@ -295,39 +348,7 @@ def main() -> None:
             f"operation times, {figures['bound_s']} s): {'met' if figures['met'] else 'NOT met'}",
             flush=True,
         )
-    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "dependencies") as runtime, scoped_environ():
-        shared = dependencies.shared_dependency(runtime, 300, 10, 20)
-    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "one-key") as runtime, scoped_environ():
-        one_key = dependencies.shared_dependency(
-            runtime, 16, 2, 20, cap=2, rate=(60, 60.0, 3), tenants=("customer-a", "customer-a")
-        )
-    with tempfile.TemporaryDirectory() as tmp, LocalRuntime(Path(tmp) / "strict") as runtime, scoped_environ():
-        os.environ[STRICT_SEED_ENV] = str(STRICT_BENCH_SEED)  # the local cloud behaves as AWS does where moto is kinder
-        STRICT.enable(STRICT_BENCH_SEED)
-        try:
-            strict = dependencies.shared_dependency(runtime, 16, 2, 20, cap=2, rate=(60, 60.0, 3))
-        finally:
-            STRICT.disable()
-    (RESULTS / "dependencies.json").write_text(
-        json.dumps({**meta, **shared, "one_key_short": one_key, "strict_short": strict}, indent=2)
-    )
-    print(
-        f"dependencies, strict cloud: 16 sites on db:a (cap 2); a db:b site waited p50 {strict['b_wait_p50_s']} s "
-        f"p99 {strict['b_wait_p99_s']} s (bound {strict['b_bound_s']} s); at most {strict['max_running_a']} running",
-        flush=True,
-    )
-    print(
-        f"dependencies, one key: 16 sites on db:a (cap 2) beyond the key's share; a db:b site of the same key "
-        f"waited p50 {one_key['b_wait_p50_s']} s p99 {one_key['b_wait_p99_s']} s (bound {one_key['b_bound_s']} s)",
-        flush=True,
-    )
-    print(
-        f"dependencies: 300 sites on db:a (cap 4, 20/min burst 5): at most {shared['max_running_a']} running, "
-        f"{shared['most_starts_in_a_period']} starts in a minute (bound {shared['starts_bound']}); a db:b site "
-        f"waited p99 {shared['b_wait_p99_s']} s (bound {shared['b_bound_s']} s); {shared['deferrals_per_s']} "
-        "deferrals a second",
-        flush=True,
-    )
+    measure_dependencies(meta)
     with tempfile.TemporaryDirectory() as tmp:
         rows = fleet.model_sweep()
         validation = fleet.validate(Path(tmp), tuple(args.validate_fleets)) if args.validate_fleets else []

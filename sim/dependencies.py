@@ -85,12 +85,12 @@ class DependencyPlan:
             outage = (rng.choice(ids), at, at + rng.uniform(30.0, 300.0))
         return cls({site: deps for site, deps in named.items() if deps}, settings, breaker, outage)
 
-    def failing(self, site_id: str, now: float) -> str | None:
-        """The dependency of `site_id` that is down at `now` (its outage), if any."""
+    def failing(self, named: tuple[str, ...], now: float) -> str | None:
+        """The dependency of those a site names (`named`, as its attempt read them) down at `now`, if any."""
         if self.outage is None:
             return None
         dependency_id, start, end = self.outage
-        return dependency_id if start <= now < end and dependency_id in self.named.get(site_id, ()) else None
+        return dependency_id if start <= now < end and dependency_id in named else None
 
     def settings_for(self, settings: Settings) -> Settings:
         if not self.on:
@@ -137,7 +137,7 @@ class OutageDriver:
             return attribute
 
         def attempt(ctx: HandlerContext, payload: Any) -> Mutation:
-            down = self.plan.failing(ctx.site.site_id, self.clock.now() - self.start)
+            down = self.plan.failing(ctx.site.dependencies, self.clock.now() - self.start)
             if down is not None:
                 raise TransientError(f"{down} unavailable")
             return cast(Mutation, attribute(ctx, payload))
@@ -150,7 +150,8 @@ class DependencyWatch:
 
     def __init__(self, world: MemoryWorld, plan: DependencyPlan, violations: Violations) -> None:
         self.world, self.plan, self.violations = world, plan, violations
-        self.started: set[tuple[str, int, int]] = set()  # (operation, epoch, attempt) seen started
+        # (operation, epoch, attempt) seen started -> the dependencies its site named then (a site may move)
+        self.started: dict[tuple[str, int, int], tuple[str, ...]] = {}
         self.starts: dict[tuple[str, str], list[float]] = defaultdict(list)  # (dependency, rate kind) -> times
         self.figures: dict[str, int] = defaultdict(int)
 
@@ -162,16 +163,16 @@ class DependencyWatch:
         for op in db.operations.values():
             if op.status != Status.RUNNING:
                 continue
-            ids = self.plan.named.get(op.site_id, ())
-            for i in ids:
-                running[i] += 1
             key = (op.operation_id, op.epoch, op.attempt)
             if key not in self.started:
-                self.started.add(key)
+                site = db.sites.get(op.site_id)
+                ids = self.started[key] = site.dependencies if site is not None else ()
                 at = op.started_at or self.world.clock.now()
                 if ids:
                     self._started(op.operation_id, op.kind, at, ids)
                 self._in_key_rates(op.principal, op.tenant or None, op.kind, at)
+            for i in self.started[key]:
+                running[i] += 1
         for i, (cap, _) in self.plan.settings.items():
             held = self.world.dependency_store.running((i,))[i]
             if cap is not None and max(running[i], held) > cap:
@@ -193,7 +194,7 @@ class DependencyWatch:
                 )
             if dependency.state == BreakerState.HALF_OPEN:
                 self.figures["dependency_probes"] += 1
-            for rate in self.plan.settings[i][1]:
+            for rate in self.plan.settings.get(i, (None, ()))[1]:
                 if rate.kind is None or rate.kind == kind:
                     self._in_rate(f"dependency {i}", rate, at)
 

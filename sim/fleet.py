@@ -173,13 +173,16 @@ class Simulation:
         )
 
     def _dependency_pauses(self, rng: Random) -> list[tuple[float, str]]:
-        """An operator pauses a dependency now and then, and resumes it ten virtual minutes later."""
+        """An operator pauses a dependency now and then, and resumes it ten virtual minutes later; an owner moves a
+        site to other dependencies (or none) now and then, its work outstanding or not."""
         if not self.dependencies.on:
             return []
         planned = []
         for _ in range(rng.randint(0, 2)):
             at, dependency_id = rng.uniform(1.0, self.work_s), rng.choice(sorted(self.dependencies.settings))
             planned += [(at, f"dependency_pause {dependency_id}"), (at + PAUSE_S, f"dependency_resume {dependency_id}")]
+        for _ in range(rng.randint(0, 2)):
+            planned.append((rng.uniform(1.0, self.work_s), f"dependency_move {rng.choice(self.tenancy.sites)}"))
         return planned
 
     def _functions(self, timeouts: dict[str, float], concurrency: dict[str, int]) -> None:

@@ -24,6 +24,7 @@ from sitedispatch.operator.reads import DeadLetterFilter
 from sitedispatch.operator.redrive import RedriveReport
 from tests.fakes import MemoryWorld
 
+from .dependencies import DEPENDENCY_IDS
 from .wiring import Core
 
 OPERATOR = Caller("sim-operator", operator=True)
@@ -284,6 +285,15 @@ class Workload:
         self.act(
             "resume-dependency",
             lambda: self.core.controls().set_dependency_paused(OPERATOR, dependency_id, False, "sim: done"),
+        )
+
+    def do_dependency_move(self, site: str) -> None:
+        """The site's owner names other dependencies (some of the drawn ones, or none): work not yet started takes
+        its places on the new ones, and waits by the new set once nothing of the site is outstanding."""
+        ids = [i for i in DEPENDENCY_IDS if self.rng.random() < 0.5]
+        owner = Caller(self.tenancy.owner[site], False)
+        self.act(
+            "site-dependencies", lambda: self.core.controls().set_site_dependencies(owner, site, ids, "sim: moved")
         )
 
     def do_settle(self) -> None:

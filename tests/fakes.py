@@ -72,6 +72,7 @@ from sitedispatch.domain.model import (
 )
 from sitedispatch.domain.paging import Page, decode_cursor, encode_cursor, take
 from sitedispatch.domain.ports import (
+    RELEASE_LOOKAHEAD,
     AuditLog,
     BlobStore,
     Clock,
@@ -371,10 +372,7 @@ class MemoryOperationStore:
 
     def release_waiting(self, group: str, into: Slot, now: float, limit: int = 1) -> list[Operation]:
         with self.db.lock:
-            waiting = sorted(
-                (op for op in self.db.indexed().values() if op.waiting_for == group),
-                key=lambda op: op.created_at,
-            )
+            waiting = self._waiting(group)
             released: list[Operation] = []
             for seen in waiting[: limit + 2]:
                 op = self.db.operations[seen.operation_id]
@@ -392,19 +390,34 @@ class MemoryOperationStore:
                 released.append(op)
             return released
 
-    def leave_share(self, op: Operation, now: float) -> bool:
+    def _waiting(self, group: str) -> list[Operation]:
+        """The share's waiting operations, as its (lagging) index shows them, oldest first."""
+        return sorted((op for op in self.db.indexed().values() if op.waiting_for == group), key=lambda o: o.created_at)
+
+    def hand_over(self, op: Operation, group: str, now: float, passing: Kind) -> Operation | None:
         with self.db.lock:
-            row = self.db.operations.get(op.operation_id)
-            if (
-                op.share is None
-                or row is None
-                or (row.share, row.epoch) != (op.share, op.epoch)
-                or row.status not in RUNNABLE
-            ):
-                return False
-            self.db.release((op.share,), now, None)
-            self.db.operations[op.operation_id] = replace(row, share=None, updated_at=now)
-            return True
+            passed: set[str] = set()
+            for seen in self._waiting(group)[:RELEASE_LOOKAHEAD]:
+                if seen.kind == passing or seen.site_id in passed:
+                    passed.add(seen.site_id)
+                    continue
+                row, other = self.db.operations.get(op.operation_id), self.db.operations[seen.operation_id]
+                if (
+                    op.share is None
+                    or row is None
+                    or (row.share, row.epoch) != (op.share, op.epoch)
+                    or row.status not in RUNNABLE
+                ):
+                    return None
+                if other.waiting_for != group or other.waiting_at != seen.waiting_at or other.status not in RUNNABLE:
+                    continue
+                if other.waiting_at is not None:
+                    self.db.waiting[other.waiting_at] -= 1
+                self.db.operations[op.operation_id] = replace(row, share=None, updated_at=now)
+                other = replace(other, waiting_for=None, waiting_at=None, share=op.share, updated_at=now)
+                self.db.operations[other.operation_id] = other
+                return other
+            return None
 
     def relabel_site(self, site_id: str, label: str) -> bool:
         with self.db.lock:

@@ -38,7 +38,16 @@ from sitedispatch.aws.writes import (
 from sitedispatch.domain.errors import AlreadyExists, SiteRegistered
 from sitedispatch.domain.model import Kind, Operation, Status
 from sitedispatch.domain.paging import Page
-from sitedispatch.domain.ports import CounterReading, Delivery, Move, Placement, SiteOwner, Slot, UnsentGroup
+from sitedispatch.domain.ports import (
+    RELEASE_LOOKAHEAD,
+    CounterReading,
+    Delivery,
+    Move,
+    Placement,
+    SiteOwner,
+    Slot,
+    UnsentGroup,
+)
 from sitedispatch.flow.counters import site_counter
 
 
@@ -185,22 +194,40 @@ class DynamoOperationStore(AttemptTransitions):
             released.append(replace(op, waiting_for=None, waiting_at=None, share=into.counter, updated_at=now))
         return released
 
-    def leave_share(self, op: Operation, now: float) -> bool:
-        M = self.M
+    def hand_over(self, op: Operation, group: str, now: float, passing: Kind) -> Operation | None:
+        M, C = self.M, self.C
         if op.share is None:
-            return False
-        try:
-            with transaction(M) as tx:
-                tx.update(
-                    ROW,
-                    M(op.operation_id),
-                    [M.share.remove(), M.updated_at.set(now)],
-                    condition=(M.share == op.share) & (M.epoch == op.epoch) & M.status.is_in(*RUNNABLE_VALUES),
-                )
-                self.flow.release(tx, (op.share,), None, now)
-        except TransactionFailed:
-            return False
-        return True
+            return None
+        passed: set[str] = set()  # sites with an operation of the passed kind waiting ahead
+        for item in M.by_waiting.query(group, scan_index_forward=True, limit=RELEASE_LOOKAHEAD):
+            other = to_operation(item)
+            if other.kind == passing or other.site_id in passed:
+                passed.add(other.site_id)
+                continue
+            try:
+                with transaction(M) as tx:
+                    tx.update(
+                        ROW,
+                        M(op.operation_id),
+                        [M.share.remove(), M.updated_at.set(now)],
+                        condition=(M.share == op.share) & (M.epoch == op.epoch) & M.status.is_in(*RUNNABLE_VALUES),
+                    )
+                    tx.update(
+                        f"{ROW}:{other.operation_id}",
+                        M(other.operation_id),
+                        [M.waiting_for.remove(), M.waiting_at.remove(), M.share.set(op.share), M.updated_at.set(now)],
+                        condition=(M.waiting_for == group)
+                        & same_or_absent(M.waiting_at, other.waiting_at)
+                        & M.status.is_in(*RUNNABLE_VALUES),
+                    )
+                    if other.waiting_at is not None:  # the place stays on its shard: only the wait ends
+                        tx.update(SHARE, C(other.waiting_at), [C.waiting.add(-1), C.changed_at.set(now)])
+            except TransactionFailed as failed:
+                if ROW in failed.failed:
+                    return None  # not as read: it holds no place to hand over
+                continue  # released by another, or ended, since the index showed it
+            return replace(other, waiting_for=None, waiting_at=None, share=op.share, updated_at=now)
+        return None
 
     def relabel_site(self, site_id: str, label: str) -> bool:
         return self.flow.relabel(site_counter(site_id), label)

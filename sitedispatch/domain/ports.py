@@ -29,6 +29,8 @@ from sitedispatch.domain.model import (
 from sitedispatch.domain.paging import Page
 from sitedispatch.domain.webhooks import Attempt, AttemptResult, Endpoint, WebhookDelivery, WebhookMessage
 
+RELEASE_LOOKAHEAD = 25  # waiting operations a release passing over one kind reads (one Query)
+
 
 def foreign_site(site_id: str) -> SiteTaken:
     """The refusal of a site id to anyone but its owner when it would create or claim it (registration, a first
@@ -182,10 +184,12 @@ class OperationStore(Protocol):
         caller sends them and marks them queued (one released and never sent is an accepted orphan: the reconciler
         sends it)."""
 
-    def leave_share(self, op: Operation, now: float) -> bool:
-        """A queued operation a dependency holds gives back its place of its fairness key's share (the row forgets
-        it, the shard loses it, in one transaction), while the row is as read (its epoch and share); False, writing
-        nothing, when it is not. Its end then frees no share place: the caller gives this one to who waits."""
+    def hand_over(self, op: Operation, group: str, now: float, passing: Kind) -> Operation | None:
+        """A queued operation a rate of its kind holds hands its place of the share `group` to the oldest operation
+        waiting for it (among the first RELEASE_LOOKAHEAD) that is of another kind and of a site with none of
+        `passing` waiting ahead of it (a site's order holds), in one transaction: `op`'s row forgets the place (its
+        end frees none), the other's takes it and leaves its wait. The one released (the caller sends it), or None,
+        writing nothing: none such waits, or `op` is not as read (its epoch and share)."""
 
     def relabel_site(self, site_id: str, label: str) -> bool:
         """The site's counter names `label` as the dependency set its work waits by, while the site has no

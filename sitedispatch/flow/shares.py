@@ -7,7 +7,10 @@ pass over the flood. With a share, at most SHARE_PER_RUNNING_SLOT x its running 
 lane's queue at once; the rest are accepted and wait in the operations table (the sparse by-waiting index), so what
 another key's message finds ahead of it is bounded by the number of keys, not by the size of anyone's backlog.
 
-The share is kept on shards (flow/counters.py) placed by site, so a site's operations wait in order on one shard.
+A key has a share per set of dependencies its sites name (flow/counters.py `share_group`; the set is kept on the
+site's counter, which moves it only while nothing of the site is outstanding): work a dependency holds fills its
+own set's share, never another's. The share is kept on shards placed by site, so a site's operations wait in order
+on one shard.
 Who releases: whoever ends an operation that held a place, when its delivery read showed others waiting (the worker:
 no extra read, the share's shards come in the same BatchGetItem as the operation), an operator's cancel, and the
 reconciler's sweep (for a release a race left undone: a finish whose read saw no one waiting yet). A release gives
@@ -20,14 +23,13 @@ import threading
 from collections import OrderedDict
 
 from sitedispatch import observability as obs
-from sitedispatch.domain.model import Operation, lane_for
-from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, SiteStore, Slot
+from sitedispatch.domain.model import Kind, Operation, lane_for
+from sitedispatch.domain.ports import Clock, OperationQueue, OperationStore, Slot
 from sitedispatch.domain.settings import Settings
 from sitedispatch.flow.admission import message_for, share_group_for
 from sitedispatch.flow.counters import SHARE_PER_RUNNING_SLOT, SHARE_SHARDS, Group
 from sitedispatch.flow.placement import readings, room
 
-PASS_ON = 8  # operations a given-back place passes over (each on a dependency that holds) in one delivery
 SITE_LABELS_KEPT = 10_000  # sites a process remembers the dependency set of
 
 
@@ -86,39 +88,19 @@ def release(
     return len(released)
 
 
-def pass_on(
-    operations: OperationStore,
-    queue: OperationQueue,
-    sites: SiteStore,
-    clock: Clock,
-    group: str,
-    into: Slot,
-    held_on: frozenset[str],
-    limit: int = PASS_ON,
-) -> int:
-    """A place given back by work a dependency holds goes to the oldest operation waiting for the share; while the
-    one it goes to is on the dependencies that hold (its site names one of `held_on`), that one gives it on too, up
-    to `limit` times: the key's work on another dependency (or none) is reached in one pass, not one delivery per
-    operation ahead of it (the last one passed keeps it, and passes it on when its own delivery is held). Each is
-    sent, with the place or (given on) without; how many were sent."""
-    sent = 0
-    while sent < limit:
-        released = operations.release_waiting(group, into, clock.now(), 1)
-        if not released:
-            break
-        op = released[0]
-        site = sites.get(op.site_id)
-        held = site is not None and not held_on.isdisjoint(site.dependencies)
-        # the last keeps the place: its own hold, once delivered, passes it on further (the chain goes on)
-        given = held and sent < limit - 1 and operations.leave_share(op, clock.now())
-        queue.send(message_for(op), op.dedup_id, lane_for(op.kind))
-        operations.mark_queued(op.operation_id, clock.now())
-        sent += 1
-        if not given:
-            break
-    if sent:
-        obs.count(obs.Metric.OperationReleased, sent)
-    return sent
+def hand_over(
+    operations: OperationStore, queue: OperationQueue, clock: Clock, op: Operation, group: str, passing: Kind
+) -> bool:
+    """A start a rate of its kind holds hands its share place to the oldest of the set's work of another kind
+    waiting for it (a site's order kept), which is sent with it: the rate's kind does not hold up the rest. Whether
+    one was."""
+    handed = operations.hand_over(op, group, clock.now(), passing)
+    if handed is None:
+        return False
+    queue.send(message_for(handed), handed.dedup_id, lane_for(handed.kind))
+    operations.mark_queued(handed.operation_id, clock.now())
+    obs.count(obs.Metric.OperationReleased)
+    return True
 
 
 def refill(operations: OperationStore, queue: OperationQueue, clock: Clock, group: Group, limit: int) -> int:

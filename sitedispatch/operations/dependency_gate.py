@@ -12,9 +12,10 @@ from sitedispatch import observability as obs
 from sitedispatch.domain.delivery import Outcome, Result
 from sitedispatch.domain.dependencies import BREAKER, DependencyReading, DependencyTake, KeyRates
 from sitedispatch.domain.errors import LimitReached
-from sitedispatch.domain.model import HeldDelivery, Operation, Site, lane_for
+from sitedispatch.domain.model import HeldDelivery, Kind, Operation, Site, lane_for
 from sitedispatch.domain.ports import DependencyStore, OperationQueue, OperationStore, Visibility
 from sitedispatch.domain.settings import Settings
+from sitedispatch.flow.counters import SEPARATOR
 from sitedispatch.flow.dependencies import (
     DependencyClaim,
     Probe,
@@ -31,10 +32,6 @@ from sitedispatch.flow.dependencies import (
 from sitedispatch.flow.placement import reached, roomiest
 
 PLACEMENT_TRIES = 8  # shards of a capped dependency a start tries before it waits
-# the deferrals a dependency decides (not a race's short look again): a start held so gives back its share place
-HOLDING_REASONS = frozenset(
-    {"dependency_cap", "dependency_paused", "dependency_open", "dependency_probing", "dependency_rate"}
-)
 T = TypeVar("T")
 Defer = Callable[[Visibility, float, str], Result]
 
@@ -55,10 +52,15 @@ class DependencyGate:
         self.receive_count = 1  # SQS's, of the delivery: how long a full cap's wait is
         self.probing: tuple[str, ...] = ()  # the dependencies this delivery's attempt probes (half open)
         self.key_rates: tuple[KeyRates, ...] = ()
+        # The kind this delivery's start was held for alone (every rate that reserved its later place is of its
+        # kind): the set's work of another kind need not wait behind it (the worker hands its share place over).
+        # A cap, a pause, an open breaker, a probe or a rate of all kinds hold every start of the set alike.
+        self.held_kind: Kind | None = None
 
     def begin(self, receive_count: int, key_rates: tuple[KeyRates, ...] = ()) -> None:
         """A new delivery: SQS's receive count, and the rates an operator put on its fairness key (as read with it)."""
         self.receive_count, self.probing, self.key_rates = receive_count, (), key_rates
+        self.held_kind = None
 
     def decide(self, op: Operation, site: Site, visibility: Visibility, now: float) -> DependencyClaim | Result | None:
         """What a start takes of its site's dependencies and of its fairness key's rates (None: none apply, or the
@@ -107,6 +109,8 @@ class DependencyGate:
         if not d.operations.reserve_rates(op, decision.rates, decision.at, now):
             return self.defer(visibility, 1.0, "dependency_changed")
         obs.logger.info("rate place reserved", extra={"why": decision.why})
+        if all(rate.counter.rsplit(SEPARATOR, 1)[-1] == op.kind.value for rate in decision.rates):
+            self.held_kind = op.kind
         # never before its time, and late by at most a quarter of what keeps its places (a long wait's jitter must
         # not outlast the reservation: a place missed is a start the rate allowed and nobody took)
         wait = max(decision.at - now, 0.0) + 0.25 * decision.honoured_s * d.rng.random()

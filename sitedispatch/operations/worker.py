@@ -60,12 +60,12 @@ from sitedispatch.flow.outcomes import Outcomes
 from sitedispatch.flow.pace import Pace
 from sitedispatch.flow.placement import on_a_shard
 from sitedispatch.flow.retry_budget import RetryBudget
-from sitedispatch.flow.shares import freed_by, pass_on, release
+from sitedispatch.flow.shares import freed_by, hand_over, release
 from sitedispatch.kinds.contract import ContinueLater, HandlerContext, SiteDriver
 from sitedispatch.kinds.handlers import HandlerFn
 from sitedispatch.kinds.registry import driver_for
 from sitedispatch.operations.assembly import prepare_commit
-from sitedispatch.operations.dependency_gate import HOLDING_REASONS, DependencyGate, is_dependencys, ungrouped
+from sitedispatch.operations.dependency_gate import DependencyGate, is_dependencys, ungrouped
 from sitedispatch.operations.failures import count_towards_pause, dead_letter
 
 SUPERSESSION_SCAN = 50
@@ -177,22 +177,19 @@ class OperationsWorker:
         return freed if freed is not None and freed[1].counter in self.share_waited else None
 
     def _held_by_dependency(self, op: Operation, site: Site, held: Result) -> Result:
-        """A start a dependency holds (its cap, its breaker, a rate's later place) gives back its place of its
-        fairness key's share (once: work a dependency holds is not what the share bounds), to the oldest of the
-        key's work waiting for one, if any: that work may be on another dependency, or on
-        none, and must not wait behind this one; the waiting work on the same dependencies it reaches first gives it
-        on at once (flow/shares.py `pass_on`). The held message stays in the queue, deferred as decided; the share
-        still bounds the rest of the key's backlog."""
-        d = self.deps
-        if held.reason not in HOLDING_REASONS or op.share is None:
+        """A start a rate of its kind alone holds (its place reserved for later) hands its share place, when the
+        set's work waits for one, to the oldest of that work of another kind (flow/shares.py `hand_over`): the
+        rate's kind does not hold up the rest. Any other hold keeps its place: it holds every start of the set
+        alike, so the share goes on bounding how many of them are in the queue. The held message stays in the
+        queue, deferred as decided. (Work on other dependencies, or none, has shares of its own.)"""
+        freed = self._freed(op)  # others wait for the share
+        if self.gate.held_kind is None or freed is None:
             return held
-        freed = self._freed(op)  # others wait for the share: the place goes on at once
-        self.share_waited = []  # given once: its end has no place to give
         try:
-            if d.operations.leave_share(op, d.clock.now()) and freed is not None:
-                pass_on(d.operations, d.queue, d.sites, d.clock, *freed, frozenset(site.dependencies))
+            if hand_over(self.deps.operations, self.deps.queue, self.deps.clock, op, freed[0], self.gate.held_kind):
+                self.share_waited = []  # handed over: its end has no place to give
         except Exception as exc:  # the hold stands; the place is given at its end (or by the reconciler)
-            obs.logger.warning("could not give the share place back", extra={"error": _describe(exc)})
+            obs.logger.warning("could not hand the share place over", extra={"error": _describe(exc)})
         return held
 
     def _not_now(

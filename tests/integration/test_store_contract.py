@@ -416,21 +416,39 @@ def test_an_operation_takes_a_place_of_a_shard_or_waits_counted_on_it_and_is_rel
     assert [op.operation_id for op in stores.operations.release_waiting(GROUP, HOME, NOW + 16, limit=5)] == ["op_4"]
 
 
-def test_a_held_operation_gives_its_share_place_back_once_and_its_end_then_frees_none(stores: Stores) -> None:
-    stores.operations.create(new_op("op_1", "site-1"), share=take())
+def test_a_held_operation_hands_its_share_place_to_the_oldest_of_another_kind_in_its_sites_order(
+    stores: Stores,
+) -> None:
+    def op(op_id: str, site: str, at: int, kind: Kind = Kind.PROVISION) -> Operation:
+        return replace(new_op(op_id, site), created_at=NOW + at, kind=kind)
+
+    for n in (1, 2):  # the two places: held provisions
+        stores.operations.create(op(f"op_{n}", f"site-{n}", n), share=take())
+    # waiting: a provision, a publish behind a provision of its own site, then a publish of another site
+    stores.operations.create(op("op_3", "site-3", 3), share=wait())
+    stores.operations.create(op("op_4", "site-4", 4), share=wait())
+    stores.operations.create(op("op_5", "site-4", 5, Kind.PUBLISH), share=wait())
+    stores.operations.create(op("op_6", "site-6", 6, Kind.PUBLISH), share=wait())
     held = as_read(stores, "op_1")
-    assert stores.operations.leave_share(held, NOW + 1)
-    row = as_read(stores, "op_1")
-    assert row.share is None and row.updated_at == NOW + 1 and stores.operations.counter(HOME.counter) == 0
-    assert not stores.operations.leave_share(held, NOW + 2)  # as read no longer: nothing given twice
-    assert not stores.operations.leave_share(row, NOW + 2)  # no place to give
-    stores.operations.end(row, Status.CANCELLED, NOW + 3, from_statuses=(Status.QUEUED,))
-    assert stores.operations.counter(HOME.counter) == 0  # its end freed nothing of the share
-    stores.operations.create(new_op("op_2", "site-2"), share=take())
-    ended = as_read(stores, "op_2")
-    stores.operations.end(ended, Status.CANCELLED, NOW + 4, from_statuses=(Status.QUEUED,))
-    assert not stores.operations.leave_share(ended, NOW + 5)  # an ended one holds nothing to give
-    assert stores.operations.counter(HOME.counter) == 0
+    handed = stores.operations.hand_over(held, GROUP, NOW + 10, Kind.PROVISION)
+    assert handed is not None and handed.operation_id == "op_6"  # op_5 waits behind its site's provision
+    assert handed == stores.operations.get("op_6") and handed.share == HOME.counter
+    assert (handed.waiting_for, handed.waiting_at) == (None, None)
+    assert as_read(stores, "op_1").share is None and as_read(stores, "op_1").updated_at == NOW + 10
+    counts = stores.operations.read_counters(SHARDS)
+    assert (counts[HOME.counter].value, counts[HOME.counter].waiting) == (2, 3)
+    assert stores.operations.hand_over(held, GROUP, NOW + 11, Kind.PROVISION) is None  # as read no longer
+    assert stores.operations.hand_over(as_read(stores, "op_2"), GROUP, NOW + 11, Kind.PUBLISH) is not None
+    assert as_read(stores, "op_3").share == HOME.counter  # a publish held hands to the oldest provision
+    assert stores.operations.hand_over(as_read(stores, "op_6"), GROUP, NOW + 12, Kind.PUBLISH) is not None
+    assert as_read(stores, "op_4").share == HOME.counter  # op_5's provision ahead of it is sent now
+    # only a publish waits: a held publish hands nothing over, and nothing is written
+    assert stores.operations.hand_over(as_read(stores, "op_3"), GROUP, NOW + 13, Kind.PUBLISH) is None
+    assert as_read(stores, "op_3").share == HOME.counter and stores.operations.counter(HOME.counter) == 2
+    handed = stores.operations.hand_over(as_read(stores, "op_3"), GROUP, NOW + 13, Kind.PROVISION)
+    assert handed is not None and handed.operation_id == "op_5"  # its site's provision ahead is sent now
+    stores.operations.end(as_read(stores, "op_1"), Status.CANCELLED, NOW + 14, from_statuses=(Status.QUEUED,))
+    assert stores.operations.counter(HOME.counter) == 2  # its end freed nothing of the share: it handed it over
 
 
 def test_a_wait_is_refused_while_the_shard_has_room_and_nobody_waits(stores: Stores) -> None:

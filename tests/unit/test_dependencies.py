@@ -244,10 +244,11 @@ def test_a_keys_work_on_another_dependency_has_its_own_share_and_never_waits_beh
     assert h.world.db.total(f"{key}#db:b") == 0 and h.world.db.total(key) == 0
 
 
-def test_work_a_rate_of_one_kind_holds_gives_its_share_place_to_the_sets_work_of_another_kind() -> None:
-    """A rate on db:a's publishes (one an hour) holds six of one key's seven publishes; its wp_cron on a db:a site,
-    submitted last, waits in the same share, and the first held start passes its place over the held publishes
-    to it: it runs while the publishes wait, and none of them spends an attempt."""
+def test_a_start_a_rate_of_its_kind_holds_hands_its_share_place_to_the_sets_work_of_another_kind() -> None:
+    """A rate on db:a's publishes (one an hour) holds the later of one key's seven publishes; its wp_cron on a db:a
+    site, submitted last, waits in the same share. The first held start hands its place over the waiting publishes
+    to the wp_cron, which runs while they wait; the publishes that follow keep their places (nothing of another
+    kind waits), so the rest stay unsent, and none spends an attempt."""
     h = Harness(max_running_per_principal=2)
     on_a = [f"a-{i}" for i in range(8)]
     _on(h, "db:a", *on_a)
@@ -261,16 +262,16 @@ def test_work_a_rate_of_one_kind_holds_gives_its_share_place_to_the_sets_work_of
     assert [m.message.operation_id for m in h.world.queue.sent] == [first, *held[:3]]
     assert h.world.db.waiting_total(share) == 4
     assert h.deliver(first)[0].outcome == Outcome.SUCCEEDED
-    outcomes = {held[0]: h.deliver(held[0])[0]}  # one held start passes its place over the set's waiting work
-    sent = [m.message.operation_id for m in h.world.queue.sent]
-    assert sent[-4:] == [*held[3:], cron]  # by that one delivery: each held publish gave it on
-    for operation_id in [*held[1:], cron]:
-        outcomes[operation_id] = h.deliver(operation_id)[0]
-    assert [outcomes[o].reason for o in held] == ["dependency_rate"] * 6
-    assert outcomes[cron].outcome == Outcome.SUCCEEDED
+    outcomes = {o: h.deliver(o)[0] for o in held[:3]}
+    # the first's end sent the oldest waiting; the first held start handed its place over to the wp_cron
+    assert [m.message.operation_id for m in h.world.queue.sent][4:] == [held[3], cron]
+    assert [outcomes[o].reason for o in held[:3]] == ["dependency_rate"] * 3
+    assert present(h.world.operations.get(held[0])).share is None  # handed over: its end frees none
+    assert all(present(h.world.operations.get(o)).share is not None for o in held[1:3])  # kept: none of another kind
+    assert h.deliver(cron)[0].outcome == Outcome.SUCCEEDED
+    assert h.world.queue.sent[-1].message.operation_id == held[4]  # the wp_cron's end gave its place on
+    assert h.world.db.waiting_total(share) == 1  # the last publish waits unsent, costing nothing
     assert _attempts(h, held) == 0
-    assert all(present(h.world.operations.get(o)).share is None for o in held)  # none of the held keeps a place
-    assert h.world.db.waiting_total(share) == 0 and h.world.db.total(share) == 0
 
 
 def test_a_start_a_full_cap_holds_is_woken_by_the_end_that_frees_a_place_not_at_its_next_look() -> None:
